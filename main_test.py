@@ -1,0 +1,131 @@
+"""Evaluate a checkpoint on the `datasets.test` section: restored images and a PSNR/SSIM table.
+
+    python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth]
+
+Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
+single process or under any launcher (the items are split across ranks; rank 0 writes).
+"""
+import argparse
+import csv
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from data.demo import ensure_demo_data
+from data.loader import build_val_loader
+from data.registry import build_dataset
+from models.model_plain import PSNR_CAP, item_metrics, load_weights
+from models.registry import model_class
+from utils import dist
+from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
+from utils.errors import UserError
+from utils.image import imwrite
+from utils.logger import get_logger, setup_logger
+from utils.options import load_options
+
+COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--opt', required=True, help='the option file the model was trained with')
+    p.add_argument('--weights', default=None, help='a _G.pth/_E.pth file (default: newest of the run)')
+    p.add_argument('--out', default=None, help='output folder (default: <root>/<task>/results/<test name>)')
+    p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
+    p.add_argument('--no-images', action='store_true', help='write the table only')
+    p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
+    p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def default_weights(opt: Dict[str, Any]) -> str:
+    ckpt = CheckpointDir(opt['path']['models'])
+    steps = ckpt.complete_steps()
+    if not steps:
+        raise UserError(f'{opt["path"]["models"]}: no checkpoint found; train first or pass --weights')
+    for kind in ('E', 'G'):
+        if os.path.exists(ckpt.path(steps[-1], kind)):
+            return ckpt.path(steps[-1], kind)
+    raise UserError(f'{opt["path"]["models"]}: checkpoint {steps[-1]} has no weights file')
+
+
+def write_table(path: str, rows: List[List[Any]]) -> Dict[str, float]:
+    means = {c: float(np.mean([r[i] for r in rows])) for i, c in enumerate(COLUMNS) if i}
+
+    def write(f: Any) -> None:
+        import io
+        text = io.StringIO()
+        w = csv.writer(text)
+        w.writerow(COLUMNS)
+        for r in rows:
+            w.writerow([r[0]] + [f'{v:.4f}' for v in r[1:]])
+        w.writerow(['mean'] + [f'{means[c]:.4f}' for c in COLUMNS[1:]])
+        f.write(text.getvalue().encode())
+    atomic_write_bytes(path, write)
+    return means
+
+
+def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device) -> None:
+    if 'test' not in opt['datasets']:
+        raise UserError(f'{opt["opt_path"]}: datasets.test: required section is missing')
+    test_opt = opt['datasets']['test']
+    log = setup_logger(None, state.rank, 'test')
+    log.info(dist.banner(state, device))
+    if dist.is_main_process():
+        ensure_demo_data(test_opt)
+    dist.barrier()
+    loader = build_val_loader(build_dataset(test_opt), state.world_size, state.rank,
+                              test_opt['dataloader_num_workers'])
+    opt['path']['pretrained_netG'] = opt['path']['pretrained_netE'] = None
+    opt['train']['E_decay'] = 0.0  # test with exactly the weights given
+    model = model_class(opt['model'])(opt, device, args.allow_unsafe_load)
+    weights = args.weights or default_weights(opt)
+    load_weights(model.net_g, weights, True, 'params_ema' if weights.endswith('_E.pth') else 'params',
+                 '--weights', args.allow_unsafe_load)
+    out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
+    log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
+
+    border = opt['scale']
+    rows: List[List[Any]] = []
+    local = iter(loader)
+    rounds = -(-len(loader.dataset) // state.world_size)
+    for _ in range(rounds):  # equal number of collectives on every rank, shards may differ by one
+        batch = next(local, None)
+        items = model.restore(batch) if batch is not None else []
+        mine = [(name, item_metrics(E, H, border), None if args.no_images else E) for name, E, H in items]
+        for part in dist.gather_objects(mine):
+            for name, vals, frames in part:
+                rows.append([name] + [min(v, PSNR_CAP) for v in vals])
+                if dist.is_main_process() and frames is not None:
+                    for k, frame in enumerate(frames):
+                        suffix = f'_{k:03d}' if len(frames) > 1 else ''
+                        imwrite(os.path.join(out_dir, f'{name}{suffix}.png'), frame)
+    if dist.is_main_process():
+        means = write_table(os.path.join(out_dir, 'results.csv'), rows)
+        log.info(f'{len(rows)} items: PSNR {means["psnr"]:.2f} dB, SSIM {means["ssim"]:.4f}; '
+                 f'Y: PSNR {means["psnr_y"]:.2f} dB, SSIM {means["ssim_y"]:.4f}; table: '
+                 f'{os.path.join(out_dir, "results.csv")}')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        opt = load_options(args.opt, args.set)
+        state = dist.detect()
+        dist.select_gpus(opt['gpu_ids'], state)
+        device = dist.init(state, opt['dist_timeout'])
+        try:
+            evaluate(opt, args, state, device)
+        finally:
+            dist.cleanup()
+    except UserError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

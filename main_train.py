@@ -1,0 +1,289 @@
+"""Train any registered model from a JSON option file: one loop for every model and launch mode.
+
+    python main_train.py --opt options/train_dncnn_demo.json [--set train.total_iter=100 ...]
+
+Launch modes (detected, never configured): plain process, torchrun / platform-injected env
+(WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
+"""
+import argparse
+import os
+import random
+import shutil
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import torch
+
+from data.demo import ensure_demo_data
+from data.loader import build_train_loader, build_val_loader
+from data.registry import build_dataset
+from models.registry import model_class
+from utils import dist
+from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_text
+from utils.errors import UserError
+from utils.logger import Reporter, get_logger, setup_logger
+from utils.options import dumps, load_options
+from utils.resume import ResumePoint, find_resume_point
+from utils.seed import rng_state, seed_everything, set_rng_state
+
+EXIT_USER_ERROR = 2
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--opt', required=True, help='path to the JSON option file')
+    p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
+                   help='override an option (value parsed as JSON, else a string); repeatable')
+    p.add_argument('--fresh', action='store_true',
+                   help='start from scratch: move an existing <root>/<task> aside (never deleted)')
+    p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true',
+                   help='allow checkpoints that need full unpickling (only for files you trust)')
+    # torch.distributed.launch passes --local-rank/--local_rank; LOCAL_RANK in the env is what counts.
+    p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def archive_task_dir(task_dir: str) -> Optional[str]:
+    """Move an old run aside for --fresh; returns the new name."""
+    if not os.path.exists(task_dir):
+        return None
+    dest = f'{task_dir.rstrip(os.sep)}_archived_{time.strftime("%y%m%d_%H%M%S")}'
+    os.rename(task_dir, dest)
+    return dest
+
+
+def micro_batches(it: Iterator[Any], n: int) -> Iterator[List[Any]]:
+    """Group a loader iterator into lists of `n` batches (one optimizer step each)."""
+    while True:
+        group = []
+        for _ in range(n):
+            try:
+                group.append(next(it))
+            except StopIteration:
+                return
+        yield group
+
+
+class Trainer:
+    """The loop: data → model.train_step → periodic print / validation / checkpoint, rank-aware."""
+
+    def __init__(self, opt: Dict[str, Any], state: dist.DistState, device: torch.device,
+                 args: argparse.Namespace):
+        self.opt, self.state, self.device, self.args = opt, state, device, args
+        self.train_opt = opt['train']
+        self.main = dist.is_main_process()
+        self.log = get_logger()
+        self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
+        self.best = {'psnr': float('-inf'), 'iter': 0}
+
+    def setup(self) -> None:
+        opt, t = self.opt, self.train_opt
+        seed = t['manual_seed'] if t['manual_seed'] is not None else dist.broadcast_object(random.randint(1, 10000))
+        self.seed = seed
+        seed_everything(seed)
+        self.log.info(f'seed {seed} (same on every rank; data order comes from the sampler)')
+
+        if self.main:
+            for section in opt['datasets'].values():
+                ensure_demo_data(section)
+        dist.barrier()
+
+        train_opt_ds = opt['datasets'].get('train')
+        if train_opt_ds is None:
+            raise UserError(f'{opt["opt_path"]}: datasets.train: required section is missing')
+        self.train_set = build_dataset(train_opt_ds)
+        self.train_loader, self.sampler = build_train_loader(
+            self.train_set, train_opt_ds, self.state.world_size, self.state.rank, seed, self.device)
+        self.val_loader = None
+        if 'test' in opt['datasets']:
+            val_set = build_dataset(opt['datasets']['test'])
+            self.val_loader = build_val_loader(val_set, self.state.world_size, self.state.rank,
+                                               opt['datasets']['test']['dataloader_num_workers'])
+        self.accum = t['accumulate_steps']
+        self.steps_per_epoch = len(self.train_loader) // self.accum
+        if self.steps_per_epoch < 1:
+            raise UserError(f'train.accumulate_steps: {self.accum} exceeds the {len(self.train_loader)} '
+                            f'batches per epoch of each process')
+        per_proc = train_opt_ds['dataloader_batch_size']
+        self.effective_batch = per_proc * self.state.world_size * self.accum
+        self.log.info(f'training samples {len(self.train_set)}, {self.steps_per_epoch} iterations per epoch; '
+                      f'batch {per_proc} per process x {self.state.world_size} processes x {self.accum} '
+                      f'accumulation = effective batch {self.effective_batch}')
+
+        self.model = model_class(opt['model'])(opt, self.device, self.args.allow_unsafe_load)
+        self.log.info(self.model.network_info())
+
+        self.step, self.epoch, self.epoch_step = 0, 0, 0
+        wandb_id = None
+        point = find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
+        if point is not None:
+            wandb_id = self.restore(point)
+        self.reporter = Reporter(opt, self.main, wandb_id)
+
+    def restore(self, point: ResumePoint) -> Optional[str]:
+        s = point.training
+        self.model.load_state(point.weights, s['model'])
+        self.step, self.best = s['iter'], s['best']
+        if s['world_size'] == self.state.world_size and s['epoch_step'] < self.steps_per_epoch:
+            self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
+        else:
+            # Shards differ with the world size, so the mid-epoch position has no equivalent: the
+            # next epoch starts with a fresh permutation and nothing of the old one is replayed.
+            self.epoch, self.epoch_step = s['epoch'] + 1, 0
+            if s['world_size'] != self.state.world_size:
+                self.log.warning(f'resume: world size changed {s["world_size"]} -> {self.state.world_size}; '
+                                 f'continuing at the start of epoch {self.epoch}')
+        rngs = s['rng']
+        set_rng_state(rngs[self.state.rank] if self.state.rank < len(rngs) else rngs[0])
+        self.log.info(f'resumed from {point.path} at iteration {self.step} (epoch {self.epoch}, '
+                      f'{self.epoch_step} iterations into it)')
+        return s.get('wandb_id')
+
+    def save(self) -> None:
+        """Rank 0 writes; all ranks take part in gathering the random states first."""
+        rngs = dist.gather_objects(rng_state())
+        files = self.model.state_files() if self.main else {}
+        if not self.main:
+            return
+        files['state'] = {
+            'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
+            'world_size': self.state.world_size, 'seed': self.seed, 'rng': rngs, 'best': self.best,
+            'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
+        }
+        try:
+            self.ckpt.save(self.step, files)
+        except OSError as e:
+            msg = f'checkpoint at iteration {self.step} failed: {e}'
+            if self.train_opt['save_failure'] == 'warn':
+                self.log.error(msg + ' (train.save_failure=warn: continuing)')
+                return
+            raise UserError(msg + ' (set train.save_failure="warn" to continue without it)') from None
+        self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
+
+    def validate(self) -> None:
+        n_img = self.opt['val']['tb_images']
+        res = self.model.validate(self.val_loader, n_img)
+        images = res.pop('images')
+        self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} images: PSNR {res["psnr"]:.2f} dB, '
+                      f'SSIM {res["ssim"]:.4f}; Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
+        self.reporter.scalars(self.step, {f'val/{k}': v for k, v in res.items() if k != 'count'})
+        self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})
+        if res['psnr'] > self.best['psnr']:
+            self.best = {'psnr': res['psnr'], 'iter': self.step}
+
+    def run(self) -> None:
+        t, total = self.train_opt, self.train_opt['total_iter']
+        if self.step >= total:
+            self.log.info(f'nothing to do: iteration {self.step} >= train.total_iter {total}')
+            return
+        self.log.info(f'start training at iteration {self.step} of {total}')
+        iter_time = data_time = 0.0
+        window = 0
+        start_step, t0 = self.step, time.time()
+        while self.step < total:
+            self.sampler.set_epoch(self.epoch)
+            self.sampler.set_start(self.epoch_step * self.accum * self.train_loader.batch_size)
+            tick = time.time()
+            for batches in micro_batches(iter(self.train_loader), self.accum):
+                data_time += time.time() - tick
+                self.step += 1
+                self.epoch_step += 1
+                self.model.train_step(batches, self.step)
+                iter_time += time.time() - tick
+                window += 1
+                if self.step % t['checkpoint_print'] == 0 or self.step == total:
+                    self.print_status(iter_time / window, data_time / window, start_step, t0)
+                    iter_time = data_time = 0.0
+                    window = 0
+                if self.step % t['checkpoint_save'] == 0 or self.step == total:
+                    self.save()
+                if self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or self.step == total):
+                    self.validate()
+                if self.step >= total:
+                    break
+                tick = time.time()
+            else:
+                self.epoch += 1
+                self.epoch_step = 0
+                continue
+            break
+        self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
+                      f'at iteration {self.best["iter"]}')
+
+    def print_status(self, iter_time: float, data_time: float, start_step: int, t0: float) -> None:
+        losses = self.model.log_losses()
+        lr = self.model.current_lr()
+        elapsed = time.time() - t0
+        eta = elapsed / max(self.step - start_step, 1) * (self.train_opt['total_iter'] - self.step)
+        throughput = self.effective_batch / max(iter_time, 1e-9)
+        loss_txt = ' '.join(f'{k}: {v:.3e}' for k, v in losses.items())
+        self.log.info(f'<epoch:{self.epoch:3d}, iter:{self.step:8,d}, lr:{lr:.3e}> {loss_txt} '
+                      f'time/iter: {iter_time:.3f}s data: {data_time:.3f}s eta: {_hms(eta)}')
+        self.reporter.scalars(self.step, {**{f'train/{k}': v for k, v in losses.items()}, 'train/lr': lr,
+                                          'perf/iter_time': iter_time, 'perf/data_time': data_time,
+                                          'perf/samples_per_sec': throughput})
+
+    def close(self) -> None:
+        reporter = getattr(self, 'reporter', None)
+        if reporter is not None:
+            reporter.close()
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f'{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}'
+
+
+def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
+    """Rank 0: archive for --fresh, create folders, start the log and save the resolved options."""
+    task_dir = opt['path']['task']
+    archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
+    dist.barrier()
+    if dist.is_main_process():
+        for key in ('task', 'models', 'options'):
+            os.makedirs(opt['path'][key], exist_ok=True)
+    log = setup_logger(task_dir if dist.is_main_process() else None, state.rank)
+    if archived:
+        log.info(f'--fresh: previous run moved to {archived}')
+    if dist.is_main_process():
+        name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
+        atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
+                          dumps(opt) + '\n')
+
+
+def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
+    dist.select_gpus(opt['gpu_ids'], state)
+    device = dist.init(state, opt['dist_timeout'])
+    trainer = None
+    try:
+        prepare_run_dir(opt, state, args)
+        log = get_logger()
+        log.info(dist.banner(state, device))
+        if opt['dist'] != state.distributed:
+            log.info(f'options: "dist": {str(opt["dist"]).lower()} overridden by the detected launch '
+                     f'mode ({state.mode}, world size {state.world_size})')
+            opt['dist'] = state.distributed
+        trainer = Trainer(opt, state, device, args)
+        trainer.setup()
+        trainer.run()
+    finally:
+        if trainer is not None:
+            trainer.close()
+        dist.cleanup()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        opt = load_options(args.opt, args.set)
+        state = dist.detect()
+        train(opt, state, args)
+    except UserError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""The image model: network + loss + optimizer + scheduler + EMA, wrapped in DDP when distributed.
+
+The train loop talks only to this interface (`train_step`, `log_losses`, `validate`, `state_files`,
+`load_state`), so every network trains with the same loop. Video models subclass it.
+"""
+import contextlib
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from models.ema import ModelEMA
+from models.init import init_weights
+from models.losses import build_loss
+from models.optim import build_optimizer, build_scheduler
+from models.regularizers import apply_regularizers
+from models.registry import build_network, register_model
+from utils import dist
+from utils.checkpoint import load as load_checkpoint, unwrap_params
+from utils.errors import UserError
+from utils.image import tensor2uint
+from utils.logger import get_logger
+from utils.metrics import calculate_psnr, calculate_ssim
+
+PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
+
+
+def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
+                 allow_unsafe: bool = False) -> None:
+    """Load KAIR (bare) or BasicSR/VRT (`params`/`params_ema`) weights; mismatches are user errors."""
+    state = unwrap_params(load_checkpoint(path, allow_unsafe), prefer)
+    try:
+        result = net.load_state_dict(state, strict=strict)
+    except RuntimeError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise UserError(f'{where}: {path} does not fit netG: {" ".join(lines[1:3])[:300]}') from None
+    if not strict and (result.missing_keys or result.unexpected_keys):
+        get_logger().warning(f'{where}: loaded non-strictly; missing {len(result.missing_keys)}, '
+                             f'unexpected {len(result.unexpected_keys)} keys')
+
+
+@register_model('plain')
+class ModelPlain:
+    """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
+
+    def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
+        self.opt = opt
+        self.train_opt = opt['train']
+        self.device = device
+        self.allow_unsafe_load = allow_unsafe_load
+        netG = opt['netG']
+        net = build_network(netG)
+        init_weights(net, netG['init_type'], netG['init_bn_type'], netG['init_gain'])
+        if opt['path']['pretrained_netG']:
+            load_weights(net, opt['path']['pretrained_netG'], self.train_opt['G_param_strict'], 'params',
+                         'path.pretrained_netG', allow_unsafe_load)
+        self.net_g = net.to(device)
+        self.ema: Optional[ModelEMA] = None
+        if self.train_opt['E_decay'] > 0:
+            self.ema = ModelEMA(self.net_g, self.train_opt['E_decay'])
+            if opt['path']['pretrained_netE']:
+                load_weights(self.ema.module, opt['path']['pretrained_netE'], self.train_opt['E_param_strict'],
+                             'params_ema', 'path.pretrained_netE', allow_unsafe_load)
+        self.net: nn.Module = self._wrap(self.net_g)
+        self.loss_fn = build_loss(self.train_opt).to(device)
+        self.optimizer = build_optimizer(self.param_groups(), self.train_opt)
+        self.scheduler = build_scheduler(self.optimizer, self.train_opt)
+        self._loss_sum = torch.zeros((), device=device)
+        self._loss_steps = 0
+
+    def _wrap(self, net: nn.Module) -> nn.Module:
+        if not dist.is_initialized():
+            return net
+        return DistributedDataParallel(
+            net, device_ids=[self.device.index] if self.device.type == 'cuda' else None,
+            find_unused_parameters=self.opt['find_unused_parameters'],
+            static_graph=self.opt['use_static_graph'],
+            broadcast_buffers=self.opt['broadcast_buffers'],
+            gradient_as_bucket_view=self.opt['gradient_as_bucket_view'])
+
+    def param_groups(self) -> List[Dict[str, Any]]:
+        """Optimizer parameter groups; subclasses split them (e.g. a slower group for flow nets)."""
+        return [{'params': [p for p in self.net_g.parameters() if p.requires_grad]}]
+
+    def network_info(self) -> str:
+        n = sum(p.numel() for p in self.net_g.parameters())
+        return f'network {type(self.net_g).__name__}: {n:,} parameters'
+
+    def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        nb = self.device.type == 'cuda'
+        return {k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    def forward_loss(self, batch: Dict[str, Any]) -> torch.Tensor:
+        return self.loss_fn(self.net(batch['L']), batch['H'])
+
+    def after_backward(self, step: int) -> None:
+        """Hook between backward and the optimizer step (gradient edits such as freezing)."""
+
+    def train_step(self, batches: Sequence[Dict[str, Any]], step: int) -> None:
+        """One optimizer step over `batches` (gradient accumulation) without any host sync."""
+        self.net.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        n = len(batches)
+        total = torch.zeros((), device=self.device)
+        for i, batch in enumerate(batches):
+            sync = i == n - 1 or not isinstance(self.net, DistributedDataParallel)
+            with contextlib.nullcontext() if sync else self.net.no_sync():
+                loss = self.forward_loss(self.to_device(batch)) / n
+                loss.backward()
+            total += loss.detach()
+        self.after_backward(step)
+        clip = self.train_opt['G_optimizer_clipgrad']
+        if clip:
+            torch.nn.utils.clip_grad_norm_(self.net_g.parameters(), max_norm=clip, norm_type=2)
+        self.optimizer.step()
+        self.scheduler.step()
+        apply_regularizers(self.net_g, step, self.train_opt)
+        if self.ema is not None:
+            self.ema.update(self.net_g)
+        self._loss_sum += total
+        self._loss_steps += 1
+
+    def log_losses(self) -> Dict[str, float]:
+        """Mean loss since the last call, averaged over ranks: the only host sync of the loop."""
+        t = torch.stack([self._loss_sum, torch.tensor(float(self._loss_steps), device=self.device)])
+        dist.all_reduce_sum(t)
+        self._loss_sum = torch.zeros((), device=self.device)
+        self._loss_steps = 0
+        total, steps = t.tolist()
+        return {'G_loss': total / steps if steps else float('nan')}
+
+    def current_lr(self) -> float:
+        return self.optimizer.param_groups[0]['lr']
+
+    @property
+    def eval_net(self) -> nn.Module:
+        """The network used for testing: EMA weights when enabled (KAIR's netE), else netG."""
+        return self.ema.module if self.ema is not None else self.net_g
+
+    @torch.no_grad()
+    def test(self, L: torch.Tensor) -> torch.Tensor:
+        net = self.eval_net
+        was_training = net.training
+        net.eval()
+        out = net(L.to(self.device))
+        net.train(was_training)
+        return out
+
+    def restore(self, batch: Dict[str, Any]) -> List[Tuple[str, List[np.ndarray], List[np.ndarray]]]:
+        """Restore one evaluation batch: (name, restored frames, ground-truth frames) per item.
+
+        Images are single-frame items; video models return whole clips. Frames are HWC uint8.
+        """
+        out = self.test(batch['L'])
+        return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
+                for j in range(out.shape[0])]
+
+    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0) -> Dict[str, Any]:
+        """PSNR/SSIM (RGB and Y, border = scale) over this rank's shard, summed over all ranks.
+
+        Every rank must call this (the sums are a collective). Returns the means and up to
+        `num_images` restored images of this rank's shard for logging.
+        """
+        sums = torch.zeros(5, dtype=torch.float64)
+        images: Dict[str, Any] = {}
+        for batch in loader:
+            for name, E, H in self.restore(batch):
+                sums += torch.tensor([*item_metrics(E, H, self.opt['scale']), 1.0], dtype=torch.float64)
+                if len(images) < num_images:
+                    images[name] = E[len(E) // 2]
+        return {**metrics_from_sums(sums), 'images': images}
+
+    def state_files(self) -> Dict[str, Any]:
+        """KAIR-compatible weight files; the training state is assembled by the loop."""
+        files: Dict[str, Any] = {'G': self.net_g.state_dict()}
+        if self.ema is not None:
+            files['E'] = self.ema.module.state_dict()
+        return files
+
+    def training_state(self) -> Dict[str, Any]:
+        return {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict()}
+
+    def load_state(self, weights: Dict[str, Any], training: Dict[str, Any]) -> None:
+        """Restore a checkpoint written by `state_files`/`training_state` (before training resumes)."""
+        self.net_g.load_state_dict(weights['G'])
+        if self.ema is not None:
+            if 'E' not in weights:
+                raise UserError('resume: the checkpoint has no EMA weights (_E.pth) but train.E_decay > 0')
+            self.ema.module.load_state_dict(weights['E'])
+        self.optimizer.load_state_dict(training['optimizer'])
+        self.scheduler.load_state_dict(training['scheduler'])
+
+
+def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:
+    """Metrics of one item (an image, or a clip: mean over its frames)."""
+    per_frame = np.array([image_metrics(e, h, border) for e, h in zip(E, H)], dtype=np.float64)
+    return per_frame.mean(axis=0).tolist()
+
+
+def image_metrics(E: np.ndarray, H: np.ndarray, border: int) -> List[float]:
+    """[psnr, ssim, psnr_y, ssim_y] of one restored image against its ground truth."""
+    psnr = min(calculate_psnr(E, H, border), PSNR_CAP)
+    ssim = calculate_ssim(E, H, border)
+    if E.ndim == 3 and E.shape[2] == 3:
+        psnr_y = min(calculate_psnr(E, H, border, test_y_channel=True), PSNR_CAP)
+        ssim_y = calculate_ssim(E, H, border, test_y_channel=True)
+    else:
+        psnr_y, ssim_y = psnr, ssim
+    return [psnr, ssim, psnr_y, ssim_y]
+
+
+def metrics_from_sums(sums: torch.Tensor) -> Dict[str, float]:
+    """Sum [psnr, ssim, psnr_y, ssim_y, count] over ranks and return the means."""
+    dist.all_reduce_sum(sums)
+    n = max(sums[4].item(), 1.0)
+    return {'psnr': sums[0].item() / n, 'ssim': sums[1].item() / n, 'psnr_y': sums[2].item() / n,
+            'ssim_y': sums[3].item() / n, 'count': int(sums[4].item())}
+
+
+def _image_name(batch: Dict[str, Any], j: int) -> str:
+    path = batch.get('L_path') or batch.get('H_path')
+    if isinstance(path, (list, tuple)) and path:
+        return os.path.splitext(os.path.basename(path[j]))[0]
+    return f'image_{j}'
+

@@ -1,0 +1,153 @@
+"""Optimizer and iteration-based learning-rate schedule from the `train` options (KAIR key names).
+
+The schedule is one closed-form function of the iteration counter, so a resumed run only needs
+`last_epoch` (the number of `step()` calls) to continue on exactly the same lr sequence, and
+warmup composes with any schedule without chaining schedulers.
+"""
+import bisect
+import math
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+
+from utils.errors import UserError
+from utils.suggest import did_you_mean
+
+OPTIMIZERS = {'adam': torch.optim.Adam, 'adamw': torch.optim.AdamW}
+
+# Accepted `G_scheduler_type` spellings → schedule kind.
+SCHEDULER_TYPES = {
+    'MultiStepLR': 'multistep', 'multistep': 'multistep',
+    'CosineAnnealingWarmRestarts': 'cosine', 'cosine_restart': 'cosine',
+    'none': 'constant',
+}
+
+
+def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch.Tensor]],
+                    train_opt: Dict[str, Any]) -> torch.optim.Optimizer:
+    """Adam/AdamW over `param_groups`; a group's own 'lr' wins over `G_optimizer_lr`."""
+    kind = train_opt.get('G_optimizer_type', 'adam')
+    if kind not in OPTIMIZERS:
+        raise UserError(f'train.G_optimizer_type: unknown optimizer "{kind}"{did_you_mean(kind, OPTIMIZERS)}; '
+                        f'known: {", ".join(OPTIMIZERS)}')
+    betas = train_opt.get('G_optimizer_betas') or [0.9, 0.999]
+    if len(betas) != 2:
+        raise UserError(f'train.G_optimizer_betas: expected two numbers, got {betas!r}')
+    lr = train_opt.get('G_optimizer_lr')
+    return OPTIMIZERS[kind](param_groups, lr=1e-4 if lr is None else float(lr),
+                            betas=(float(betas[0]), float(betas[1])),
+                            weight_decay=float(train_opt.get('G_optimizer_wd') or 0.0))
+
+
+class IterationLR(LRScheduler):
+    """lr of each group = schedule(base lr of the group, number of `step()` calls so far).
+
+    kind 'multistep': base * gamma ** (number of milestones <= t), like torch's MultiStepLR.
+    kind 'cosine' with `periods` a list (BasicSR CosineAnnealingRestartLR): cosine from
+        eta_min + weight_i * (base - eta_min) down to eta_min over each period in turn; eta_min after the last.
+    kind 'cosine' with `periods` an int T (torch CosineAnnealingWarmRestarts, T_mult=1): restart every T.
+    kind 'constant': base.
+    Warmup multiplies the result by min(1, (t + 1) / warmup_iter).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, milestones: Sequence[int] = (),
+                 gamma: float = 0.5, periods: Union[int, Sequence[int]] = 1,
+                 restart_weights: Sequence[float] = (1,), eta_min: float = 0.0, warmup_iter: int = 0,
+                 last_epoch: int = -1):
+        self.kind = kind
+        self.milestones = sorted(int(m) for m in milestones)
+        self.gamma = float(gamma)
+        self.periods = int(periods) if isinstance(periods, int) else [int(p) for p in periods]
+        self.restart_weights = [float(w) for w in restart_weights]
+        self.eta_min = float(eta_min)
+        self.warmup_iter = int(warmup_iter)
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr: float, t: int) -> float:
+        if self.kind == 'multistep':
+            lr = base_lr * self.gamma ** bisect.bisect_right(self.milestones, t)
+        elif self.kind == 'cosine':
+            lr = self._cosine(base_lr, t)
+        else:
+            lr = base_lr
+        if self.warmup_iter > 0 and t < self.warmup_iter:
+            lr *= (t + 1) / self.warmup_iter
+        return lr
+
+    def _cosine(self, base_lr: float, t: int) -> float:
+        if isinstance(self.periods, int):
+            weight, pos, period = 1.0, t % self.periods, self.periods
+        else:
+            start = 0
+            for period, weight in zip(self.periods, self.restart_weights):
+                if t <= start + period:
+                    pos = t - start
+                    break
+                start += period
+            else:
+                return self.eta_min
+        return self.eta_min + weight * 0.5 * (base_lr - self.eta_min) * (1 + math.cos(math.pi * pos / period))
+
+    def get_lr(self) -> List[float]:
+        return [self.lr_at(base, self.last_epoch) for base in self.base_lrs]
+
+    _get_closed_form_lr = get_lr
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Restore the counter and push the matching lrs into the optimizer right away."""
+        super().load_state_dict(state_dict)
+        lrs = self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group['lr'] = lr
+        self._last_lr = list(lrs)
+
+
+def _int_list(key: str, value: Any) -> List[int]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and v >= 0 for v in value):
+        raise UserError(f'train.{key}: expected a list of non-negative integers, got {value!r}')
+    return list(value)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any]) -> IterationLR:
+    """The lr schedule for `train_opt`; call `step()` once per training iteration."""
+    raw: Optional[str] = train_opt.get('G_scheduler_type')
+    name = 'none' if raw is None else raw
+    if name not in SCHEDULER_TYPES:
+        raise UserError(f'train.G_scheduler_type: unknown scheduler "{name}"'
+                        f'{did_you_mean(name, SCHEDULER_TYPES)}; known: {", ".join(SCHEDULER_TYPES)}')
+    kind = SCHEDULER_TYPES[name]
+    warmup = train_opt.get('G_scheduler_warmup_iter') or 0
+    if not isinstance(warmup, int) or warmup < 0:
+        raise UserError(f'train.G_scheduler_warmup_iter: expected a non-negative integer, got {warmup!r}')
+    kwargs: Dict[str, Any] = {'warmup_iter': warmup}
+    if kind == 'multistep':
+        gamma = train_opt.get('G_scheduler_gamma')
+        kwargs.update(milestones=_int_list('G_scheduler_milestones', train_opt.get('G_scheduler_milestones') or []),
+                      gamma=0.5 if gamma is None else gamma)
+    elif kind == 'cosine':
+        kwargs.update(_cosine_kwargs(train_opt))
+    return IterationLR(optimizer, kind, **kwargs)
+
+
+def _cosine_kwargs(train_opt: Dict[str, Any]) -> Dict[str, Any]:
+    periods = train_opt.get('G_scheduler_periods')
+    weights = train_opt.get('G_scheduler_restart_weights')
+    eta_min = train_opt.get('G_scheduler_eta_min') or 0.0
+    if isinstance(periods, int) and not isinstance(periods, bool) and periods > 0:
+        # KAIR passes restart_weights to torch as T_mult; only T_mult=1 (a plain repeat) is supported.
+        if weights not in (None, 1, [1]):
+            raise UserError(f'train.G_scheduler_restart_weights: {weights!r} is not supported with a single '
+                            f'integer G_scheduler_periods; give G_scheduler_periods as a list to weight restarts')
+        return {'periods': periods, 'eta_min': eta_min}
+    if not isinstance(periods, (list, tuple)) or not periods or not all(
+            isinstance(p, int) and p > 0 for p in periods):
+        raise UserError(f'train.G_scheduler_periods: expected a positive integer or a list of them, got {periods!r}')
+    if weights is None:
+        weights = [1] * len(periods)
+    elif isinstance(weights, (int, float)):
+        weights = [weights] * len(periods)
+    if len(weights) != len(periods):
+        raise UserError(f'train.G_scheduler_restart_weights: needs one weight per period '
+                        f'({len(periods)}), got {weights!r}')
+    return {'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}

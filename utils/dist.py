@@ -1,0 +1,244 @@
+"""Distributed state: detected once from the environment, then one process group for the run.
+
+Detection is a pure function of the environment so that every launch mode can be tested with a
+patched dict: torchrun or a platform that injects WORLD_SIZE/RANK/MASTER_* ('env'), a SLURM job
+step ('slurm'), or a plain process ('single'). The sbatch batch script also carries SLURM_PROCID,
+so SLURM is recognised only inside a job step (SLURM_STEP_ID set); otherwise the batch script
+would wait forever for ranks that never come.
+"""
+import datetime
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Callable, List, Mapping, Optional, Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from utils.errors import UserError
+
+T = TypeVar('T')
+
+
+@dataclass(frozen=True)
+class DistState:
+    mode: str                 # 'single' | 'env' | 'slurm'
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    master_addr: Optional[str] = None
+    master_port: Optional[int] = None
+
+    @property
+    def distributed(self) -> bool:
+        """True when a process group is used (also for WORLD_SIZE=1 launched by a tool)."""
+        return self.mode != 'single'
+
+
+def expand_hostlist(hostlist: str) -> List[str]:
+    """Expand a SLURM host list like `gpu[01-03,07],login1` without `scontrol` (pure Python)."""
+    hosts: List[str] = []
+    for m in re.finditer(r'([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)', hostlist):
+        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
+        if not ranges:
+            hosts.append(prefix + suffix)
+            continue
+        for part in ranges.split(','):
+            lo, _, hi = part.partition('-')
+            hi = hi or lo
+            for i in range(int(lo), int(hi) + 1):
+                hosts.append(f'{prefix}{str(i).zfill(len(lo))}{suffix}')
+    return hosts
+
+
+def first_host(hostlist: str, scontrol: Optional[str] = None) -> str:
+    """First host of a SLURM node list: `scontrol show hostnames` when present, else pure Python."""
+    scontrol = scontrol if scontrol is not None else shutil.which('scontrol')
+    if scontrol:
+        try:
+            out = subprocess.run([scontrol, 'show', 'hostnames', hostlist], capture_output=True,
+                                 text=True, timeout=20, check=True).stdout.split()
+            if out:
+                return out[0]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return expand_hostlist(hostlist)[0]
+
+
+def _int(env: Mapping[str, str], key: str) -> int:
+    try:
+        return int(env[key])
+    except ValueError:
+        raise UserError(f'environment: {key}={env[key]!r} is not an integer') from None
+
+
+def detect(env: Mapping[str, str] = os.environ, scontrol: Optional[str] = None) -> DistState:
+    """Work out the launch mode and this process's place in it from `env`."""
+    if 'WORLD_SIZE' in env and 'RANK' in env:
+        missing = [k for k in ('MASTER_ADDR', 'MASTER_PORT') if not env.get(k)]
+        if missing:
+            raise UserError(f'environment: WORLD_SIZE and RANK are set but {" and ".join(missing)} '
+                            f'{"is" if len(missing) == 1 else "are"} not')
+        state = DistState('env', _int(env, 'WORLD_SIZE'), _int(env, 'RANK'),
+                          _int(env, 'LOCAL_RANK') if 'LOCAL_RANK' in env else _int(env, 'RANK'),
+                          env['MASTER_ADDR'], _int(env, 'MASTER_PORT'))
+    elif 'SLURM_STEP_ID' in env and 'SLURM_PROCID' in env:
+        world = env.get('SLURM_STEP_NUM_TASKS') or env.get('SLURM_NTASKS') or '1'
+        nodes = env.get('SLURM_STEP_NODELIST') or env.get('SLURM_JOB_NODELIST') or '127.0.0.1'
+        addr = env.get('MASTER_ADDR') or first_host(nodes, scontrol)
+        if env.get('MASTER_PORT'):
+            port = _int(env, 'MASTER_PORT')
+        else:  # same on every task of the job, different between jobs sharing a node
+            port = 15000 + int(re.sub(r'\D', '', env.get('SLURM_JOB_ID', '0')) or 0) % 20000
+        state = DistState('slurm', int(world), _int(env, 'SLURM_PROCID'),
+                          _int(env, 'SLURM_LOCALID') if 'SLURM_LOCALID' in env else 0, addr, port)
+    else:
+        return DistState('single')
+    if not 0 <= state.rank < state.world_size:
+        raise UserError(f'environment: rank {state.rank} is outside world size {state.world_size}')
+    return state
+
+
+def backend_for_device() -> str:
+    return 'nccl' if torch.cuda.is_available() else 'gloo'
+
+
+def select_gpus(gpu_ids: Optional[Sequence[int]], state: DistState, env: Any = os.environ) -> Optional[str]:
+    """Single-process runs may restrict visible GPUs with `gpu_ids`; never on clusters or under DDP.
+
+    Returns the value set, or None when left alone (launcher/cluster owns CUDA_VISIBLE_DEVICES).
+    """
+    if state.distributed or not gpu_ids or 'CUDA_VISIBLE_DEVICES' in env:
+        return None
+    env['CUDA_VISIBLE_DEVICES'] = ','.join(str(g) for g in gpu_ids)
+    return env['CUDA_VISIBLE_DEVICES']
+
+
+def init(state: DistState, timeout_s: float = 600, env: Any = os.environ) -> torch.device:
+    """Create the process group (env://) and return this rank's device.
+
+    On CPU each rank gets one intra-op thread unless OMP_NUM_THREADS is set: two ranks with two
+    threads each on two cores run ~40 % slower than with one.
+    """
+    cuda = torch.cuda.is_available()
+    if cuda:
+        device = torch.device('cuda', state.local_rank if state.distributed else 0)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device('cpu')
+        if state.distributed and 'OMP_NUM_THREADS' not in env:
+            torch.set_num_threads(1)
+    if not state.distributed:
+        return device
+    # env:// reads these; SLURM steps do not provide them, so they are exported here, once.
+    env.update(MASTER_ADDR=str(state.master_addr), MASTER_PORT=str(state.master_port),
+               WORLD_SIZE=str(state.world_size), RANK=str(state.rank), LOCAL_RANK=str(state.local_rank))
+    try:
+        dist.init_process_group(backend='nccl' if cuda else 'gloo', init_method='env://',
+                                world_size=state.world_size, rank=state.rank,
+                                timeout=datetime.timedelta(seconds=timeout_s),
+                                device_id=device if cuda else None)
+    except Exception as e:  # the c10d store raises several types; all mean "could not rendezvous"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f'distributed init failed (rank {state.rank}/{state.world_size}, master '
+                        f'{state.master_addr}:{state.master_port}, timeout {timeout_s:g}s): {first}') from None
+    return device
+
+
+def banner(state: DistState, device: torch.device) -> str:
+    backend = dist.get_backend() if dist.is_initialized() else 'none'
+    master = f'{state.master_addr}:{state.master_port}' if state.distributed else '-'
+    return (f'distributed: mode={state.mode} backend={backend} world_size={state.world_size} '
+            f'rank={state.rank} local_rank={state.local_rank} master={master} device={device} '
+            f'threads={torch.get_num_threads()}')
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def is_main_process() -> bool:
+    return get_rank() == 0
+
+
+def barrier() -> None:
+    if is_initialized():
+        dist.barrier()
+
+
+def _all_reduce(t: torch.Tensor, op: Any) -> None:
+    """all_reduce that also takes CPU tensors under NCCL (metric sums live on the host)."""
+    if dist.get_backend() == 'nccl' and not t.is_cuda:
+        tmp = t.cuda()
+        dist.all_reduce(tmp, op=op)
+        t.copy_(tmp.cpu())
+    else:
+        dist.all_reduce(t, op=op)
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks, in place; identity in a single process."""
+    if is_initialized():
+        _all_reduce(t, dist.ReduceOp.SUM)
+    return t
+
+
+def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    """Max over ranks, in place (e.g. 'any rank saw a NaN / a stop signal')."""
+    if is_initialized():
+        _all_reduce(t, dist.ReduceOp.MAX)
+    return t
+
+
+def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
+    """Mean over ranks, in place; identity in a single process."""
+    if is_initialized():
+        _all_reduce(t, dist.ReduceOp.SUM)
+        t.div_(dist.get_world_size())
+    return t
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Rank `src`'s `obj` on every rank (e.g. a seed drawn once)."""
+    if not is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_objects(obj: T) -> List[T]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not is_initialized():
+        return [obj]
+    out: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def rank_zero_only(fn: Callable[..., T]) -> Callable[..., Optional[T]]:
+    """The one gate for side effects: the call happens on rank 0 and is skipped elsewhere."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Optional[T]:
+        return fn(*args, **kwargs) if is_main_process() else None
+    return wrapper
+
+
+def cleanup() -> None:
+    """Leave together, then destroy the group: a rank exiting while another still talks aborts it."""
+    if is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()

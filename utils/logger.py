@@ -1,0 +1,108 @@
+"""Run outputs behind one rank-0 gate: log file, console, TensorBoard and W&B.
+
+Every rank builds a `Reporter`; only rank 0's writes anything. Other ranks keep warnings and
+errors on stderr (prefixed with their rank) so a failing rank is never silent.
+"""
+import logging
+import os
+import sys
+import time
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+
+from utils.options import dumps
+
+
+def setup_logger(task_dir: Optional[str], rank: int, name: str = 'train') -> logging.Logger:
+    """Rank 0: INFO to stdout and `<task>/<name>_<time>.log`; other ranks: WARNING to stderr."""
+    logger = logging.getLogger('restoration')
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    logger.propagate = False
+    if rank == 0:
+        logger.setLevel(logging.INFO)
+        fmt = logging.Formatter('%(asctime)s %(levelname)s: %(message)s', '%y-%m-%d %H:%M:%S')
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(fmt)
+        logger.addHandler(console)
+        if task_dir:
+            os.makedirs(task_dir, exist_ok=True)
+            fh = logging.FileHandler(os.path.join(task_dir, f'{name}_{time.strftime("%y%m%d_%H%M%S")}.log'))
+            fh.setFormatter(fmt)
+            logger.addHandler(fh)
+    else:
+        logger.setLevel(logging.WARNING)
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter(f'[rank {rank}] %(levelname)s: %(message)s'))
+        logger.addHandler(h)
+    return logger
+
+
+def get_logger() -> logging.Logger:
+    return logging.getLogger('restoration')
+
+
+def wandb_mode(env: Mapping[str, str] = os.environ) -> str:
+    """W&B mode: WANDB_MODE when set; without it and without a key, offline (online would fail)."""
+    if env.get('WANDB_MODE'):
+        return env['WANDB_MODE']
+    return 'online' if env.get('WANDB_API_KEY') else 'offline'
+
+
+class Reporter:
+    """Scalars and images to TensorBoard and W&B, written by rank 0 only."""
+
+    def __init__(self, opt: Dict[str, Any], enabled: bool, wandb_id: Optional[str] = None):
+        self.enabled = enabled
+        self.tb = None
+        self.wandb_run = None
+        if not enabled:
+            return
+        log_opt = opt['logging']
+        if log_opt['use_tensorboard']:
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(log_dir=opt['path']['tb_logger'])
+        if log_opt['use_wandb']:
+            import json
+            import wandb
+            mode = wandb_mode()
+            if mode == 'offline' and 'WANDB_MODE' not in os.environ:
+                get_logger().info('W&B: no WANDB_API_KEY in the environment, logging offline')
+            self.wandb_run = wandb.init(
+                project=log_opt['wandb_project'], name=log_opt['wandb_name'] or opt['task'],
+                entity=log_opt['wandb_entity'], dir=opt['path']['task'], mode=mode,
+                config=json.loads(dumps(opt)), id=wandb_id, resume='allow' if wandb_id else None)
+
+    @property
+    def wandb_id(self) -> Optional[str]:
+        return self.wandb_run.id if self.wandb_run is not None else None
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        if not self.enabled:
+            return
+        if self.tb is not None:
+            for k, v in values.items():
+                self.tb.add_scalar(k, v, step)
+        if self.wandb_run is not None:
+            self.wandb_run.log(dict(values), step=step)
+
+    def images(self, step: int, images: Mapping[str, np.ndarray]) -> None:
+        """HWC uint8 images (e.g. restored validation samples)."""
+        if not self.enabled or not images:
+            return
+        if self.tb is not None:
+            for k, img in images.items():
+                self.tb.add_image(k, img, step, dataformats='HWC')
+        if self.wandb_run is not None:
+            import wandb
+            self.wandb_run.log({k: wandb.Image(img) for k, img in images.items()}, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
