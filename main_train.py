@@ -6,6 +6,7 @@ Launch modes (detected, never configured): plain process, torchrun / platform-in
 (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
 """
 import argparse
+import hashlib
 import os
 import random
 import shutil
@@ -210,6 +211,18 @@ class Trainer:
             break
         self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
                       f'at iteration {self.best["iter"]}')
+        self.check_replicas()
+
+    def check_replicas(self) -> None:
+        """DDP must leave identical parameters on every rank; a divergence is a bug worth stopping on.
+
+        Buffers are not compared: with BatchNorm each rank's running statistics take one step on
+        its own data after the last broadcast, and checkpoints take rank 0's.
+        """
+        digests = dist.gather_objects(parameter_digest(self.model.net_g))
+        if len(set(digests)) != 1:
+            raise RuntimeError(f'network parameters differ across ranks: {digests}')
+        self.log.info(f'parameters identical on all {len(digests)} rank(s): sha1 {digests[0][:16]}')
 
     def print_status(self, iter_time: float, data_time: float, start_step: int, t0: float) -> None:
         losses = self.model.log_losses()
@@ -228,6 +241,15 @@ class Trainer:
         reporter = getattr(self, 'reporter', None)
         if reporter is not None:
             reporter.close()
+
+
+def parameter_digest(net: torch.nn.Module) -> str:
+    """sha1 over every parameter, bit for bit."""
+    h = hashlib.sha1()
+    for name, t in net.named_parameters():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _hms(seconds: float) -> str:

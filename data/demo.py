@@ -1,0 +1,177 @@
+"""Deterministic synthetic data for the built-in demo (no downloads).
+
+A dataset section with `"generate_demo": "<generator>"` gets its data generated under its data
+root(s) before the dataset is built. Generators must be
+- idempotent: a folder holding the completion marker is left alone;
+- atomic: they write into a temporary sibling folder and rename it into place, so a killed run
+  never leaves a half-written data root that looks complete;
+- deterministic: fixed seeds, so every run (and every machine) sees the same bytes.
+`write_atomically` implements the first two; register new generators with `register_demo`.
+
+Generator 'images' fills `dataroot_H` with 128x128 RGB PNGs (smooth gradients, filled shapes,
+lines and stripe textures, lightly blurred): 64 images when the section's `name` starts with
+'train' (e.g. 'train', 'train_dataset'), else 8 images from a different seed (validation).
+"""
+import importlib
+import os
+import shutil
+import uuid
+from typing import Any, Callable, Dict
+
+import cv2
+import numpy as np
+
+from utils.errors import UserError
+from utils.image import imwrite
+from utils.suggest import did_you_mean
+
+DEMO_GENERATORS: Dict[str, Callable[[Dict[str, Any]], None]] = {}
+
+COMPLETE_MARKER = '.demo_complete'
+
+# Modules that may register further generators (imported lazily; missing ones are skipped).
+_DEMO_MODULES = ('data.video_datasets',)
+
+
+def register_demo(name: str) -> Callable[[Callable[[Dict[str, Any]], None]], Callable[[Dict[str, Any]], None]]:
+    def deco(fn: Callable[[Dict[str, Any]], None]) -> Callable[[Dict[str, Any]], None]:
+        if name in DEMO_GENERATORS:
+            raise ValueError(f'demo generator {name!r} registered twice')
+        DEMO_GENERATORS[name] = fn
+        return fn
+    return deco
+
+
+def _where(opt: Dict[str, Any]) -> str:
+    if opt.get('_where'):
+        return str(opt['_where'])
+    return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
+
+
+def ensure_demo_data(dataset_opt: Dict[str, Any]) -> None:
+    """Generate the demo data named by `generate_demo` unless it is already complete."""
+    name = dataset_opt.get('generate_demo')
+    if not name:
+        return
+    for mod in _DEMO_MODULES:
+        if name in DEMO_GENERATORS:
+            break
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+    if name not in DEMO_GENERATORS:
+        raise UserError(f'{_where(dataset_opt)}.generate_demo: unknown demo "{name}"'
+                        f'{did_you_mean(name, DEMO_GENERATORS)}; known: {", ".join(sorted(DEMO_GENERATORS))}')
+    DEMO_GENERATORS[name](dataset_opt)
+
+
+def is_complete(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, COMPLETE_MARKER))
+
+
+def write_atomically(target: str, write: Callable[[str], None], where: str = '') -> None:
+    """Create folder `target` by calling `write(tmp_folder)` and renaming tmp_folder into place.
+
+    Does nothing if `target` is already complete. Refuses to touch a non-empty `target` without
+    the marker (it may be the user's own data). Concurrent callers (e.g. several DDP ranks) are
+    safe: the first rename wins and the others discard their copy.
+    """
+    target = os.path.abspath(target)
+    if is_complete(target):
+        return
+    if os.path.isdir(target) and os.listdir(target):
+        raise UserError(f'{where}: {target} exists but is not a complete generated demo folder '
+                        f'(no {COMPLETE_MARKER}); remove it or unset generate_demo')
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    tmp = f'{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
+    try:
+        os.makedirs(tmp)
+        write(tmp)
+        with open(os.path.join(tmp, COMPLETE_MARKER), 'w') as f:
+            f.write('complete\n')
+        try:
+            os.replace(tmp, target)  # atomic; also replaces an empty target folder
+        except OSError:
+            if not is_complete(target):  # lost a race to another writer: fine; otherwise a real error
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _remove_stale_temps(target)
+
+
+def _remove_stale_temps(target: str) -> None:
+    """Delete temp folders of killed generator runs (their process no longer exists)."""
+    parent, base = os.path.split(target)
+    for entry in os.listdir(parent):
+        if not entry.startswith(f'{base}.tmp-'):
+            continue
+        try:
+            pid = int(entry[len(base) + 5:].split('-')[0])
+        except ValueError:
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still running (another rank may be writing)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def synthetic_image(rng: np.random.Generator, size: int = 128) -> np.ndarray:
+    """A piecewise-smooth RGB image with edges and texture: easy to denoise, not trivial."""
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64) / size
+    c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
+    angle = rng.uniform(0, 2 * np.pi)
+    t = (np.cos(angle) * xx + np.sin(angle) * yy)
+    t = (t - t.min()) / max(t.max() - t.min(), 1e-6)
+    img = c0 * (1 - t[..., None]) + c1 * t[..., None]
+    freq, phase = rng.uniform(1, 3, 2), rng.uniform(0, 2 * np.pi, 2)
+    img += 20 * (np.sin(2 * np.pi * freq[0] * xx + phase[0]) * np.cos(2 * np.pi * freq[1] * yy + phase[1]))[..., None]
+    img = np.clip(img, 0, 255).astype(np.uint8)
+
+    def colour() -> tuple:
+        return tuple(int(v) for v in rng.integers(0, 256, 3))
+
+    def point() -> tuple:
+        return int(rng.integers(0, size)), int(rng.integers(0, size))
+
+    for _ in range(int(rng.integers(4, 9))):
+        kind = int(rng.integers(0, 4))
+        if kind == 0:
+            cv2.circle(img, point(), int(rng.integers(size // 16, size // 4)), colour(), -1, cv2.LINE_AA)
+        elif kind == 1:
+            cv2.rectangle(img, point(), point(), colour(), -1)
+        elif kind == 2:
+            pts = np.array([point() for _ in range(int(rng.integers(3, 7)))], dtype=np.int32)
+            cv2.fillPoly(img, [pts], colour(), cv2.LINE_AA)
+        else:
+            x0, y0 = point()
+            w, h = int(rng.integers(size // 8, size // 3)), int(rng.integers(size // 8, size // 3))
+            period = int(rng.integers(3, 8))
+            patch = img[y0:y0 + h, x0:x0 + w]
+            stripes = ((np.arange(patch.shape[1]) // period) % 2).astype(bool)
+            patch[:, stripes] = colour()
+    for _ in range(int(rng.integers(2, 6))):
+        cv2.line(img, point(), point(), colour(), int(rng.integers(1, 4)), cv2.LINE_AA)
+    return cv2.GaussianBlur(img, (0, 0), 0.7)
+
+
+@register_demo('images')
+def generate_images(dataset_opt: Dict[str, Any]) -> None:
+    where = _where(dataset_opt)
+    target = dataset_opt.get('dataroot_H')
+    if not isinstance(target, str) or not target:
+        raise UserError(f'{where}.dataroot_H: generate_demo "images" needs a folder path, got {target!r}')
+    train = str(dataset_opt.get('name') or '').startswith('train')
+    count, seed = (64, 20240) if train else (8, 20241)
+
+    def write(folder: str) -> None:
+        for i in range(count):
+            img = synthetic_image(np.random.default_rng([seed, i]))
+            imwrite(os.path.join(folder, f'{i:04d}.png'), img)
+
+    write_atomically(target, write, where=f'{where}.dataroot_H')

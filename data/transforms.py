@@ -1,0 +1,79 @@
+"""Random crops and flips on lists of HWC numpy arrays (any channel count).
+
+Every list element gets the same crop / flip so paired frames, video clips and spike planes stay
+aligned. All randomness comes from the `rng` argument (per-sample seeded by the caller).
+"""
+import random
+from typing import List, Tuple
+
+import numpy as np
+
+from utils.errors import UserError
+
+
+def _prefix(where: str) -> str:
+    return f'{where}: ' if where else ''
+
+
+def _common_size(imgs: List[np.ndarray], what: str, where: str) -> Tuple[int, int]:
+    sizes = {img.shape[:2] for img in imgs}
+    if len(sizes) != 1:
+        raise UserError(f'{_prefix(where)}{what} images in one sample differ in size: '
+                        f'{sorted(sizes)}')
+    return sizes.pop()
+
+
+def paired_random_crop(gts: List[np.ndarray], lqs: List[np.ndarray], gt_size: int, scale: int,
+                       rng: random.Random, where: str = '') -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """Crop a gt_size patch from every gt and the matching gt_size/scale patch from every lq."""
+    h_gt, w_gt = _common_size(gts, 'ground-truth', where)
+    h_lq, w_lq = _common_size(lqs, 'low-quality', where)
+    if gt_size % scale:
+        raise UserError(f'{_prefix(where)}patch size {gt_size} is not divisible by scale {scale}')
+    if (h_gt, w_gt) != (h_lq * scale, w_lq * scale):
+        raise UserError(f'{_prefix(where)}ground-truth size {h_gt}x{w_gt} is not {scale}x the '
+                        f'low-quality size {h_lq}x{w_lq}')
+    lq_size = gt_size // scale
+    if h_lq < lq_size or w_lq < lq_size:
+        raise UserError(f'{_prefix(where)}image of size {h_gt}x{w_gt} is smaller than the patch '
+                        f'size {gt_size}')
+    top = rng.randint(0, h_lq - lq_size)
+    left = rng.randint(0, w_lq - lq_size)
+    lqs = [img[top:top + lq_size, left:left + lq_size] for img in lqs]
+    t, l = top * scale, left * scale
+    gts = [img[t:t + gt_size, l:l + gt_size] for img in gts]
+    return gts, lqs
+
+
+def random_crop(imgs: List[np.ndarray], size: int, rng: random.Random,
+                where: str = '') -> List[np.ndarray]:
+    """Crop the same size x size patch from every image (all of one size)."""
+    h, w = _common_size(imgs, 'the', where)
+    if h < size or w < size:
+        raise UserError(f'{_prefix(where)}image of size {h}x{w} is smaller than the patch size {size}')
+    top = rng.randint(0, h - size)
+    left = rng.randint(0, w - size)
+    return [img[top:top + size, left:left + size] for img in imgs]
+
+
+def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool,
+            rng: random.Random) -> List[np.ndarray]:
+    """Apply one random horizontal flip / vertical flip / 90° rotation to all arrays.
+
+    Together the three draws cover the 8 dihedral transforms (KAIR's augment_img modes). The three
+    numbers are always drawn so the rng stream does not depend on the flags.
+    """
+    do_h, do_v, do_rot = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5
+    do_h = hflip and do_h
+    do_v = rotation and do_v
+    do_rot = rotation and do_rot
+    out = []
+    for img in imgs:
+        if do_h:
+            img = img[:, ::-1]
+        if do_v:
+            img = img[::-1]
+        if do_rot:
+            img = img.transpose((1, 0) + tuple(range(2, img.ndim)))
+        out.append(np.ascontiguousarray(img))
+    return out

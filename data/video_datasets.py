@@ -1,0 +1,392 @@
+"""Video datasets in the GoPro/REDS layout (KAIR/BasicSR option keys), optionally with spike streams.
+
+Layout: `<dataroot>/<clip>/<frame:{filename_tmpl}>.<filename_ext>` for GT and LQ, and
+`<dataroot_spike>/<clip>/<frame>.npy|.dat` holding the spike planes recorded during that RGB frame's
+exposure (see `data/spike.py`). With spikes, each LQ frame gets the spike representation appended
+as extra channels, so 'L' is T×(3+S)×h×w and the network sees RGB and spikes of the same pixels.
+
+Train items are sampled around every frame listed in `meta_info_file` (as KAIR/BasicSR do); test
+items are whole clips read lazily, never cached in memory (KAIR caches every test clip as float32
+on every rank, which does not fit REDS/GoPro on a normal machine).
+"""
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+import data.synthetic_gopro  # noqa: F401  (registers the 'gopro_spike' demo generator)
+from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
+from data.registry import REQUIRED, register_dataset
+from data.spike import (decode_spike_dat, read_spike_dat, read_spike_npy, representation_channels,
+                        spike_to_representation)
+from data.transforms import augment, paired_random_crop
+from utils.errors import UserError
+from utils.image import imread_uint, list_images
+
+SPIKE_OPTIONS: Dict[str, Any] = {
+    'dataroot_spike': None,        # <root>/<clip>/<frame>.npy|.dat, one file per RGB frame
+    'spike_format': 'npy',         # 'npy' | 'dat'
+    'spike_size': None,            # [H, W] of .dat planes; default: the LQ frame size
+    'spike_repr': 'count',         # 'raw' | 'count' | 'interval' (data/spike.py)
+    'spike_repr_params': {},       # e.g. {"num_bins": 4}
+}
+
+REDS_VAL_PARTITIONS = {
+    'REDS4': ['000', '011', '015', '020'],
+    'official': [f'{v:03d}' for v in range(240, 270)],
+}
+
+
+def _prefix(opt: Dict[str, Any]) -> str:
+    """Option path for user errors, e.g. 'datasets.train' (the options loader sets `_where`)."""
+    if opt.get('_where'):
+        return str(opt['_where'])
+    return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
+
+
+def _to_float(img: np.ndarray) -> np.ndarray:
+    return img.astype(np.float32) / 255.0
+
+
+def _stack_tensor(frames: Sequence[np.ndarray]) -> torch.Tensor:
+    """List of HWC float32 arrays → T×C×H×W float32 tensor."""
+    return torch.from_numpy(np.ascontiguousarray(np.stack(frames).transpose(0, 3, 1, 2)))
+
+
+def _check_io_backend(opt: Dict[str, Any], prefix: str, allowed: Tuple[str, ...]) -> str:
+    backend = opt['io_backend']
+    if not isinstance(backend, dict) or set(backend) != {'type'}:
+        raise UserError(f'{prefix}.io_backend: expected {{"type": "disk"}} or {{"type": "lmdb"}}, got {backend!r}')
+    kind = backend['type']
+    if kind not in allowed:
+        raise UserError(f'{prefix}.io_backend.type: "{kind}" is not supported here; use one of {", ".join(allowed)}')
+    return kind
+
+
+def _check_folder(path: Optional[str], key: str) -> Path:
+    if not path or not os.path.isdir(path):
+        raise UserError(f'{key}: folder not found: {path}')
+    return Path(path)
+
+
+class SpikeSource:
+    """Reads one spike file per RGB frame and turns it into H×W×S float32 channels."""
+
+    def __init__(self, opt: Dict[str, Any], prefix: str):
+        self.prefix = prefix
+        self.format = opt['spike_format']
+        if self.format not in ('npy', 'dat'):
+            raise UserError(f'{prefix}.spike_format: must be "npy" or "dat", got "{self.format}"')
+        size = opt['spike_size']
+        if size is not None and (not isinstance(size, (list, tuple)) or len(size) != 2
+                                 or not all(isinstance(v, int) and v > 0 for v in size)):
+            raise UserError(f'{prefix}.spike_size: must be [H, W] with positive integers, got {size!r}')
+        self.size = tuple(size) if size is not None else None
+        self.repr = opt['spike_repr']
+        self.params = dict(opt['spike_repr_params'] or {})
+        try:
+            self.channels = representation_channels(self.repr, self.params)
+        except UserError as e:
+            raise UserError(f'{prefix}.{e}') from None
+
+    def filename(self, stem: str) -> str:
+        return f'{stem}.{self.format}'
+
+    def decode(self, source: Union[str, bytes], lq_hw: Tuple[int, int], where: str) -> np.ndarray:
+        """`source` is a file path or (lmdb) the file's bytes; `where` names it in errors."""
+        h, w = self.size or lq_hw
+        try:
+            if self.format == 'npy':
+                planes = read_spike_npy(where, data=source) if isinstance(source, bytes) else read_spike_npy(source)
+            elif isinstance(source, bytes):
+                planes = decode_spike_dat(source, h, w, where)
+            else:
+                planes = read_spike_dat(source, h, w)
+            rep = spike_to_representation(planes, self.repr, **self.params)
+        except UserError as e:
+            raise UserError(f'{self.prefix}.dataroot_spike: {where}: {e}') from None
+        if rep.shape[:2] != tuple(lq_hw):
+            raise UserError(f'{self.prefix}.dataroot_spike: {where}: spike frames are {rep.shape[0]}×{rep.shape[1]} '
+                            f'but the LQ frames are {lq_hw[0]}×{lq_hw[1]}')
+        return rep
+
+
+def _parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[Tuple[int, int]]]]:
+    """Lines `clip num_frames (h,w,c) [start_frame]` (BasicSR: 3 fields; KAIR: 4).
+
+    Returns (clip, num_frames, start_frame, (h, w) or None when the size field is not parseable).
+    """
+    if not isinstance(path, str) or not os.path.isfile(path):
+        raise UserError(f'{key}: file not found: {path}')
+    clips = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            try:
+                if len(fields) not in (3, 4):
+                    raise ValueError
+                clip, num, start = fields[0], int(fields[1]), int(fields[3]) if len(fields) == 4 else 0
+                if num < 1 or start < 0:
+                    raise ValueError
+            except ValueError:
+                raise UserError(f'{key}: {path}:{lineno}: expected "clip num_frames (h,w,c) [start_frame]", '
+                                f'got "{line.strip()}"') from None
+            size = re.fullmatch(r'\((\d+),(\d+)(?:,\d+)?\)', fields[2])
+            clips.append((clip, num, start, (int(size[1]), int(size[2])) if size else None))
+    if not clips:
+        raise UserError(f'{key}: no clips listed in {path}')
+    return clips
+
+
+@register_dataset('VideoRecurrentTrainDataset', 'video_train')
+class VideoRecurrentTrainDataset(Dataset):
+    """Random `num_frame`-frame crops around every frame of the listed clips (GoPro/REDS training).
+
+    Randomness (interval, start clamp, reverse, crop, flips) comes only from the key's seed: keys are
+    `(index, seed)` from the train sampler, or a plain index (then seeded by the index).
+    """
+
+    OPTIONS: Dict[str, Any] = {
+        'dataroot_gt': REQUIRED,
+        'dataroot_lq': REQUIRED,
+        'meta_info_file': REQUIRED,
+        'filename_tmpl': '08d',
+        'filename_ext': 'png',
+        'val_partition': 'REDS4',      # REDS clips held out for validation: 'REDS4' | 'official'
+        'test_mode': False,            # True keeps only the val_partition clips
+        'io_backend': {'type': 'disk'},
+        'num_frame': 6,
+        'gt_size': 256,
+        'scale': 1,
+        'interval_list': [1],
+        'random_reverse': False,
+        'use_hflip': True,
+        'use_rot': True,
+        **SPIKE_OPTIONS,
+    }
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__()
+        self.opt = opt
+        p = self.prefix = _prefix(opt)
+        self.scale, self.gt_size, self.num_frame = opt['scale'], opt['gt_size'], opt['num_frame']
+        for key in ('scale', 'gt_size', 'num_frame'):
+            if not isinstance(opt[key], int) or isinstance(opt[key], bool) or opt[key] < 1:
+                raise UserError(f'{p}.{key}: must be a positive integer, got {opt[key]!r}')
+        self.interval_list = opt['interval_list']
+        if (not isinstance(self.interval_list, list) or not self.interval_list
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.interval_list)):
+            raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got {opt["interval_list"]!r}')
+        self.tmpl, self.ext = opt['filename_tmpl'], opt['filename_ext']
+        try:
+            format(0, self.tmpl)
+        except (ValueError, TypeError):
+            raise UserError(f'{p}.filename_tmpl: not an integer format spec like "08d": {self.tmpl!r}') from None
+
+        self.backend = _check_io_backend(opt, p, ('disk', 'lmdb'))
+        self.spike = SpikeSource(opt, p) if opt['dataroot_spike'] else None
+        self.spike_channels = self.spike.channels if self.spike else 0
+        roots = {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}
+        if self.spike:
+            roots['spike'] = opt['dataroot_spike']
+        self.roots = {}
+        for name, path in roots.items():
+            if self.backend == 'lmdb':
+                check_lmdb_folder(path, f'{p}.dataroot_{name}')
+                self.roots[name] = Path(path)
+            else:
+                self.roots[name] = _check_folder(path, f'{p}.dataroot_{name}')
+        self.lmdb = LazyLmdbReader({k: str(v) for k, v in self.roots.items()}) if self.backend == 'lmdb' else None
+
+        clips = self._select_clips(_parse_meta_info(opt['meta_info_file'], f'{p}.meta_info_file'))
+        self.gt_sizes = {clip: size for clip, _, _, size in clips if size is not None}
+        clips = [c[:3] for c in clips]
+        span = (self.num_frame - 1) * max(self.interval_list) + 1
+        for clip, num, _ in clips:
+            if num < span:
+                raise UserError(f'{p}.num_frame: {self.num_frame} frames at interval {max(self.interval_list)} '
+                                f'need {span} frames but clip {clip} has {num}')
+        if self.backend == 'disk':
+            for clip, num, start in clips:
+                self._check_clip_files(clip, num, start)
+        self.clips = {clip: (num, start) for clip, num, start in clips}
+        self.keys = [(clip, i) for clip, num, start in clips for i in range(start, start + num)]
+
+    def _select_clips(self, clips: List[tuple]) -> List[tuple]:
+        """Drop REDS's validation clips (keep only them in test_mode), as KAIR does for every data set.
+
+        The held-out names are REDS clip numbers ('000', '011', ...); GoPro-style clip names never
+        match them, so for other data sets this changes nothing unless test_mode is set.
+        """
+        opt, p = self.opt, self.prefix
+        if opt['val_partition'] not in REDS_VAL_PARTITIONS:
+            raise UserError(f'{p}.val_partition: must be "REDS4" or "official", got "{opt["val_partition"]}"')
+        held_out = REDS_VAL_PARTITIONS[opt['val_partition']]
+        keep = [c for c in clips if (c[0] in held_out) == bool(opt['test_mode'])]
+        if not keep:
+            raise UserError(f'{p}.meta_info_file: no clips left with test_mode={opt["test_mode"]} '
+                            f'(val_partition {opt["val_partition"]} holds out clips {", ".join(held_out)})')
+        return keep
+
+    def _check_clip_files(self, clip: str, num: int, start: int) -> None:
+        """Catch missing clips/frames at construction rather than in a worker mid-training."""
+        exts = {'gt': self.ext, 'lq': self.ext, 'spike': self.spike.format if self.spike else ''}
+        for name, root in self.roots.items():
+            folder = root / clip
+            if not folder.is_dir():
+                raise UserError(f'{self.prefix}.dataroot_{name}: clip {clip} listed in meta_info_file '
+                                f'not found: {folder}')
+            present = set(os.listdir(folder))
+            for i in range(start, start + num):
+                fname = f'{i:{self.tmpl}}.{exts[name]}'
+                if fname not in present:
+                    raise UserError(f'{self.prefix}.dataroot_{name}: frame {clip}/{i:{self.tmpl}} not found: '
+                                    f'{folder / fname}')
+
+    def check_train_options(self) -> None:
+        """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
+        if self.gt_size % self.scale:
+            raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
+        for clip, (h, w) in self.gt_sizes.items():
+            if self.gt_size > min(h, w):
+                raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is larger than the {h}×{w} frames '
+                                f'of clip {clip} (meta_info_file)')
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _read_rgb(self, name: str, clip: str, frame: str) -> np.ndarray:
+        where = f'{self.prefix}.dataroot_{name}'
+        if self.lmdb is not None:
+            data = self.lmdb.get(name, f'{clip}/{frame}', where)
+            img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+            if img is None:
+                raise UserError(f'{where}: key {clip}/{frame} in {self.roots[name]} is not an image')
+            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+        path = self.roots[name] / clip / f'{frame}.{self.ext}'
+        if not path.is_file():
+            raise UserError(f'{where}: frame {clip}/{frame} not found: {path}')
+        return imread_uint(str(path), 3)
+
+    def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int]) -> np.ndarray:
+        if self.lmdb is not None:
+            key = f'{clip}/{frame}'
+            data = self.lmdb.get('spike', key, f'{self.prefix}.dataroot_spike')
+            return self.spike.decode(data, lq_hw, f'{self.roots["spike"]}:{key}')
+        path = self.roots['spike'] / clip / self.spike.filename(frame)
+        return self.spike.decode(str(path), lq_hw, str(path))
+
+    def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
+        index, seed = (int(key[0]), int(key[1])) if isinstance(key, (tuple, list)) else (int(key), int(key))
+        rng = random.Random(seed)
+        clip, first = self.keys[index]
+        num, start = self.clips[clip]
+
+        interval = rng.choice(self.interval_list)
+        last_start = start + num - (self.num_frame - 1) * interval - 1
+        if first > last_start:
+            first = rng.randint(start, last_start)
+        neighbors = list(range(first, first + self.num_frame * interval, interval))
+        if self.opt['random_reverse'] and rng.random() < 0.5:
+            neighbors.reverse()
+
+        gts, lqs = [], []
+        for i in neighbors:
+            frame = f'{i:{self.tmpl}}'
+            gts.append(_to_float(self._read_rgb('gt', clip, frame)))
+            lq = _to_float(self._read_rgb('lq', clip, frame))
+            if self.spike:
+                lq = np.concatenate([lq, self._read_spike(clip, frame, lq.shape[:2])], axis=2)
+            lqs.append(lq)
+
+        item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'
+        gts, lqs = paired_random_crop(gts, lqs, self.gt_size, self.scale, rng, where=f'{self.prefix} {item_key}')
+        out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng)
+        n = len(lqs)
+        return {'L': _stack_tensor(out[:n]), 'H': _stack_tensor(out[n:]), 'key': item_key, 'folder': clip}
+
+
+@register_dataset('VideoRecurrentTestDataset', 'video_test')
+class VideoRecurrentTestDataset(Dataset):
+    """One whole clip per index: every clip folder of dataroot_lq with its GT (and spike) frames.
+
+    `num_frame` -1 takes all frames; a positive value keeps only the first `num_frame` frames of each
+    clip (quick validation). `cache_data` is accepted for KAIR option files but ignored: clips are
+    always read lazily, one per `__getitem__`.
+    """
+
+    OPTIONS: Dict[str, Any] = {
+        'dataroot_gt': REQUIRED,
+        'dataroot_lq': REQUIRED,
+        'io_backend': {'type': 'disk'},
+        'num_frame': -1,
+        'cache_data': False,
+        **SPIKE_OPTIONS,
+    }
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__()
+        self.opt = opt
+        p = self.prefix = _prefix(opt)
+        _check_io_backend(opt, p, ('disk',))
+        num_frame = opt['num_frame']
+        if not isinstance(num_frame, int) or not (num_frame == -1 or num_frame > 0):
+            raise UserError(f'{p}.num_frame: must be -1 (whole clips) or a positive integer, got {num_frame!r}')
+        self.spike = SpikeSource(opt, p) if opt['dataroot_spike'] else None
+        self.spike_channels = self.spike.channels if self.spike else 0
+        lq_root = _check_folder(opt['dataroot_lq'], f'{p}.dataroot_lq')
+        gt_root = _check_folder(opt['dataroot_gt'], f'{p}.dataroot_gt')
+        spike_root = _check_folder(opt['dataroot_spike'], f'{p}.dataroot_spike') if self.spike else None
+
+        self.clips: List[Tuple[str, List[str], List[str], List[str]]] = []
+        for clip_dir in sorted(d for d in lq_root.iterdir() if d.is_dir()):
+            clip = clip_dir.name
+            lq_paths = [str(x) for x in list_images(str(clip_dir))]
+            if not lq_paths:
+                continue
+            if num_frame > 0:
+                lq_paths = lq_paths[:num_frame]
+            gt_paths, spike_paths = [], []
+            for lq_path in lq_paths:
+                name = os.path.basename(lq_path)
+                gt_path = gt_root / clip / name
+                if not gt_path.is_file():
+                    raise UserError(f'{p}.dataroot_gt: frame {clip}/{name} (present in dataroot_lq) not found: {gt_path}')
+                gt_paths.append(str(gt_path))
+                if spike_root is not None:
+                    spike_path = spike_root / clip / self.spike.filename(os.path.splitext(name)[0])
+                    if not spike_path.is_file():
+                        raise UserError(f'{p}.dataroot_spike: spikes of frame {clip}/{name} not found: {spike_path}')
+                    spike_paths.append(str(spike_path))
+            self.clips.append((clip, lq_paths, gt_paths, spike_paths))
+        if not self.clips:
+            raise UserError(f'{p}.dataroot_lq: no clip folders with images in {lq_root}')
+
+    def check_train_options(self) -> None:
+        raise UserError(f'{self.prefix}.dataset_type: VideoRecurrentTestDataset yields whole clips for '
+                        f'evaluation; train with VideoRecurrentTrainDataset')
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def __getitem__(self, index: int) -> Dict[str, Any]:
+        if not isinstance(index, (int, np.integer)):
+            raise TypeError(f'VideoRecurrentTestDataset takes integer indices, got {index!r}')
+        clip, lq_paths, gt_paths, spike_paths = self.clips[index]
+        lqs = []
+        for i, path in enumerate(lq_paths):
+            lq = _to_float(imread_uint(path, 3))
+            if self.spike:
+                lq = np.concatenate([lq, self.spike.decode(spike_paths[i], lq.shape[:2], spike_paths[i])], axis=2)
+            lqs.append(lq)
+        gts = [_to_float(imread_uint(path, 3)) for path in gt_paths]
+        return {'L': _stack_tensor(lqs), 'H': _stack_tensor(gts), 'folder': clip,
+                'lq_path': list(lq_paths), 'gt_path': list(gt_paths)}

@@ -1,0 +1,153 @@
+"""Option files: commented JSON, validation with did-you-mean, overrides, redaction."""
+import json
+import os
+
+import pytest
+
+from tests.conftest import ROOT, tiny_options, write_options
+from utils.errors import OptionsError
+from utils.options import dumps, load_options, strip_json_comments
+
+DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
+
+
+def _write(tmp_path, text: str) -> str:
+    p = tmp_path / 'opt.json'
+    p.write_text(text)
+    return str(p)
+
+
+def _opts(tmp_path, **changes):
+    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    for dotted, value in changes.items():
+        node = opt
+        *parents, last = dotted.split('__')
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    return write_options(str(tmp_path / 'opt.json'), opt)
+
+
+def test_comments_are_removed_but_slashes_inside_strings_are_kept():
+    text = '{"url": "http://x.org/a//b", // trailing comment\n "s": "/* not a comment */" /* block */}'
+    assert json.loads(strip_json_comments(text)) == {'url': 'http://x.org/a//b', 's': '/* not a comment */'}
+
+
+def test_escaped_quote_does_not_end_a_string():
+    text = r'{"a": "say \"//hi\"", "b": 1 // c' + '\n}'
+    assert json.loads(strip_json_comments(text)) == {'a': 'say "//hi"', 'b': 1}
+
+
+def test_comment_stripping_keeps_line_and_column_of_later_errors(tmp_path):
+    path = _write(tmp_path, '{\n  /* a\n  comment */ "a": 1,\n  "b": [1, 2,, 3]\n}')
+    with pytest.raises(OptionsError, match=r'opt\.json:4:14: invalid JSON'):
+        load_options(path)
+
+
+def test_demo_option_file_loads_with_defaults_filled():
+    opt = load_options(DEMO)
+    assert opt['netG']['net_type'] == 'dncnn'
+    assert opt['train']['G_optimizer_betas'] == [0.9, 0.999]           # default filled in
+    assert opt['datasets']['train']['dataloader_batch_size'] == 16
+    assert opt['path']['models'].endswith(os.path.join('dncnn_demo_color_sigma25', 'models'))
+
+
+def test_unknown_key_is_an_error_with_did_you_mean(tmp_path):
+    with pytest.raises(OptionsError, match=r'train\.G_optimizer_lrr: unknown key \(did you mean "G_optimizer_lr"\?\)'):
+        load_options(_opts(tmp_path, train__G_optimizer_lrr=1e-3))
+
+
+def test_unknown_top_level_section_suggests_the_right_one(tmp_path):
+    opt = tiny_options(str(tmp_path), str(tmp_path))
+    opt['netg'] = opt.pop('netG')
+    with pytest.raises(OptionsError, match=r'netg: unknown key \(did you mean "netG"\?\)'):
+        load_options(write_options(str(tmp_path / 'o.json'), opt))
+
+
+def test_unknown_network_kwarg_is_checked_against_the_constructor(tmp_path):
+    with pytest.raises(OptionsError, match=r'netG\.nbb: unknown key \(did you mean "nb"\?\)'):
+        load_options(_opts(tmp_path, netG__nbb=4))
+
+
+def test_unknown_dataset_key_names_the_phase(tmp_path):
+    with pytest.raises(OptionsError, match=r'datasets\.train\.dataroot_h: unknown key \(did you mean "dataroot_H"\?\)'):
+        load_options(_opts(tmp_path, datasets__train__dataroot_h='x'))
+
+
+def test_unknown_network_and_dataset_types_suggest_names(tmp_path):
+    with pytest.raises(OptionsError, match=r'netG\.net_type: unknown network "dncn" \(did you mean "dncnn"\?\)'):
+        load_options(_opts(tmp_path, netG__net_type='dncn'))
+    with pytest.raises(OptionsError, match=r'datasets\.train\.dataset_type: unknown dataset type "plian"'):
+        load_options(_opts(tmp_path, datasets__train__dataset_type='plian'))
+
+
+def test_wrong_type_and_impossible_value_name_file_and_key(tmp_path):
+    with pytest.raises(OptionsError, match=r'opt\.json: train\.total_iter: expected an integer, got "100"'):
+        load_options(_opts(tmp_path, train__total_iter='100'))
+    with pytest.raises(OptionsError, match=r'opt\.json: train\.E_decay: 1\.5 must be in \[0, 1\)'):
+        load_options(_opts(tmp_path, train__E_decay=1.5))
+    with pytest.raises(OptionsError, match=r'train\.checkpoint_save: 0 must be > 0'):
+        load_options(_opts(tmp_path, train__checkpoint_save=0))
+    with pytest.raises(OptionsError, match=r'datasets\.train\.dataloader_batch_size: expected an integer'):
+        load_options(_opts(tmp_path, datasets__train__dataloader_batch_size=True))
+
+
+def test_missing_required_key_is_reported(tmp_path):
+    opt = tiny_options(str(tmp_path), str(tmp_path))
+    del opt['task']
+    with pytest.raises(OptionsError, match=r'task: required key is missing'):
+        load_options(write_options(str(tmp_path / 'o.json'), opt))
+
+
+def test_duplicate_keys_are_rejected(tmp_path):
+    with pytest.raises(OptionsError, match=r'duplicate key "task"'):
+        load_options(_write(tmp_path, '{"task": "a", "task": "b"}'))
+
+
+def test_overrides_parse_json_values_and_fall_back_to_strings(tmp_path):
+    path = _opts(tmp_path)
+    opt = load_options(path, ['train.total_iter=100', 'task=other run', 'train.G_scheduler_milestones=[1, 2]',
+                              'datasets.train.sigma=15', 'logging.wandb_name=null'])
+    assert opt['train']['total_iter'] == 100
+    assert opt['task'] == 'other run'
+    assert opt['train']['G_scheduler_milestones'] == [1, 2]
+    assert opt['datasets']['train']['sigma'] == 15
+    assert opt['logging']['wandb_name'] is None
+
+
+def test_override_of_an_unknown_key_is_an_error(tmp_path):
+    with pytest.raises(OptionsError, match=r'train\.totl_iter: unknown key \(did you mean "total_iter"\?\)'):
+        load_options(_opts(tmp_path), ['train.totl_iter=5'])
+
+
+def test_override_without_equals_is_an_error(tmp_path):
+    with pytest.raises(OptionsError, match=r'--set train.total_iter: expected KEY.PATH=VALUE'):
+        load_options(_opts(tmp_path), ['train.total_iter'])
+
+
+def test_top_level_scale_propagates_into_datasets_like_kair(tmp_path):
+    opt = tiny_options(str(tmp_path), str(tmp_path))
+    opt['scale'] = 2
+    opt['datasets']['train'].update(dataset_type='sr', H_size=24)
+    del opt['datasets']['train']['sigma']
+    loaded = load_options(write_options(str(tmp_path / 'o.json'), opt))
+    assert loaded['datasets']['train']['scale'] == 2
+
+
+def test_saved_options_redact_secrets_and_drop_internal_keys(tmp_path):
+    opt = load_options(_opts(tmp_path))
+    opt['logging']['wandb_api_key_note'] = 'abc123'   # anything that looks like a secret
+    text = dumps(opt)
+    assert 'abc123' not in text and '***redacted***' in text
+    assert '_where' not in text
+    assert json.loads(text)['train']['total_iter'] == 8
+
+
+def test_cli_reports_option_errors_in_one_line_and_exits_2(tmp_path):
+    from tests.conftest import run
+    import sys
+    res = run([sys.executable, 'main_train.py', '--opt', _opts(tmp_path, train__G_lossfn_wieght=2)])
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and 'did you mean "G_lossfn_weight"' in lines[0], res.stderr
+    assert not (tmp_path / 'exp').exists()   # nothing written for a bad option file

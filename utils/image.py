@@ -1,0 +1,161 @@
+"""Image file I/O, numpy <-> tensor conversion and MATLAB-compatible bicubic resizing.
+
+Conventions: numpy images are HWC uint8 RGB (C=1 for gray); tensors are float32 CHW in [0, 1].
+Files are decoded with cv2 (BGR) and converted, so every reader in the project sees RGB.
+"""
+import math
+import os
+from typing import List
+
+import cv2
+import numpy as np
+import torch
+
+from utils.errors import UserError
+
+IMG_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.ppm', '.pgm', '.tif', '.tiff', '.webp')
+
+
+def is_image_file(path: str) -> bool:
+    return path.lower().endswith(IMG_EXTENSIONS)
+
+
+def list_images(folder: str) -> List[str]:
+    """All image files below `folder` (recursive), sorted so that paired folders line up."""
+    paths = []
+    for root, _dirs, files in os.walk(folder):
+        paths.extend(os.path.join(root, f) for f in files if is_image_file(f))
+    return sorted(paths)
+
+
+def _to_uint8(img: np.ndarray) -> np.ndarray:
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype == np.uint16:  # 16-bit PNG/TIFF: map 65535 -> 255
+        return np.round(img.astype(np.float64) / 257.0).astype(np.uint8)
+    raise TypeError(f'unsupported image dtype {img.dtype}')
+
+
+def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
+    """Read an image as HWC uint8: RGB for n_channels=3, gray (C=1) for n_channels=1."""
+    if n_channels not in (1, 3):
+        raise UserError(f'n_channels: must be 1 or 3, got {n_channels!r}')
+    try:
+        data = np.fromfile(path, dtype=np.uint8)  # fromfile + imdecode also handles non-ASCII paths
+    except OSError as e:
+        raise UserError(f'cannot read image {path}: {e.strerror or e}') from None
+    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if img is None:
+        raise UserError(f'cannot decode image {path} (corrupt or not an image)')
+    img = _to_uint8(img)
+    if img.ndim == 2:
+        img = img[:, :, None]
+    if img.shape[2] == 4:
+        img = img[:, :, :3]  # drop alpha: BGRA -> BGR
+    if n_channels == 1:
+        if img.shape[2] == 3:
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)[:, :, None]
+        return np.ascontiguousarray(img)
+    if img.shape[2] == 1:
+        return np.ascontiguousarray(np.repeat(img, 3, axis=2))
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def imwrite(path: str, img: np.ndarray) -> None:
+    """Write an HWC (or HW) uint8 RGB/gray image; creates the parent folder."""
+    img = np.asarray(img)
+    if img.ndim == 3 and img.shape[2] == 3:
+        img = cv2.cvtColor(img, cv2.COLOR_RGB2BGR)
+    elif img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    ok, buf = cv2.imencode(os.path.splitext(path)[1] or '.png', img)
+    if not ok:
+        raise OSError(f'cannot encode image for {path}')
+    buf.tofile(path)
+
+
+def uint2tensor(img: np.ndarray) -> torch.Tensor:
+    """HWC (or HW) uint8 -> CHW float32 in [0, 1]."""
+    if img.ndim == 2:
+        img = img[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1))).float().div_(255.0)
+
+
+def tensor2uint(t: torch.Tensor) -> np.ndarray:
+    """CHW or 1xCHW float tensor in [0, 1] -> HWC uint8 (clamped, rounded)."""
+    t = t.detach()
+    if t.dim() == 4:
+        if t.shape[0] != 1:
+            raise ValueError(f'tensor2uint expects CHW or 1xCHW, got shape {tuple(t.shape)}')
+        t = t[0]
+    if t.dim() != 3:
+        raise ValueError(f'tensor2uint expects CHW or 1xCHW, got shape {tuple(t.shape)}')
+    t = (t.float().cpu().clamp(0, 1) * 255.0).round()  # out of place: never modify the caller's tensor
+    return np.ascontiguousarray(t.to(torch.uint8).permute(1, 2, 0).numpy())
+
+
+def _cubic(x: np.ndarray) -> np.ndarray:
+    """Keys cubic kernel with a = -0.5 (MATLAB's 'bicubic')."""
+    absx = np.abs(x)
+    absx2, absx3 = absx ** 2, absx ** 3
+    return ((1.5 * absx3 - 2.5 * absx2 + 1) * (absx <= 1)
+            + (-0.5 * absx3 + 2.5 * absx2 - 4 * absx + 2) * ((absx > 1) & (absx <= 2)))
+
+
+def _resize_matrix(in_length: int, out_length: int, scale: float) -> np.ndarray:
+    """Dense (out_length, in_length) matrix of MATLAB imresize weights for one axis.
+
+    Same maths as MATLAB's `contributions` (and BasicSR's `calculate_weights_indices`): when
+    downscaling the kernel is stretched by 1/scale (antialiasing), and samples outside the image
+    are mirrored (symmetric padding), which here folds their weight onto the mirrored pixel.
+    """
+    kernel_width = 4.0
+    if scale < 1:
+        kernel_width /= scale
+    x = np.arange(1, out_length + 1, dtype=np.float64)
+    u = x / scale + 0.5 * (1 - 1 / scale)  # output pixel centres in input coordinates (1-based)
+    left = np.floor(u - kernel_width / 2)
+    taps = int(math.ceil(kernel_width)) + 2
+    indices = left[:, None] + np.arange(taps)[None, :]  # 1-based
+    dist = u[:, None] - indices
+    weights = scale * _cubic(dist * scale) if scale < 1 else _cubic(dist)
+    weights /= weights.sum(axis=1, keepdims=True)
+    idx = indices.astype(np.int64) - 1  # 0-based, may fall outside [0, in_length)
+    period = 2 * in_length
+    idx = np.mod(idx, period)
+    idx = np.where(idx >= in_length, period - 1 - idx, idx)  # symmetric: -1 -> 0, n -> n-1
+    mat = np.zeros((out_length, in_length), dtype=np.float64)
+    rows = np.broadcast_to(np.arange(out_length)[:, None], idx.shape)
+    np.add.at(mat, (rows, idx), weights)
+    return mat
+
+
+def imresize_bicubic(img: np.ndarray, scale_factor: float) -> np.ndarray:
+    """MATLAB `imresize(img, scale_factor, 'bicubic')` (with antialiasing when downscaling).
+
+    This is the degradation SR papers and KAIR/BasicSR use to make LR images, so models trained on
+    on-the-fly LR match published test sets. Accepts HWC or HW; output size is ceil(size * scale).
+    uint8 input gives uint8 output (rounded and clipped, like MATLAB); float input stays float.
+    """
+    if scale_factor <= 0:
+        raise ValueError(f'scale_factor must be positive, got {scale_factor}')
+    in_h, in_w = img.shape[:2]
+    # The tolerance protects against e.g. 96 * (1/3) = 32.000000000000004 -> 33.
+    out_h = max(1, int(math.ceil(in_h * scale_factor - 1e-9)))
+    out_w = max(1, int(math.ceil(in_w * scale_factor - 1e-9)))
+    data = img.astype(np.float64)
+    squeeze = data.ndim == 2
+    if squeeze:
+        data = data[:, :, None]
+    mat_h = _resize_matrix(in_h, out_h, scale_factor)
+    mat_w = _resize_matrix(in_w, out_w, scale_factor)
+    out = np.einsum('oh,hwc->owc', mat_h, data)
+    out = np.einsum('pw,owc->opc', mat_w, out)
+    if squeeze:
+        out = out[:, :, 0]
+    if img.dtype == np.uint8:
+        return np.clip(np.round(out), 0, 255).astype(np.uint8)
+    return out.astype(img.dtype, copy=False)

@@ -1,0 +1,81 @@
+"""PSNR / SSIM on uint8 images, numerically compatible with KAIR and BasicSR.
+
+Matching their numbers matters because results are compared with published tables. Inputs are
+HWC (or HW) arrays in [0, 255]; `test_y_channel` evaluates on the BT.601 luma of RGB images.
+"""
+import math
+
+import cv2
+import numpy as np
+
+_Y_WEIGHTS = np.array([65.481, 128.553, 24.966], dtype=np.float64)  # R, G, B (BT.601, studio swing)
+
+
+def rgb2y(img: np.ndarray) -> np.ndarray:
+    """BT.601 luma in [16, 235] (float64 HxW) of an RGB image in [0, 255].
+
+    Same formula as KAIR's `bgr2ycbcr(only_y=True)` / BasicSR's `to_y_channel`, with the channel
+    order for RGB input; not rounded (as BasicSR's metric code and KAIR's test scripts).
+    Single-channel input is returned as is (already luminance).
+    """
+    img = np.asarray(img, dtype=np.float64)
+    if img.ndim == 3 and img.shape[2] == 1:
+        return img[:, :, 0]
+    if img.ndim == 2:
+        return img
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f'rgb2y expects HxWx3, got shape {img.shape}')
+    return img @ _Y_WEIGHTS / 255.0 + 16.0
+
+
+def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channel: bool):
+    if img1.shape != img2.shape:
+        raise ValueError(f'image shapes differ: {img1.shape} vs {img2.shape}')
+    if test_y_channel:
+        img1, img2 = rgb2y(img1), rgb2y(img2)
+    img1 = np.asarray(img1, dtype=np.float64)
+    img2 = np.asarray(img2, dtype=np.float64)
+    if crop_border:
+        img1 = img1[crop_border:-crop_border, crop_border:-crop_border]
+        img2 = img2[crop_border:-crop_border, crop_border:-crop_border]
+    if img1.ndim == 2:
+        img1, img2 = img1[:, :, None], img2[:, :, None]
+    return img1, img2
+
+
+def calculate_psnr(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
+                   test_y_channel: bool = False) -> float:
+    """PSNR in dB with peak 255; inf for identical images."""
+    a, b = _prepare(img1, img2, crop_border, test_y_channel)
+    mse = float(np.mean((a - b) ** 2))
+    if mse == 0:
+        return float('inf')
+    return 20.0 * math.log10(255.0 / math.sqrt(mse))
+
+
+def _ssim_plane(a: np.ndarray, b: np.ndarray) -> float:
+    c1 = (0.01 * 255) ** 2
+    c2 = (0.03 * 255) ** 2
+    kernel = cv2.getGaussianKernel(11, 1.5)
+    window = np.outer(kernel, kernel.transpose())
+
+    def filt(x: np.ndarray) -> np.ndarray:
+        return cv2.filter2D(x, -1, window)[5:-5, 5:-5]  # 'valid' part only
+
+    mu1, mu2 = filt(a), filt(b)
+    mu1_sq, mu2_sq, mu1_mu2 = mu1 ** 2, mu2 ** 2, mu1 * mu2
+    sigma1_sq = filt(a ** 2) - mu1_sq
+    sigma2_sq = filt(b ** 2) - mu2_sq
+    sigma12 = filt(a * b) - mu1_mu2
+    ssim_map = (((2 * mu1_mu2 + c1) * (2 * sigma12 + c2))
+                / ((mu1_sq + mu2_sq + c1) * (sigma1_sq + sigma2_sq + c2)))
+    return float(ssim_map.mean())
+
+
+def calculate_ssim(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
+                   test_y_channel: bool = False) -> float:
+    """SSIM (Wang et al. 2004: 11x11 gaussian, sigma 1.5), averaged over channels like KAIR."""
+    a, b = _prepare(img1, img2, crop_border, test_y_channel)
+    if a.shape[0] < 11 or a.shape[1] < 11:
+        raise ValueError(f'SSIM needs images of at least 11x11 after cropping, got {a.shape[:2]}')
+    return float(np.mean([_ssim_plane(a[:, :, c], b[:, :, c]) for c in range(a.shape[2])]))
