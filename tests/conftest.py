@@ -73,3 +73,13 @@ def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
         ensure_demo_data({'generate_demo': 'images', 'name': f'{name}_dataset',
                           'dataroot_H': os.path.join(root, name)})
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    """Long end-to-end tests run in CI (CI=true) or with RUN_SLOW=1; locally they are reported as skipped."""
+    if os.environ.get('CI', '').lower() in ('1', 'true') or os.environ.get('RUN_SLOW') == '1':
+        return
+    skip = pytest.mark.skip(reason='slow end-to-end test: runs in CI, or locally with RUN_SLOW=1')
+    for item in items:
+        if 'slow' in item.keywords:
+            item.add_marker(skip)
