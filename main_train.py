@@ -27,6 +27,7 @@ from utils.logger import Reporter, get_logger, setup_logger
 from utils.options import dumps, load_options
 from utils.resume import ResumePoint, find_resume_point
 from utils.seed import rng_state, seed_everything, set_rng_state
+from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, StopSignals, TrainingStopped
 
 EXIT_USER_ERROR = 2
 
@@ -77,6 +78,7 @@ class Trainer:
         self.log = get_logger()
         self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
         self.best = {'psnr': float('-inf'), 'iter': 0}
+        self.signals = StopSignals()
 
     def setup(self) -> None:
         opt, t = self.opt, self.train_opt
@@ -117,6 +119,9 @@ class Trainer:
 
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         wandb_id = None
+        if self.main:
+            for name in self.ckpt.remove_stale_temp():
+                self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
         point = find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
         if point is not None:
             wandb_id = self.restore(point)
@@ -172,6 +177,8 @@ class Trainer:
         self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})
         if res['psnr'] > self.best['psnr']:
             self.best = {'psnr': res['psnr'], 'iter': self.step}
+            if self.main:
+                self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
 
     def run(self) -> None:
         t, total = self.train_opt, self.train_opt['total_iter']
@@ -190,17 +197,21 @@ class Trainer:
                 data_time += time.time() - tick
                 self.step += 1
                 self.epoch_step += 1
-                self.model.train_step(batches, self.step)
+                stop = self.train_step(batches)
                 iter_time += time.time() - tick
                 window += 1
                 if self.step % t['checkpoint_print'] == 0 or self.step == total:
                     self.print_status(iter_time / window, data_time / window, start_step, t0)
                     iter_time = data_time = 0.0
                     window = 0
-                if self.step % t['checkpoint_save'] == 0 or self.step == total:
-                    self.save()
                 if self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or self.step == total):
                     self.validate()
+                if self.step % t['checkpoint_save'] == 0 or self.step == total or stop:
+                    self.save()
+                if stop:
+                    raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at '
+                                          f'iteration {self.step}; checkpoint saved, rerun the same command '
+                                          f'to resume', EXIT_PREEMPTED)
                 if self.step >= total:
                     break
                 tick = time.time()
@@ -212,6 +223,29 @@ class Trainer:
         self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
                       f'at iteration {self.best["iter"]}')
         self.check_replicas()
+
+    def train_step(self, batches: List[Any]) -> bool:
+        """Backward, agree across ranks on a non-finite loss and on stop signals, then step.
+
+        The agreement is one tiny collective per iteration on the host; reading the loss for the
+        finiteness check is the only device sync, and `train.nan_policy: "off"` removes it.
+        """
+        loss = self.model.backward(batches)
+        local_bad = self.train_opt['nan_policy'] != 'off' and not bool(torch.isfinite(loss))
+        bad, stop = dist.agree_any([local_bad, self.signals.requested])
+        if not bad:
+            self.model.step(self.step, loss)
+            return stop
+        where = 'this rank' if local_bad else 'another rank'
+        if self.train_opt['nan_policy'] == 'skip':
+            self.model.skip_step()
+            self.log.warning(f'iteration {self.step}: non-finite loss on {where}; step skipped '
+                             f'(train.nan_policy=skip)')
+            return stop
+        latest = self.ckpt.complete_steps()
+        raise TrainingStopped(f'iteration {self.step}: non-finite loss on {where} (train.nan_policy=stop); '
+                              f'last complete checkpoint: '
+                              f'{self.ckpt.path(latest[-1], "state") if latest else "none"}', EXIT_NONFINITE)
 
     def check_replicas(self) -> None:
         """DDP must leave identical parameters on every rank; a divergence is a bug worth stopping on.
@@ -238,6 +272,7 @@ class Trainer:
                                           'perf/samples_per_sec': throughput})
 
     def close(self) -> None:
+        self.signals.restore()
         reporter = getattr(self, 'reporter', None)
         if reporter is not None:
             reporter.close()
@@ -278,6 +313,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
     trainer = None
+    ok = False
     try:
         prepare_run_dir(opt, state, args)
         log = get_logger()
@@ -289,10 +325,14 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         trainer = Trainer(opt, state, device, args)
         trainer.setup()
         trainer.run()
+        ok = True
+    except TrainingStopped as e:
+        ok = e.code == EXIT_PREEMPTED  # every rank agreed to stop here: leave together
+        raise
     finally:
         if trainer is not None:
             trainer.close()
-        dist.cleanup()
+        dist.cleanup(together=ok)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -304,6 +344,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         return EXIT_USER_ERROR
+    except TrainingStopped as e:
+        print(f'{"stopped" if e.code == EXIT_PREEMPTED else "error"}: {e}', file=sys.stderr)
+        return e.code
     return 0
 
 

@@ -99,8 +99,11 @@ class ModelPlain:
     def after_backward(self, step: int) -> None:
         """Hook between backward and the optimizer step (gradient edits such as freezing)."""
 
-    def train_step(self, batches: Sequence[Dict[str, Any]], step: int) -> None:
-        """One optimizer step over `batches` (gradient accumulation) without any host sync."""
+    def backward(self, batches: Sequence[Dict[str, Any]]) -> torch.Tensor:
+        """Gradients of the mean loss over `batches` (accumulation); returns the loss, unsynced.
+
+        With DDP, gradients are all-reduced only on the last micro-batch (`no_sync` before it).
+        """
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
         n = len(batches)
@@ -111,6 +114,10 @@ class ModelPlain:
                 loss = self.forward_loss(self.to_device(batch)) / n
                 loss.backward()
             total += loss.detach()
+        return total
+
+    def step(self, step: int, loss: torch.Tensor) -> None:
+        """Apply the accumulated gradients: clip, optimizer, scheduler, regularizers, EMA."""
         self.after_backward(step)
         clip = self.train_opt['G_optimizer_clipgrad']
         if clip:
@@ -120,8 +127,16 @@ class ModelPlain:
         apply_regularizers(self.net_g, step, self.train_opt)
         if self.ema is not None:
             self.ema.update(self.net_g)
-        self._loss_sum += total
+        self._loss_sum += loss
         self._loss_steps += 1
+
+    def skip_step(self) -> None:
+        """Drop the gradients of a step that will not be applied (non-finite loss, policy 'skip')."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def train_step(self, batches: Sequence[Dict[str, Any]], step: int) -> None:
+        """One full optimizer step without any host sync (used where no agreement is needed)."""
+        self.step(step, self.backward(batches))
 
     def log_losses(self) -> Dict[str, float]:
         """Mean loss since the last call, averaged over ranks: the only host sync of the loop."""

@@ -42,7 +42,8 @@ def test_torchrun_two_processes_train_with_identical_weights(tmp_path, demo_imag
     _assert_trained_together(res.stdout)
     out = _outputs(str(tmp_path / 'exp' / 'tiny'))
     assert len(out['logs']) == 1 and len(out['tb']) == 1 and len(out['options']) == 1
-    assert out['models'] == ['4_E.pth', '4_G.pth', '4_state.pth', '8_E.pth', '8_G.pth', '8_state.pth', 'latest']
+    assert out['models'] == ['4_E.pth', '4_G.pth', '4_state.pth', '8_E.pth', '8_G.pth', '8_state.pth',
+                             'best', 'best_E.pth', 'best_G.pth', 'latest']
 
 
 def test_hand_set_env_two_processes_only_rank0_writes_anything(tmp_path, demo_images):

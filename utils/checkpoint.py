@@ -107,6 +107,21 @@ class CheckpointDir:
         atomic_write_text(os.path.join(self.folder, 'latest'), f'{step}\n')
         self.prune()
 
+    def save_best(self, files: Dict[str, Any], step: int, psnr: float) -> None:
+        """`best_G.pth` (and `best_E.pth`) by validation PSNR, then a `best` note naming the iteration."""
+        for kind, obj in files.items():
+            atomic_torch_save(obj, os.path.join(self.folder, f'best_{kind}.pth'))
+        atomic_write_text(os.path.join(self.folder, 'best'), f'{step} {psnr:.4f}\n')
+
+    def remove_stale_temp(self) -> List[str]:
+        """Temporary files of a save that was killed before its rename (never a complete file)."""
+        if not os.path.isdir(self.folder):
+            return []
+        stale = [n for n in os.listdir(self.folder) if n.startswith('.') and n.endswith('.tmp')]
+        for name in stale:
+            os.unlink(os.path.join(self.folder, name))
+        return stale
+
     def prune(self) -> List[int]:
         """Remove all but the newest `keep_last` complete saves (0 keeps everything)."""
         steps = self.complete_steps()

@@ -227,6 +227,26 @@ def gather_objects(obj: T) -> List[T]:
     return out
 
 
+_control_group: Any = None
+
+
+def agree_any(flags: Sequence[bool]) -> List[bool]:
+    """For each flag, True on every rank if it is True on any rank (one small collective).
+
+    Runs on a gloo group over host memory, so under NCCL it never waits for the GPU stream.
+    """
+    global _control_group
+    t = torch.tensor([1.0 if f else 0.0 for f in flags])
+    if is_initialized():
+        if dist.get_backend() == 'gloo':
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        else:
+            if _control_group is None:
+                _control_group = dist.new_group(backend='gloo')
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_control_group)
+    return [bool(v) for v in t.tolist()]
+
+
 def rank_zero_only(fn: Callable[..., T]) -> Callable[..., Optional[T]]:
     """The one gate for side effects: the call happens on rank 0 and is skipped elsewhere."""
     @functools.wraps(fn)
@@ -235,10 +255,16 @@ def rank_zero_only(fn: Callable[..., T]) -> Callable[..., Optional[T]]:
     return wrapper
 
 
-def cleanup() -> None:
-    """Leave together, then destroy the group: a rank exiting while another still talks aborts it."""
+def cleanup(together: bool = True) -> None:
+    """Leave together, then destroy the group: a rank exiting while another still talks aborts it.
+
+    After a failure (`together=False`) there is no barrier: the other ranks may be gone.
+    """
+    global _control_group
     if is_initialized():
         try:
-            dist.barrier()
+            if together:
+                dist.barrier()
         finally:
+            _control_group = None
             dist.destroy_process_group()

@@ -103,7 +103,7 @@ SCHEMA: Dict[str, Any] = {
         'checkpoint_print': Key(200, (int,), _positive),
         'checkpoint_keep_last': Key(3, (int,), _non_negative),
         'save_failure': Key('stop', (str,), _one_of('stop', 'warn')),
-        'nan_policy': Key('stop', (str,), _one_of('stop', 'skip')),
+        'nan_policy': Key('stop', (str,), _one_of('stop', 'skip', 'off')),
         'fix_iter': Key(0, (int,), _non_negative),
         'fix_lr_mul': Key(1.0, (int, float), _non_negative),
         'fix_keys': Key([], (list,)),

@@ -1,0 +1,59 @@
+"""main_train.py with faults injected from the environment, for the fault-tolerance tests.
+
+The production code has no test hooks; this wrapper patches it from outside:
+- INJECT_NAN_AT=k [INJECT_NAN_RANK=r]: the loss of iteration k is NaN (on rank r only, if given);
+- SLOW_SAVE_SECONDS=s: every checkpoint file stays in its temporary file for s seconds before
+  the rename, and `SAVING <path>` is printed while it waits (so a test can SIGKILL mid-write);
+- CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at iteration k.
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import main_train  # noqa: E402
+from models.model_plain import ModelPlain  # noqa: E402
+from utils import checkpoint, dist  # noqa: E402
+
+
+def _rank_matches(var: str) -> bool:
+    return var not in os.environ or int(os.environ[var]) == dist.get_rank()
+
+
+def install() -> None:
+    nan_at = int(os.environ.get('INJECT_NAN_AT', 0))
+    crash_at = int(os.environ.get('CRASH_AT', 0))
+    slow = float(os.environ.get('SLOW_SAVE_SECONDS', 0))
+    original_backward = ModelPlain.backward
+    calls = {'n': 0}
+
+    def backward(self, batches):
+        calls['n'] += 1
+        loss = original_backward(self, batches)
+        if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK'):
+            print(f'CRASHING rank {dist.get_rank()}', flush=True)
+            os._exit(17)
+        if nan_at and calls['n'] == nan_at and _rank_matches('INJECT_NAN_RANK'):
+            return loss * torch.tensor(float('nan'))
+        return loss
+
+    ModelPlain.backward = backward
+    if slow:
+        original = checkpoint.atomic_write_bytes
+
+        def slow_write(path, write):
+            def slowly(f):
+                write(f)
+                f.flush()
+                print(f'SAVING {path}', flush=True)
+                time.sleep(slow)
+            original(path, slowly)
+        checkpoint.atomic_write_bytes = slow_write
+
+
+if __name__ == '__main__':
+    install()
+    sys.exit(main_train.main())
