@@ -1,0 +1,106 @@
+"""CPU benchmark: torchvision's deform_conv2d kernel vs the pure-PyTorch path in models/deform_conv.py.
+
+Times forward+backward (grads w.r.t. input, offset, mask, weight, bias) for VRT-like DCN shapes,
+alternating the two implementations rep by rep so that machine load affects both alike, and reports
+the median. Peak memory is the growth of the process's peak RSS during the runs (Linux: VmHWM after resetting it
+through /proc/self/clear_refs, so the import-time peak does not hide it), measured in a fresh
+subprocess per implementation so the two cannot mask each other.
+
+    python bench/bench_deform_conv.py [--reps 7] [--threads N]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+
+from models.deform_conv import deform_conv2d_torch  # noqa: E402
+
+# (label, batch, channels, deformable groups, height, width)
+SHAPES = [
+    ('official VRT stage1 (C=120, dg=12, 64x64)', 1, 120, 12, 64, 64),
+    ('tiny CPU config (C=16, dg=4, 64x64, batch 2)', 2, 16, 4, 64, 64),
+]
+IMPLS = {
+    'torchvision': lambda *a: torchvision.ops.deform_conv2d(*a[:4], (1, 1), (1, 1), (1, 1), a[4]),
+    'torch': lambda *a: deform_conv2d_torch(*a[:4], 1, 1, 1, a[4]),
+}
+
+
+def make_inputs(b, c, dg, h, w, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, c, h, w, generator=g)
+    offset = torch.randn(b, 2 * dg * 9, h, w, generator=g) * 4
+    mask = torch.rand(b, dg * 9, h, w, generator=g)
+    weight = torch.randn(c, c, 3, 3, generator=g) / (3 * c ** 0.5)
+    bias = torch.randn(c, generator=g)
+    return [t.requires_grad_() for t in (x, offset, weight, bias, mask)]
+
+
+def step(impl, inputs):
+    out = IMPLS[impl](*inputs)
+    torch.autograd.grad(out.square().mean(), inputs)
+
+
+def time_interleaved(inputs, reps):
+    times = {k: [] for k in IMPLS}
+    for impl in IMPLS:  # warm-up
+        step(impl, inputs)
+    for _ in range(reps):
+        for impl in IMPLS:
+            t0 = time.perf_counter()
+            step(impl, inputs)
+            times[impl].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _status_kib(field):
+    with open('/proc/self/status') as f:
+        return int(re.search(rf'{field}:\s+(\d+)', f.read()).group(1))
+
+
+def peak_rss_child(impl, shape_idx, threads):
+    torch.set_num_threads(threads)
+    inputs = make_inputs(*SHAPES[shape_idx][1:])
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')  # reset VmHWM to the current RSS
+    base = _status_kib('VmRSS')
+    for _ in range(2):
+        step(impl, inputs)
+    print((_status_kib('VmHWM') - base) / 1024)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--reps', type=int, default=7)
+    ap.add_argument('--threads', type=int, default=torch.get_num_threads())
+    ap.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        peak_rss_child(args.child[0], int(args.child[1]), args.threads)
+        return
+    torch.set_num_threads(args.threads)
+    print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, float32, CPU, '
+          f'torch.set_num_threads({args.threads}) (interop {torch.get_num_interop_threads()}), '
+          f'{os.cpu_count()} logical CPUs; median of {args.reps} interleaved reps of forward+backward')
+    for i, (label, *shape) in enumerate(SHAPES):
+        med = time_interleaved(make_inputs(*shape), args.reps)
+        mem = {impl: float(subprocess.run([sys.executable, __file__, '--threads', str(args.threads),
+                                           '--child', impl, str(i)], capture_output=True, text=True,
+                                          check=True).stdout)
+               for impl in IMPLS}
+        print(f'{label}:')
+        for impl in IMPLS:
+            print(f'  {impl:12s} {med[impl] * 1e3:8.1f} ms/iter   peak RSS growth {mem[impl]:7.1f} MiB')
+        print(f'  ratio torchvision/torch = {med["torchvision"] / med["torch"]:.2f}')
+
+
+if __name__ == '__main__':
+    main()

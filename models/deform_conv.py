@@ -1,0 +1,96 @@
+"""Modulated deformable convolution (DCNv2) with a pure-PyTorch CPU path.
+
+`deform_conv2d` has torchvision's signature and semantics (offset layout, offset groups inferred
+from the offset's channel count, weight groups inferred from `input.shape[1] // weight.shape[1]`,
+zero padding outside the image). On CUDA it always calls `torchvision.ops.deform_conv2d`. On CPU
+it uses the implementation chosen by `DEFORM_IMPL`:
+
+- ``'torch'``: bilinear sampling with `F.grid_sample` + one batched matmul. Measured faster than
+  torchvision's CPU kernel for VRT-sized shapes (see bench/bench_deform_conv.py), at the price of
+  materialising the sampled columns (B × C_in × 9 × H_out × W_out).
+- ``'torchvision'``: torchvision's C++ CPU kernel.
+
+The default is read once from the environment variable ``VRT_DEFORM_IMPL`` (``torch`` if unset);
+assign ``models.deform_conv.DEFORM_IMPL`` to switch at run time.
+"""
+import os
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+IMPLS = ('torch', 'torchvision')
+DEFORM_IMPL: str = os.environ.get('VRT_DEFORM_IMPL', 'torch')
+
+_Pair = Union[int, Tuple[int, int]]
+
+
+def _pair(v: _Pair) -> Tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def deform_conv2d(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
+                  bias: Optional[torch.Tensor] = None, stride: _Pair = 1, padding: _Pair = 0,
+                  dilation: _Pair = 1, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Deformable convolution; see the module docstring for how the implementation is chosen."""
+    if DEFORM_IMPL not in IMPLS:
+        raise ValueError(f'VRT_DEFORM_IMPL / models.deform_conv.DEFORM_IMPL must be one of {IMPLS}, '
+                         f'got {DEFORM_IMPL!r}')
+    if input.device.type == 'cpu' and DEFORM_IMPL == 'torch':
+        return deform_conv2d_torch(input, offset, weight, bias, stride, padding, dilation, mask)
+    return torchvision.ops.deform_conv2d(input, offset, weight, bias, _pair(stride), _pair(padding),
+                                         _pair(dilation), mask)
+
+
+def deform_conv2d_torch(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
+                        bias: Optional[torch.Tensor] = None, stride: _Pair = 1, padding: _Pair = 0,
+                        dilation: _Pair = 1, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Pure-PyTorch deformable convolution with torchvision's semantics (differentiable by autograd).
+
+    Every kernel tap of every output pixel is sampled bilinearly at
+    ``(y, x) = (h_out*stride - pad + i*dil + dy, w_out*stride - pad + j*dil + dx)``, where
+    ``(dy, dx)`` are channels ``2k, 2k+1`` of the tap's offset group (k = i*kw + j); samples outside
+    the image contribute zero. The samples are multiplied by the mask and contracted with the weight.
+    """
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    b, c_in, h, w = input.shape
+    c_out, c_in_g, kh, kw = weight.shape
+    k = kh * kw
+    groups = c_in // c_in_g
+    n_off = offset.shape[1] // (2 * k)
+    h_out, w_out = offset.shape[-2:]
+    if groups * c_in_g != c_in or c_out % groups or n_off * 2 * k != offset.shape[1] or c_in % n_off:
+        raise ValueError(f'deform_conv2d: inconsistent shapes input {tuple(input.shape)}, '
+                         f'weight {tuple(weight.shape)}, offset {tuple(offset.shape)}')
+
+    dev, dt = input.device, input.dtype
+    base_y = (torch.arange(kh, device=dev, dtype=dt) * dh).view(kh, 1, 1, 1) \
+        + (torch.arange(h_out, device=dev, dtype=dt) * sh - ph).view(1, 1, h_out, 1)
+    base_x = (torch.arange(kw, device=dev, dtype=dt) * dw).view(1, kw, 1, 1) \
+        + (torch.arange(w_out, device=dev, dtype=dt) * sw - pw).view(1, 1, 1, w_out)
+    base_y = base_y.expand(kh, kw, h_out, w_out).reshape(k, h_out, w_out)
+    base_x = base_x.expand(kh, kw, h_out, w_out).reshape(k, h_out, w_out)
+    off = offset.view(b, n_off, k, 2, h_out, w_out)
+    y = base_y + off[:, :, :, 0]
+    x = base_x + off[:, :, :, 1]
+
+    if h == 1 or w == 1:
+        # align_corners normalisation needs size >= 2; an extra zero row/column keeps zero padding.
+        input = F.pad(input, (0, int(w == 1), 0, int(h == 1)))
+        h, w = input.shape[-2:]
+    grid = torch.stack((x * (2.0 / (w - 1)) - 1.0, y * (2.0 / (h - 1)) - 1.0), dim=-1)
+    grid = grid.view(b * n_off, k * h_out, w_out, 2)
+    cols = F.grid_sample(input.reshape(b * n_off, c_in // n_off, h, w), grid, mode='bilinear',
+                         padding_mode='zeros', align_corners=True)
+    cols = cols.view(b, n_off, c_in // n_off, k, h_out, w_out)
+    if mask is not None:
+        cols = cols * mask.view(b, n_off, 1, k, h_out, w_out)
+    cols = cols.reshape(b, groups, c_in_g * k, h_out * w_out)
+    out = torch.matmul(weight.reshape(groups, c_out // groups, c_in_g * k), cols)
+    out = out.reshape(b, c_out, h_out, w_out)
+    if bias is not None:
+        out = out + bias.view(1, -1, 1, 1)
+    return out
