@@ -26,6 +26,19 @@ from utils.logger import get_logger
 from utils.metrics import calculate_psnr, calculate_ssim
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
+AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
+    """(autocast dtype or None, whether a GradScaler is needed) for `train.amp` on `device`.
+
+    fp16 needs loss scaling, and its CPU autocast kernels are neither fast nor well covered, so
+    fp16 is a CUDA-only option; bf16 has float32's range and needs no scaler on any device.
+    """
+    if amp == 'fp16' and device.type != 'cuda':
+        raise UserError(f'train.amp: "fp16" needs a CUDA device (this run uses {device.type}); '
+                        f'use "bf16" or "none"')
+    return AMP_DTYPES[amp], amp == 'fp16'
 
 
 def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
@@ -51,6 +64,10 @@ class ModelPlain:
         self.train_opt = opt['train']
         self.device = device
         self.allow_unsafe_load = allow_unsafe_load
+        self.amp_dtype, use_scaler = amp_setup(self.train_opt['amp'], device)
+        self.scaler = torch.amp.GradScaler(device.type) if use_scaler else None
+        self.channels_last = self.train_opt['channels_last']
+        self._warned_5d = False
         netG = opt['netG']
         net = build_network(netG)
         init_weights(net, netG['init_type'], netG['init_bn_type'], netG['init_gain'])
@@ -58,13 +75,22 @@ class ModelPlain:
             load_weights(net, opt['path']['pretrained_netG'], self.train_opt['G_param_strict'], 'params',
                          'path.pretrained_netG', allow_unsafe_load)
         self.net_g = net.to(device)
+        if self.channels_last:
+            self.net_g.to(memory_format=torch.channels_last)  # 4-D weights only; others unchanged
         self.ema: Optional[ModelEMA] = None
         if self.train_opt['E_decay'] > 0:
             self.ema = ModelEMA(self.net_g, self.train_opt['E_decay'])
             if opt['path']['pretrained_netE']:
                 load_weights(self.ema.module, opt['path']['pretrained_netE'], self.train_opt['E_param_strict'],
                              'params_ema', 'path.pretrained_netE', allow_unsafe_load)
+        self.ddp: Optional[DistributedDataParallel] = None
         self.net: nn.Module = self._wrap(self.net_g)
+        if isinstance(self.net, DistributedDataParallel):
+            self.ddp = self.net
+        if self.train_opt['compile']:
+            # Only the training forward is compiled; evaluation (whole images of varying size) and
+            # the EMA copy run eagerly, and state_dict keys stay those of the bare network.
+            self.net = torch.compile(self.net)
         self.loss_fn = build_loss(self.train_opt).to(device)
         self.optimizer = build_optimizer(self.param_groups(), self.train_opt)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
@@ -74,12 +100,14 @@ class ModelPlain:
     def _wrap(self, net: nn.Module) -> nn.Module:
         if not dist.is_initialized():
             return net
+        # torch 2.14 deprecates `broadcast_buffers` (True is the default); False keeps its meaning
+        # of "never sync buffers", which the newer `forward_sync_buffers=False` does not.
+        buffers = {} if self.opt['broadcast_buffers'] else {'broadcast_buffers': False}
         return DistributedDataParallel(
             net, device_ids=[self.device.index] if self.device.type == 'cuda' else None,
             find_unused_parameters=self.opt['find_unused_parameters'],
             static_graph=self.opt['use_static_graph'],
-            broadcast_buffers=self.opt['broadcast_buffers'],
-            gradient_as_bucket_view=self.opt['gradient_as_bucket_view'])
+            gradient_as_bucket_view=self.opt['gradient_as_bucket_view'], **buffers)
 
     def param_groups(self) -> List[Dict[str, Any]]:
         """Optimizer parameter groups; subclasses split them (e.g. a slower group for flow nets)."""
@@ -91,7 +119,22 @@ class ModelPlain:
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         nb = self.device.type == 'cuda'
-        return {k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v for k, v in batch.items()}
+        out = {k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v for k, v in batch.items()}
+        if self.channels_last:
+            for k, v in out.items():
+                if torch.is_tensor(v) and v.dim() == 4:
+                    out[k] = v.contiguous(memory_format=torch.channels_last)
+                elif torch.is_tensor(v) and v.dim() == 5 and not self._warned_5d:
+                    self._warned_5d = True
+                    get_logger().info(f'train.channels_last: 5-D (video) batch "{k}" left as it is; '
+                                      f'only 4-D batches and 2-D conv weights use channels_last')
+        return out
+
+    def autocast(self) -> Any:
+        """Mixed-precision context for the forward pass and loss (`train.amp`)."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def forward_loss(self, batch: Dict[str, Any]) -> torch.Tensor:
         return self.loss_fn(self.net(batch['L']), batch['H'])
@@ -109,20 +152,27 @@ class ModelPlain:
         n = len(batches)
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
-            sync = i == n - 1 or not isinstance(self.net, DistributedDataParallel)
-            with contextlib.nullcontext() if sync else self.net.no_sync():
-                loss = self.forward_loss(self.to_device(batch)) / n
-                loss.backward()
+            sync = i == n - 1 or self.ddp is None
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                with self.autocast():
+                    loss = self.forward_loss(self.to_device(batch)).float() / n
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             total += loss.detach()
         return total
 
     def step(self, step: int, loss: torch.Tensor) -> None:
         """Apply the accumulated gradients: clip, optimizer, scheduler, regularizers, EMA."""
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # hooks and clipping see true gradients
         self.after_backward(step)
         clip = self.train_opt['G_optimizer_clipgrad']
         if clip:
             torch.nn.utils.clip_grad_norm_(self.net_g.parameters(), max_norm=clip, norm_type=2)
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skips the update if fp16 gradients overflowed
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         apply_regularizers(self.net_g, step, self.train_opt)
         if self.ema is not None:
@@ -196,7 +246,10 @@ class ModelPlain:
         return files
 
     def training_state(self) -> Dict[str, Any]:
-        return {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict()}
+        state = {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict()}
+        if self.scaler is not None:
+            state['grad_scaler'] = self.scaler.state_dict()
+        return state
 
     def load_state(self, weights: Dict[str, Any], training: Dict[str, Any]) -> None:
         """Restore a checkpoint written by `state_files`/`training_state` (before training resumes)."""
@@ -207,6 +260,12 @@ class ModelPlain:
             self.ema.module.load_state_dict(weights['E'])
         self.optimizer.load_state_dict(training['optimizer'])
         self.scheduler.load_state_dict(training['scheduler'])
+        if self.scaler is not None:
+            if 'grad_scaler' in training:
+                self.scaler.load_state_dict(training['grad_scaler'])
+            else:
+                get_logger().info('resume: the checkpoint has no GradScaler state (trained without fp16); '
+                                  'loss scaling starts afresh')
 
 
 def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:

@@ -4,7 +4,8 @@ The production code has no test hooks; this wrapper patches it from outside:
 - INJECT_NAN_AT=k [INJECT_NAN_RANK=r]: the loss of iteration k is NaN (on rank r only, if given);
 - SLOW_SAVE_SECONDS=s: every checkpoint file stays in its temporary file for s seconds before
   the rename, and `SAVING <path>` is printed while it waits (so a test can SIGKILL mid-write);
-- CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at iteration k.
+- CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
+  first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
 """
 import os
 import sys
@@ -33,7 +34,8 @@ def install() -> None:
     def backward(self, batches):
         calls['n'] += 1
         loss = original_backward(self, batches)
-        if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK'):
+        first_attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
+        if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK') and first_attempt:
             print(f'CRASHING rank {dist.get_rank()}', flush=True)
             os._exit(17)
         if nan_at and calls['n'] == nan_at and _rank_matches('INJECT_NAN_RANK'):

@@ -240,3 +240,13 @@ def test_a_crashed_rank_makes_the_other_exit_within_the_timeout(tmp_path, demo_i
         procs[0].kill()
     assert procs[0].returncode not in (0, None)
     assert time.time() - start < 45
+
+
+def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000)
+    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '--max-restarts=1',
+               PATCHED, '--opt', path], env=clean_env(CRASH_AT='5', CRASH_RANK='1'))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'CRASHING rank 1' in res.stdout
+    assert 'at iteration 4 (epoch' in res.stdout                        # the restarted workers resumed
+    assert 'parameters identical on all 2 rank(s)' in res.stdout

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Callable, List, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -136,11 +136,19 @@ def init(state: DistState, timeout_s: float = 600, env: Any = os.environ) -> tor
     # env:// reads these; SLURM steps do not provide them, so they are exported here, once.
     env.update(MASTER_ADDR=str(state.master_addr), MASTER_PORT=str(state.master_port),
                WORLD_SIZE=str(state.world_size), RANK=str(state.rank), LOCAL_RANK=str(state.local_rank))
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(backend='nccl' if cuda else 'gloo', init_method='env://',
-                                world_size=state.world_size, rank=state.rank,
-                                timeout=datetime.timedelta(seconds=timeout_s),
-                                device_id=device if cuda else None)
+        rendezvous: Dict[str, Any] = {'init_method': 'env://'}
+        if env.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
+            # Restarts by `torchrun --max-restarts` reuse the agent's store: without a per-attempt
+            # prefix the new ranks read the dead attempt's addresses and fail to connect (torch 2.14).
+            store = dist.TCPStore(str(state.master_addr), int(state.master_port), state.world_size,
+                                  is_master=False, timeout=timeout)
+            attempt = env.get('TORCHELASTIC_RESTART_COUNT', '0')
+            rendezvous = {'store': dist.PrefixStore(f'/restoration/attempt_{attempt}', store)}
+        dist.init_process_group(backend='nccl' if cuda else 'gloo', world_size=state.world_size,
+                                rank=state.rank, timeout=timeout, device_id=device if cuda else None,
+                                **rendezvous)
     except Exception as e:  # the c10d store raises several types; all mean "could not rendezvous"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f'distributed init failed (rank {state.rank}/{state.world_size}, master '
