@@ -27,7 +27,7 @@ from utils.logger import Reporter, get_logger, setup_logger
 from utils.options import dumps, load_options
 from utils.resume import ResumePoint, find_resume_point
 from utils.seed import rng_state, seed_everything, set_rng_state
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, StopSignals, TrainingStopped
+from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
 
 EXIT_USER_ERROR = 2
 
@@ -147,25 +147,29 @@ class Trainer:
         return s.get('wandb_id')
 
     def save(self) -> None:
-        """Rank 0 writes; all ranks take part in gathering the random states first."""
+        """Rank 0 writes; all ranks gather the random states before and learn the outcome after."""
         rngs = dist.gather_objects(rng_state())
-        files = self.model.state_files() if self.main else {}
-        if not self.main:
+        error = None
+        if self.main:
+            files = self.model.state_files()
+            files['state'] = {
+                'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
+                'world_size': self.state.world_size, 'seed': self.seed, 'rng': rngs, 'best': self.best,
+                'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
+            }
+            try:
+                self.ckpt.save(self.step, files)
+                self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
+            except OSError as e:
+                error = f'checkpoint at iteration {self.step} failed: {e}'
+        failed, = dist.agree_any([error is not None])
+        if not failed:
             return
-        files['state'] = {
-            'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
-            'world_size': self.state.world_size, 'seed': self.seed, 'rng': rngs, 'best': self.best,
-            'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
-        }
-        try:
-            self.ckpt.save(self.step, files)
-        except OSError as e:
-            msg = f'checkpoint at iteration {self.step} failed: {e}'
-            if self.train_opt['save_failure'] == 'warn':
-                self.log.error(msg + ' (train.save_failure=warn: continuing)')
-                return
-            raise UserError(msg + ' (set train.save_failure="warn" to continue without it)') from None
-        self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
+        if self.train_opt['save_failure'] == 'warn':
+            self.log.error(f'{error} (train.save_failure=warn: training continues)')
+            return
+        raise TrainingStopped(f'{error or "checkpoint failed on rank 0"}; the previous checkpoints are intact '
+                              f'(train.save_failure="warn" would continue without it)', EXIT_SAVE_FAILED)
 
     def validate(self) -> None:
         n_img = self.opt['val']['tb_images']
@@ -326,8 +330,8 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         trainer.setup()
         trainer.run()
         ok = True
-    except TrainingStopped as e:
-        ok = e.code == EXIT_PREEMPTED  # every rank agreed to stop here: leave together
+    except TrainingStopped:
+        ok = True  # every rank agreed to stop at this point: leave together
         raise
     finally:
         if trainer is not None:

@@ -4,6 +4,7 @@ The production code has no test hooks; this wrapper patches it from outside:
 - INJECT_NAN_AT=k [INJECT_NAN_RANK=r]: the loss of iteration k is NaN (on rank r only, if given);
 - SLOW_SAVE_SECONDS=s: every checkpoint file stays in its temporary file for s seconds before
   the rename, and `SAVING <path>` is printed while it waits (so a test can SIGKILL mid-write);
+- SAVE_FAIL_AT=k: writing checkpoint k fails like a full disk (OSError ENOSPC);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
   first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
 """
@@ -43,6 +44,15 @@ def install() -> None:
         return loss
 
     ModelPlain.backward = backward
+    fail_at = os.environ.get('SAVE_FAIL_AT')
+    if fail_at:
+        original_save = checkpoint.CheckpointDir.save
+
+        def failing_save(self, step, files):
+            if step == int(fail_at):
+                raise OSError(28, 'No space left on device')
+            return original_save(self, step, files)
+        checkpoint.CheckpointDir.save = failing_save
     if slow:
         original = checkpoint.atomic_write_bytes
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_options
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED
+from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
 
 PY = sys.executable
 PATCHED = os.path.join('tests', 'patched_main.py')
@@ -250,3 +250,16 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, demo_i
     assert 'CRASHING rank 1' in res.stdout
     assert 'at iteration 4 (epoch' in res.stdout                        # the restarted workers resumed
     assert 'parameters identical on all 2 rank(s)' in res.stdout
+
+
+def test_a_failed_save_stops_every_rank_loudly_unless_told_to_continue(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2)
+    torchrun = [PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', PATCHED, '--opt', path]
+    res = run(torchrun, env=clean_env(SAVE_FAIL_AT='4'))
+    assert res.returncode != 0
+    assert 'checkpoint at iteration 4 failed: [Errno 28] No space left on device' in res.stderr
+    assert int(open(_models(tmp_path) / 'latest').read()) == 2
+    res = run(torchrun + ['--set', 'train.save_failure=warn', '--fresh'], env=clean_env(SAVE_FAIL_AT='4'))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'training continues' in res.stdout + res.stderr
+    assert int(open(_models(tmp_path) / 'latest').read()) == 8

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Sequence
 
 EXIT_PREEMPTED = 3
 EXIT_NONFINITE = 4
+EXIT_SAVE_FAILED = 5
 
 
 class TrainingStopped(Exception):
