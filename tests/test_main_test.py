@@ -1,0 +1,36 @@
+"""main_test.py: a checkpoint evaluated on the test set gives restored images and a metrics table."""
+import csv
+import os
+import sys
+
+from tests.conftest import run, tiny_options, write_options
+
+PY = sys.executable
+
+
+def _table(path):
+    with open(path) as f:
+        return list(csv.reader(f))
+
+
+def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_path, demo_images):
+    opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
+    assert run([PY, 'main_train.py', '--opt', opt]).returncode == 0
+    one = run([PY, 'main_test.py', '--opt', opt, '--out', str(tmp_path / 'one')])
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert '8_E.pth' in one.stdout                       # newest checkpoint, EMA weights by default
+    rows = _table(tmp_path / 'one' / 'results.csv')
+    assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y'] and rows[-1][0] == 'mean'
+    assert len(rows) == 2 + 8 and all(float(r[1]) > 10 for r in rows[1:])
+    assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)] + ['results.csv'])
+
+    two = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_test.py',
+               '--opt', opt, '--out', str(tmp_path / 'two')])
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert sorted(_table(tmp_path / 'two' / 'results.csv')[1:-1]) == sorted(rows[1:-1])
+
+
+def test_main_test_without_a_checkpoint_says_so(tmp_path, demo_images):
+    opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
+    res = run([PY, 'main_test.py', '--opt', opt])
+    assert res.returncode == 2 and 'no checkpoint found' in res.stderr and res.stderr.count('\n') == 1
