@@ -23,7 +23,7 @@ from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.errors import UserError
 from utils.image import imwrite
-from utils.logger import get_logger, setup_logger
+from utils.logger import setup_logger
 from utils.options import load_options
 
 COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
@@ -88,7 +88,7 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
 
-    border = opt['scale']
+    border = model.metric_border
     rows: List[List[Any]] = []
     local = iter(loader)
     rounds = -(-len(loader.dataset) // state.world_size)

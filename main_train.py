@@ -9,7 +9,6 @@ import argparse
 import hashlib
 import os
 import random
-import shutil
 import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -175,7 +174,7 @@ class Trainer:
         n_img = self.opt['val']['tb_images']
         res = self.model.validate(self.val_loader, n_img)
         images = res.pop('images')
-        self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} images: PSNR {res["psnr"]:.2f} dB, '
+        self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, '
                       f'SSIM {res["ssim"]:.4f}; Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
         self.reporter.scalars(self.step, {f'val/{k}': v for k, v in res.items() if k != 'count'})
         self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})

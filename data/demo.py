@@ -30,7 +30,7 @@ DEMO_GENERATORS: Dict[str, Callable[[Dict[str, Any]], None]] = {}
 COMPLETE_MARKER = '.demo_complete'
 
 # Modules that may register further generators (imported lazily; missing ones are skipped).
-_DEMO_MODULES = ('data.video_datasets',)
+_DEMO_MODULES = ('data.synthetic_gopro',)
 
 
 def register_demo(name: str) -> Callable[[Callable[[Dict[str, Any]], None]], Callable[[Dict[str, Any]], None]]:

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-import data.synthetic_gopro  # noqa: F401  (registers the 'gopro_spike' demo generator)
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
 from data.registry import REQUIRED, register_dataset
 from data.spike import (decode_spike_dat, read_spike_dat, read_spike_npy, representation_channels,
@@ -266,8 +265,8 @@ class VideoRecurrentTrainDataset(Dataset):
     def _read_rgb(self, name: str, clip: str, frame: str) -> np.ndarray:
         where = f'{self.prefix}.dataroot_{name}'
         if self.lmdb is not None:
-            data = self.lmdb.get(name, f'{clip}/{frame}', where)
-            img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+            raw = self.lmdb.get(name, f'{clip}/{frame}', where)
+            img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
             if img is None:
                 raise UserError(f'{where}: key {clip}/{frame} in {self.roots[name]} is not an image')
             return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
@@ -279,8 +278,8 @@ class VideoRecurrentTrainDataset(Dataset):
     def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int]) -> np.ndarray:
         if self.lmdb is not None:
             key = f'{clip}/{frame}'
-            data = self.lmdb.get('spike', key, f'{self.prefix}.dataroot_spike')
-            return self.spike.decode(data, lq_hw, f'{self.roots["spike"]}:{key}')
+            raw = self.lmdb.get('spike', key, f'{self.prefix}.dataroot_spike')
+            return self.spike.decode(raw, lq_hw, f'{self.roots["spike"]}:{key}')
         path = self.roots['spike'] / clip / self.spike.filename(frame)
         return self.spike.decode(str(path), lq_hw, str(path))
 
@@ -295,7 +294,8 @@ class VideoRecurrentTrainDataset(Dataset):
         if first > last_start:
             first = rng.randint(start, last_start)
         neighbors = list(range(first, first + self.num_frame * interval, interval))
-        if self.opt['random_reverse'] and rng.random() < 0.5:
+        reverse = self.opt['random_reverse'] and rng.random() < 0.5
+        if reverse:
             neighbors.reverse()
 
         gts, lqs = [], []
@@ -304,7 +304,10 @@ class VideoRecurrentTrainDataset(Dataset):
             gts.append(_to_float(self._read_rgb('gt', clip, frame)))
             lq = _to_float(self._read_rgb('lq', clip, frame))
             if self.spike:
-                lq = np.concatenate([lq, self._read_spike(clip, frame, lq.shape[:2])], axis=2)
+                spikes = self._read_spike(clip, frame, lq.shape[:2])
+                if reverse:  # played backwards, each exposure's spike channels run backwards too
+                    spikes = spikes[:, :, ::-1]
+                lq = np.concatenate([lq, spikes], axis=2)
             lqs.append(lq)
 
         item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'

@@ -223,19 +223,34 @@ class ModelPlain:
         return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
                 for j in range(out.shape[0])]
 
-    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0) -> Dict[str, Any]:
-        """PSNR/SSIM (RGB and Y, border = scale) over this rank's shard, summed over all ranks.
+    @property
+    def metric_border(self) -> int:
+        """Pixels cropped at each border before PSNR/SSIM: the scale, as KAIR does for images."""
+        return self.opt['scale']
 
-        Every rank must call this (the sums are a collective). Returns the means and up to
-        `num_images` restored images of this rank's shard for logging.
+    log_items = False  # log every evaluated clip, not only the means (video models)
+
+    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0) -> Dict[str, Any]:
+        """PSNR/SSIM (RGB and Y) per item, summed over all ranks; returns the means over items.
+
+        Every rank must call this (the sums are a collective). Also returns up to `num_images`
+        restored images (middle frame for clips) of this rank's shard for logging.
         """
         sums = torch.zeros(5, dtype=torch.float64)
         images: Dict[str, Any] = {}
+        rows = []
         for batch in loader:
             for name, E, H in self.restore(batch):
-                sums += torch.tensor([*item_metrics(E, H, self.opt['scale']), 1.0], dtype=torch.float64)
+                m = item_metrics(E, H, self.metric_border)
+                rows.append((name, len(E), m))
+                sums += torch.tensor([*m, 1.0], dtype=torch.float64)
                 if len(images) < num_images:
                     images[name] = E[len(E) // 2]
+        if self.log_items:
+            log = get_logger()
+            for name, frames, m in sorted(r for part in dist.gather_objects(rows) for r in part):
+                log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
+                         f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
         return {**metrics_from_sums(sums), 'images': images}
 
     def state_files(self) -> Dict[str, Any]:

@@ -5,15 +5,14 @@
 2. Whole-clip testing in temporal chunks and spatial tiles (options from `val`), and per-clip metrics.
 """
 import math
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from models.model_plain import ModelPlain, item_metrics, metrics_from_sums
+from models.model_plain import ModelPlain
 from models.registry import register_model
-from utils import dist
 from utils.errors import UserError
 from utils.image import tensor2uint
 from utils.logger import get_logger
@@ -242,22 +241,4 @@ class ModelVRT(ModelPlain):
 
 
     metric_border = 0  # KAIR's main_train_vrt and VRT's main_test_vrt compare whole frames
-
-    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0) -> Dict[str, Any]:
-        """Per-clip PSNR/SSIM (mean over the clip's frames), logged clip by clip; returns the means
-        over clips, summed across ranks (each rank tests whole clips of its shard)."""
-        sums = torch.zeros(5, dtype=torch.float64)
-        images: Dict[str, Any] = {}
-        clips = []
-        for batch in loader:
-            for name, E, H in self.restore(batch):
-                m = item_metrics(E, H, self.metric_border)
-                clips.append((name, len(E), m))
-                sums += torch.tensor([*m, 1.0], dtype=torch.float64)
-                if len(images) < num_images:
-                    images[name] = E[len(E) // 2]
-        log = get_logger()
-        for name, frames, m in sorted(c for part in dist.gather_objects(clips) for c in part):
-            log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
-                     f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
-        return {**metrics_from_sums(sums), 'images': images}
+    log_items = True   # per-clip PSNR/SSIM, as the reference logs them

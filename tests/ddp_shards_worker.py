@@ -9,7 +9,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 
 from data.loader import build_train_loader  # noqa: E402

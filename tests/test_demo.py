@@ -11,7 +11,7 @@ NOISY_INPUT_PSNR = 20.2   # sigma 25 gaussian noise on [0, 255] images: 20*log10
 
 
 def _psnrs(log: str):
-    return [float(x) for x in re.findall(r'validation on \d+ images: PSNR ([\d.]+) dB', log)]
+    return [float(x) for x in re.findall(r'validation on \d+ items: PSNR ([\d.]+) dB', log)]
 
 
 def test_demo_command_runs_shortened_and_validates(tmp_path):
