@@ -13,7 +13,11 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-import torch
+# c10d's C++ warnings (store retries, shutdown notes) are noise next to our one-line errors;
+# TORCH_CPP_LOG_LEVEL=INFO shows them. Must be set before torch is imported.
+os.environ.setdefault('TORCH_CPP_LOG_LEVEL', 'ERROR')
+
+import torch  # noqa: E402
 
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader
@@ -24,6 +28,7 @@ from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_text
 from utils.errors import UserError
 from utils.logger import Reporter, get_logger, setup_logger
 from utils.options import dumps, load_options
+from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.seed import rng_state, seed_everything, set_rng_state
 from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
@@ -343,6 +348,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         opt = load_options(args.opt, args.set)
         state = dist.detect()
+        code = maybe_relaunch(opt, state, __file__, sys.argv[1:] if argv is None else argv)
+        if code is not None:  # this process only launched the ranks
+            return code
         train(opt, state, args)
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)

@@ -5,10 +5,10 @@
 #   OPT=options/x.json EXTRA_ARGS="--set train.total_iter=1000" sbatch --nodes=2 submit_job.sh
 #
 # Edit the header for your cluster (or override any line on the sbatch command line):
-# --ntasks-per-node must equal the GPUs per node in --gres. Preemption: SLURM sends SIGUSR1
-# (--signal) before the time limit, or SIGTERM when it preempts; every rank agrees on the stop,
-# rank 0 saves a checkpoint, the ranks exit with code 3, and this script requeues the job, which
-# resumes from that checkpoint by itself.
+# --ntasks-per-node must equal the GPUs per node in --gres (CPU-only partition: --gres=none).
+# Preemption: SLURM sends SIGUSR1 (--signal) before the time limit, or SIGTERM when it preempts;
+# every rank agrees on the stop, rank 0 saves a checkpoint, the ranks exit with code 3, and this
+# script requeues the job, which resumes from that checkpoint by itself.
 #SBATCH --job-name=restoration
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8

@@ -15,9 +15,11 @@ from utils.suggest import did_you_mean
 NETWORKS: Dict[str, Type[nn.Module]] = {}
 MODELS: Dict[str, type] = {}
 
-# Modules whose import fills the registries (explicit, so nothing depends on import side order).
-_NETWORK_MODULES = ('models.network_dncnn', 'models.network_msrresnet', 'models.network_vrt')
-_MODEL_MODULES = ('models.model_plain', 'models.model_vrt')
+# Where each registered name lives, so that building one network imports only its module (VRT's
+# pulls in torchvision, ~3 s per rank); an unknown name imports them all for the did-you-mean.
+_NETWORK_MODULES = {'dncnn': 'models.network_dncnn', 'msrresnet1': 'models.network_msrresnet',
+                    'vrt': 'models.network_vrt'}
+_MODEL_MODULES = {'plain': 'models.model_plain', 'vrt': 'models.model_vrt'}
 
 # netG keys that configure weight initialisation rather than the constructor.
 INIT_KEYS = ('init_type', 'init_bn_type', 'init_gain')
@@ -41,17 +43,14 @@ def register_model(name: str) -> Callable[[type], type]:
     return deco
 
 
-def _load(modules) -> None:
-    for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:  # a real missing dependency inside the module
-                raise
+def _load(modules: Dict[str, str], name: str) -> None:
+    """Import the module registering `name`, or every known module when `name` is not listed."""
+    for mod in ([modules[name]] if name in modules else sorted(set(modules.values()))):
+        importlib.import_module(mod)
 
 
 def network_class(net_type: str) -> Type[nn.Module]:
-    _load(_NETWORK_MODULES)
+    _load(_NETWORK_MODULES, net_type)
     if net_type not in NETWORKS:
         raise UserError(f'netG.net_type: unknown network "{net_type}"{did_you_mean(net_type, NETWORKS)}; '
                         f'known: {", ".join(sorted(NETWORKS))}')
@@ -59,7 +58,7 @@ def network_class(net_type: str) -> Type[nn.Module]:
 
 
 def model_class(name: str) -> type:
-    _load(_MODEL_MODULES)
+    _load(_MODEL_MODULES, name)
     if name not in MODELS:
         raise UserError(f'model: unknown model "{name}"{did_you_mean(name, MODELS)}; '
                         f'known: {", ".join(sorted(MODELS))}')

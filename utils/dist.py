@@ -6,14 +6,19 @@ step ('slurm'), or a plain process ('single'). The sbatch batch script also carr
 so SLURM is recognised only inside a job step (SLURM_STEP_ID set); otherwise the batch script
 would wait forever for ranks that never come.
 """
+import contextlib
 import datetime
 import functools
 import os
 import re
 import shutil
+import socket
 import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -21,6 +26,8 @@ import torch.distributed as dist
 from utils.errors import UserError
 
 T = TypeVar('T')
+# Seconds past dist_timeout before init gives up on c10d itself (it can wait forever on a foreign port).
+INIT_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -137,22 +144,28 @@ def init(state: DistState, timeout_s: float = 600, env: Any = os.environ) -> tor
     env.update(MASTER_ADDR=str(state.master_addr), MASTER_PORT=str(state.master_port),
                WORLD_SIZE=str(state.world_size), RANK=str(state.rank), LOCAL_RANK=str(state.local_rank))
     timeout = datetime.timedelta(seconds=timeout_s)
-    try:
-        rendezvous: Dict[str, Any] = {'init_method': 'env://'}
-        if env.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
-            # Restarts by `torchrun --max-restarts` reuse the agent's store: without a per-attempt
-            # prefix the new ranks read the dead attempt's addresses and fail to connect (torch 2.14).
-            store = dist.TCPStore(str(state.master_addr), int(state.master_port), state.world_size,
-                                  is_master=False, timeout=timeout)
-            attempt = env.get('TORCHELASTIC_RESTART_COUNT', '0')
-            rendezvous = {'store': dist.PrefixStore(f'/restoration/attempt_{attempt}', store)}
-        dist.init_process_group(backend='nccl' if cuda else 'gloo', world_size=state.world_size,
-                                rank=state.rank, timeout=timeout, device_id=device if cuda else None,
-                                **rendezvous)
-    except Exception as e:  # the c10d store raises several types; all mean "could not rendezvous"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f'distributed init failed (rank {state.rank}/{state.world_size}, master '
-                        f'{state.master_addr}:{state.master_port}, timeout {timeout_s:g}s): {first}') from None
+    wait_for_master(state, timeout_s)
+    stuck = (f'distributed init failed (rank {state.rank}/{state.world_size}, master {state.master_addr}:'
+             f'{state.master_port}): no rendezvous within {timeout_s:g}s (+{INIT_GRACE_S:g}s); '
+             f'is MASTER_PORT held by another program?')
+    with exit_if_stuck(timeout_s + INIT_GRACE_S, stuck):
+        try:
+            rendezvous: Dict[str, Any] = {'init_method': 'env://'}
+            if env.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
+                # Restarts by `torchrun --max-restarts` reuse the agent's store: without a per-attempt
+                # prefix the new ranks read the dead attempt's addresses and fail to connect (torch 2.14).
+                store = dist.TCPStore(str(state.master_addr), int(state.master_port), state.world_size,
+                                      is_master=False, timeout=timeout)
+                attempt = env.get('TORCHELASTIC_RESTART_COUNT', '0')
+                rendezvous = {'store': dist.PrefixStore(f'/restoration/attempt_{attempt}', store)}
+            dist.init_process_group(backend='nccl' if cuda else 'gloo', world_size=state.world_size,
+                                    rank=state.rank, timeout=timeout, device_id=device if cuda else None,
+                                    **rendezvous)
+            dist.barrier()  # every rank is here: a rank with another WORLD_SIZE fails now, inside this try
+        except Exception as e:  # the c10d store raises several types; all mean "could not rendezvous"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f'distributed init failed (rank {state.rank}/{state.world_size}, master '
+                            f'{state.master_addr}:{state.master_port}, timeout {timeout_s:g}s): {first}') from None
     return device
 
 
@@ -276,3 +289,53 @@ def cleanup(together: bool = True) -> None:
         finally:
             _control_group = None
             dist.destroy_process_group()
+
+
+def wait_for_master(state: DistState, timeout_s: float, poll_s: float = 0.5) -> None:
+    """Ranks other than 0: wait until the master's port accepts connections, or fail in one line.
+
+    Against a master that is not there, torch's TCPStore client retries for about three times the
+    timeout and logs C++ stack traces meanwhile; this loop gives up at the timeout. Rank 0 hosts
+    the store itself, so it has nothing to wait for.
+    """
+    if not state.distributed or state.rank == 0:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((str(state.master_addr), int(state.master_port)),
+                                          timeout=max(min(poll_s * 4, left), 0.1)):
+                return
+        except OSError as e:
+            reason = e.strerror or str(e) or type(e).__name__
+        if left <= poll_s:
+            raise UserError(f'distributed init failed (rank {state.rank}/{state.world_size}): master '
+                            f'{state.master_addr}:{state.master_port} not reachable within {timeout_s:g}s '
+                            f'({reason}); is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?')
+        time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def exit_if_stuck(seconds: float, message: str, code: int = 2) -> Iterator[None]:
+    """Hard deadline around a blocking call that can ignore its own timeout.
+
+    A TCPStore client that reached a port held by some other program waits for an answer forever.
+    A timer thread (blocking c10d calls release the GIL) prints `error: message` and ends the
+    process with `code`; nothing needs cleaning up before the process group exists.
+    """
+    done = threading.Event()
+
+    def fire() -> None:
+        if not done.is_set():
+            print(f'error: {message}', file=sys.stderr, flush=True)
+            os._exit(code)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        timer.cancel()

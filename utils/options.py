@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from data.registry import LOADER_OPTIONS, REQUIRED, dataset_class
-from models.registry import INIT_KEYS, constructor_defaults, network_class
+from models.registry import constructor_defaults, network_class
 from utils.errors import OptionsError, UserError
 from utils.suggest import did_you_mean
 
@@ -107,6 +107,9 @@ SCHEMA: Dict[str, Any] = {
         'fix_iter': Key(0, (int,), _non_negative),
         'fix_lr_mul': Key(1.0, (int, float), _non_negative),
         'fix_keys': Key([], (list,)),
+        'amp': Key('none', (str,), _one_of('none', 'bf16', 'fp16')),
+        'channels_last': Key(False, (bool,)),
+        'compile': Key(False, (bool,)),
     },
     'val': {
         'save_img': Key(False, (bool,)),
