@@ -1,0 +1,103 @@
+"""Throughput of 2 DDP processes x 1 thread against 1 process x 2 threads (demo DnCNN, CPU, gloo).
+
+Both sides run the real `Trainer.run` loop (see bench_loop.py) with the same global batch of 16
+(DDP: 8 per process, gradients all-reduced every step; single: 16) on in-memory demo-shaped batches.
+Each measurement is a fresh set of processes (env:// rendezvous, as under torchrun); rank 0 times
+`--steps` iterations after warm-up. The sides alternate rep by rep; samples/s are medians.
+
+    python bench/bench_ddp.py [--reps 5] [--steps 20]
+"""
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, '..')
+GLOBAL_BATCH = 16
+
+
+def worker(world: int, threads: int, steps: int) -> None:
+    """One rank: build the demo model through the framework, train, print samples/s on rank 0."""
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, HERE)
+    import torch
+    from bench_loop import demo_options, framework, make_batches
+    from utils import dist
+    torch.set_num_threads(threads)
+    state = dist.detect()
+    device = dist.init(state, 120)
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        opt = demo_options(tmp, f'datasets.train.dataloader_batch_size={GLOBAL_BATCH // world}')
+        run, _ = framework(opt, make_batches(opt, 8, seed=state.rank), state)
+        run(3)
+        dist.barrier()
+        t0 = time.perf_counter()
+        run(steps)
+        dist.barrier()
+        elapsed = time.perf_counter() - t0
+    if dist.is_main_process():
+        print(f'SAMPLES_PER_S {GLOBAL_BATCH * steps / elapsed:.3f} threads={torch.get_num_threads()} '
+              f'device={device}', flush=True)
+    dist.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def launch(world: int, threads: int, steps: int) -> float:
+    """Start `world` worker processes (env:// like torchrun) and return rank 0's samples/s."""
+    drop = ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'OMP_NUM_THREADS')
+    base = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith('SLURM_')}
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(base, OMP_NUM_THREADS=str(threads))
+        if world > 1:
+            env.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
+                       MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), '--worker', str(world), str(threads), str(steps)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=600) for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError('\n'.join(f'rank {i} exit {p.returncode}:\n{o[0][-1500:]}\n{o[1][-1500:]}'
+                                     for i, (p, o) in enumerate(zip(procs, outs))))
+    line = next(ln for ln in outs[0][0].splitlines() if ln.startswith('SAMPLES_PER_S'))
+    return float(line.split()[1])
+
+
+def main(argv: Sequence[str] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--reps', type=int, default=5)
+    p.add_argument('--steps', type=int, default=20)
+    a = p.parse_args(argv)
+    sys.path.insert(0, HERE)
+    from bench_loop import machine
+    print(machine())
+    ddp: List[float] = []
+    single: List[float] = []
+    for _ in range(a.reps):
+        ddp.append(launch(2, 1, a.steps))
+        single.append(launch(1, 2, a.steps))
+    d, s = statistics.median(ddp), statistics.median(single)
+    print(f'workload: demo DnCNN, global batch {GLOBAL_BATCH} (DDP {GLOBAL_BATCH // 2}/process), gloo, '
+          f'{a.steps} timed steps per run, {a.reps} runs per side interleaved; medians')
+    print(f'DDP 2 proc x 1 thread / 1 proc x 2 threads (samples/s)  2x1 {d:7.1f} | 1x2 {s:7.1f} | '
+          f'ratio {d / s:6.3f}  (about 1.0 expected on 2 cores)')
+
+
+if __name__ == '__main__':
+    if len(sys.argv) > 1 and sys.argv[1] == '--worker':
+        worker(*map(int, sys.argv[2:5]))
+    else:
+        main()

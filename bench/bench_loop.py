@@ -1,0 +1,240 @@
+"""Step time of the framework's training loop against a hand-written PyTorch loop, plus option rows.
+
+Both sides train the demo DnCNN (options/train_dncnn_demo.json) on the same in-memory batches with
+the same Adam + MultiStepLR and L1 loss. The framework side is the real `Trainer.run` loop
+(micro_batches, timing, the finiteness check, `dist.agree_any`, `ModelPlain.backward/step`, print
+steps with `log_losses`), fed by an in-memory loader; only the end-of-run checkpoint write and
+replica check are switched off, since they are not per-step costs. EMA is off (`E_decay: 0`) because
+the bare loop has none; the `EMA on / off` row shows its price.
+
+Every row alternates its two sides rep by rep (A, B, A, B, ...) so machine load hits both alike,
+and reports the median per-step time of each side and their ratio.
+
+    python bench/bench_loop.py [--reps 7] [--steps 15] [--threads N] [--no-compile] [--profile]
+"""
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+import main_train  # noqa: E402
+from models.init import init_weights  # noqa: E402
+from models.model_plain import ModelPlain  # noqa: E402
+from models.registry import build_network  # noqa: E402
+from utils import dist  # noqa: E402
+from utils.logger import Reporter  # noqa: E402
+from utils.options import load_options  # noqa: E402
+
+DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
+
+
+def machine() -> str:
+    """One line describing what the numbers were measured on."""
+    try:
+        load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
+    except OSError:
+        load = '?'
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as f:
+            cpu = next(ln.split(':', 1)[1].strip() for ln in f if ln.startswith('model name'))
+    except (OSError, StopIteration):
+        pass
+    return (f'machine: {cpu}, nproc {os.cpu_count()}, torch {torch.__version__}, '
+            f'torch threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get("OMP_NUM_THREADS", "unset")}, '
+            f'cpu capability {torch.backends.cpu.get_cpu_capability()}, load avg {load}')
+
+
+def demo_options(root: str, *overrides: str) -> Dict[str, Any]:
+    """The demo options with outputs under `root`, no TensorBoard, no EMA (unless overridden)."""
+    base = [f'path.root={root}', 'logging.use_tensorboard=false', 'train.E_decay=0']
+    return load_options(DEMO, base + list(overrides))
+
+
+def make_batches(opt: Dict[str, Any], n: int, seed: int = 0) -> List[Dict[str, torch.Tensor]]:
+    """`n` demo-shaped batches (batch size, patch size, sigma of the demo's train section)."""
+    ds = opt['datasets']['train']
+    b, p, c = ds['dataloader_batch_size'], ds['H_size'], opt['n_channels']
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        H = torch.rand(b, c, p, p, generator=g)
+        out.append({'L': H + torch.randn(H.shape, generator=g) * (ds['sigma'] / 255.0), 'H': H})
+    return out
+
+
+class _MemoryLoader:
+    """Stands in for the DataLoader: the same batches every epoch."""
+
+    def __init__(self, batches: Sequence[Dict[str, torch.Tensor]]):
+        self.batches = list(batches)
+        self.batch_size = self.batches[0]['L'].shape[0]
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class _NoSampler:
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def set_start(self, start: int) -> None:
+        pass
+
+
+def framework(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]],
+              state: Optional[dist.DistState] = None) -> Tuple[Callable[[int], None], Any]:
+    """A runner doing k iterations of the real `Trainer.run` loop, and its trainer.
+
+    `state` is the distributed state of an initialised process group (default: a single process).
+    """
+    torch.manual_seed(0)
+    args = main_train.parse_args(['--opt', DEMO])
+    state = state or dist.detect({})
+    trainer = main_train.Trainer(opt, state, torch.device('cpu'), args)
+    trainer.seed = 0
+    trainer.train_loader, trainer.sampler = _MemoryLoader(batches), _NoSampler()
+    trainer.val_loader = None
+    trainer.accum = opt['train']['accumulate_steps']
+    trainer.steps_per_epoch = len(trainer.train_loader) // trainer.accum
+    trainer.effective_batch = trainer.train_loader.batch_size * trainer.accum * state.world_size
+    trainer.model = ModelPlain(opt, torch.device('cpu'))
+    trainer.step = trainer.epoch = trainer.epoch_step = 0
+    trainer.reporter = Reporter(opt, dist.is_main_process())
+    trainer.save = lambda: None  # end-of-run checkpoint: not a per-step cost
+    trainer.check_replicas = lambda: None
+
+    def run(k: int) -> None:
+        trainer.train_opt['total_iter'] = trainer.step + k
+        trainer.run()
+    return run, trainer
+
+
+def bare(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]]) -> Callable[[int], None]:
+    """The hand-written loop a user would write for the same network, optimizer and loss."""
+    torch.manual_seed(0)
+    t = opt['train']
+    net = build_network(opt['netG'])
+    init_weights(net, opt['netG']['init_type'], opt['netG']['init_bn_type'], opt['netG']['init_gain'])
+    optimizer = torch.optim.Adam(net.parameters(), lr=t['G_optimizer_lr'], betas=tuple(t['G_optimizer_betas']),
+                                 weight_decay=t['G_optimizer_wd'])
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, t['G_scheduler_milestones'], t['G_scheduler_gamma'])
+    loss_fn = torch.nn.L1Loss()
+    state = {'i': 0}
+
+    def run(k: int) -> None:
+        net.train()
+        for _ in range(k):
+            batch = batches[state['i'] % len(batches)]
+            state['i'] += 1
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(net(batch['L']), batch['H'])
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+    return run
+
+
+def interleaved(a: Callable[[int], None], b: Callable[[int], None], steps: int, reps: int,
+                warmup: int = 2) -> Tuple[float, float, float]:
+    """Median seconds per step of `a` and `b`, alternating A, B, A, B, ... rep by rep, and the
+    median of the per-rep ratios a_i / b_i (robust to load that drifts over the run)."""
+    a(warmup)
+    b(warmup)
+    ta, tb = [], []
+    for _ in range(reps):
+        for fn, out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn(steps)
+            out.append((time.perf_counter() - t0) / steps)
+    return statistics.median(ta), statistics.median(tb), statistics.median(x / y for x, y in zip(ta, tb))
+
+
+def row(label: str, a_name: str, b_name: str, ta: float, tb: float, paired: float, goal: str = '') -> str:
+    return (f'{label:<40s} {a_name} {ta * 1e3:7.1f} ms/step | {b_name} {tb * 1e3:7.1f} ms/step | '
+            f'ratio {ta / tb:6.3f} (paired {paired:6.3f}){"  " + goal if goal else ""}')
+
+
+def profile(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]], steps: int) -> None:
+    """Where the framework's step time goes (cProfile, python-level; torch ops show as their callers)."""
+    run, _ = framework(opt, batches)
+    run(2)
+    prof = cProfile.Profile()
+    prof.enable()
+    run(steps)
+    prof.disable()
+    pstats.Stats(prof).sort_stats('tottime').print_stats(25)
+
+
+def main(argv: Sequence[str] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--reps', type=int, default=7)
+    p.add_argument('--steps', type=int, default=15, help='training steps per rep')
+    p.add_argument('--threads', type=int, default=None, help='torch threads (default: torch\'s choice)')
+    p.add_argument('--no-compile', action='store_true', help='skip the torch.compile row (slow to compile)')
+    p.add_argument('--profile', action='store_true', help='also print a cProfile of framework steps')
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    print(machine())
+    with tempfile.TemporaryDirectory() as tmp:
+        opt = lambda *o: demo_options(tmp, *o)  # noqa: E731
+        base = opt()
+        batches = make_batches(base, 8)
+        ds, net = base['datasets']['train'], base['netG']
+        print(f'workload: demo DnCNN nc={net["nc"]} nb={net["nb"]} act={net["act_mode"]}, batch '
+              f'{ds["dataloader_batch_size"]}x{base["n_channels"]}x{ds["H_size"]}x{ds["H_size"]}, Adam, L1; '
+              f'{a.steps} steps per rep, {a.reps} reps per side, interleaved A,B,A,B; medians')
+
+        fw, _ = framework(base, batches)
+        ta, tb, pr = interleaved(fw, bare(base, batches), a.steps, a.reps)
+        demo_bare = tb
+        print(row('framework loop / bare PyTorch loop', 'framework', 'bare', ta, tb, pr, 'goal <= 1.03'))
+
+        fw_off, _ = framework(opt('train.nan_policy=off'), batches)
+        ta, tb, pr = interleaved(fw_off, bare(base, batches), a.steps, a.reps)
+        print(row('framework (nan_policy=off) / bare loop', 'framework', 'bare', ta, tb, pr))
+
+        # The loop's own cost in absolute time: a network so small that compute hardly counts.
+        tiny = opt('netG.nc=4', 'netG.nb=2', 'datasets.train.dataloader_batch_size=1', 'datasets.train.H_size=8')
+        tiny_batches = make_batches(tiny, 8)
+        fw_tiny, _ = framework(tiny, tiny_batches)
+        ta, tb, pr = interleaved(fw_tiny, bare(tiny, tiny_batches), 20 * a.steps, a.reps)
+        print(f'{"per-step overhead (tiny net nc=4 nb=2 1x3x8x8)":<40s} framework {ta * 1e6:7.0f} us/step | '
+              f'bare {tb * 1e6:7.0f} us/step | overhead {(ta - tb) * 1e6:5.0f} us = '
+              f'{(ta - tb) / demo_bare * 100:.2f} % of a demo bare step')
+
+        rows = [('EMA on (E_decay 0.99) / off', 'train.E_decay=0.99'),
+                ('amp bf16 / fp32', 'train.amp=bf16'),
+                ('channels_last on / off', 'train.channels_last=true')]
+        if not a.no_compile:
+            rows.append(('compile on / off', 'train.compile=true'))
+        for label, override in rows:
+            on, _ = framework(opt(override), batches)
+            off, _ = framework(base, batches)
+            t0 = time.perf_counter()
+            on(1)  # for compile: the compilation happens here
+            first = time.perf_counter() - t0
+            ta, tb, pr = interleaved(on, off, a.steps, a.reps)
+            extra = f'(first step incl. compilation {first:.1f} s)' if 'compile' in override else ''
+            print(row(label, 'on ', 'off', ta, tb, pr, extra))
+        if a.profile:
+            profile(base, batches, a.steps)
+
+
+if __name__ == '__main__':
+    main()

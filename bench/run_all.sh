@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run every benchmark in bench/ once and print all ratios (raw output; see bench/README.md).
+#
+#   bash bench/run_all.sh            # full run, about 10-15 minutes on 2 CPU cores
+#   QUICK=1 bash bench/run_all.sh    # fewer reps, no torch.compile row (a smoke run, noisy)
+#
+# Timings are only meaningful on an otherwise idle machine: check `uptime` first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ "${QUICK:-0}" == "1" ]]; then
+  LOOP=(--reps 3 --steps 5 --no-compile); DATA=(--iters 24); RESUME=(--reps 2); DDP=(--reps 2 --steps 10); DCN=(--reps 3)
+else
+  LOOP=(); DATA=(); RESUME=(); DDP=(); DCN=()
+fi
+
+echo "== run_all.sh $(date '+%Y-%m-%d %H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
+echo "== python $(python -c 'import sys; print(sys.version.split()[0])'), OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
+echo
+echo "== bench_loop.py: framework loop vs bare PyTorch loop; option rows"
+python bench/bench_loop.py "${LOOP[@]}"
+echo
+echo "== bench_data.py: data wait fraction (demo config, real loader)"
+python bench/bench_data.py "${DATA[@]}"
+echo
+echo "== bench_resume.py: time to first step, resume vs fresh"
+python bench/bench_resume.py "${RESUME[@]}"
+echo
+echo "== bench_ddp.py: DDP 2x1 vs 1x2 throughput"
+python bench/bench_ddp.py "${DDP[@]}"
+echo
+echo "== bench_deform_conv.py: deformable conv paths (VRT)"
+python bench/bench_deform_conv.py "${DCN[@]}"
+echo
+echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
