@@ -117,10 +117,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         state = dist.detect()
         dist.select_gpus(opt['gpu_ids'], state)
         device = dist.init(state, opt['dist_timeout'])
+        ok = False
         try:
             evaluate(opt, args, state, device)
+            ok = True
         finally:
-            dist.cleanup()
+            dist.cleanup(together=ok)  # after an error on one rank the others may never arrive
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         return 2

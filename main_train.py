@@ -86,15 +86,30 @@ class Trainer:
 
     def setup(self) -> None:
         opt, t = self.opt, self.train_opt
-        seed = t['manual_seed'] if t['manual_seed'] is not None else dist.broadcast_object(random.randint(1, 10000))
+        if self.main:
+            for name in self.ckpt.remove_stale_temp():
+                self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
+        # Found first: a resumed run must shuffle with the seed it started with.
+        point = find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
+        if t['manual_seed'] is not None:
+            seed = t['manual_seed']
+        elif point is not None:
+            seed = point.training['seed']
+        else:
+            seed = dist.broadcast_object(random.randint(1, 10000))
         self.seed = seed
         seed_everything(seed)
         self.log.info(f'seed {seed} (same on every rank; data order comes from the sampler)')
 
+        error = None
         if self.main:
-            for section in opt['datasets'].values():
-                ensure_demo_data(section)
-        dist.barrier()
+            try:
+                for section in opt['datasets'].values():
+                    ensure_demo_data(section)
+            except UserError as e:
+                error = str(e)
+        if dist.agree_any([error is not None])[0]:
+            raise UserError(error or 'demo data generation failed on rank 0')
 
         train_opt_ds = opt['datasets'].get('train')
         if train_opt_ds is None:
@@ -123,10 +138,6 @@ class Trainer:
 
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         wandb_id = None
-        if self.main:
-            for name in self.ckpt.remove_stale_temp():
-                self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
-        point = find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
         if point is not None:
             wandb_id = self.restore(point)
         self.reporter = Reporter(opt, self.main, wandb_id)
@@ -135,22 +146,24 @@ class Trainer:
         s = point.training
         self.model.load_state(point.weights, s['model'])
         self.step, self.best = s['iter'], s['best']
-        if s['world_size'] == self.state.world_size and s['epoch_step'] < self.steps_per_epoch:
+        layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
+        saved = (s['world_size'], s.get('batch_size', layout[1]), s.get('accumulate_steps', layout[2]))
+        if saved == layout and s['epoch_step'] < self.steps_per_epoch:
             self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
         else:
-            # Shards differ with the world size, so the mid-epoch position has no equivalent: the
-            # next epoch starts with a fresh permutation and nothing of the old one is replayed.
+            # Shards and batches differ with the world size, batch size and accumulation, so the
+            # mid-epoch position has no equivalent: the next epoch starts with a fresh permutation.
             self.epoch, self.epoch_step = s['epoch'] + 1, 0
-            if s['world_size'] != self.state.world_size:
-                self.log.warning(f'resume: world size changed {s["world_size"]} -> {self.state.world_size}; '
-                                 f'continuing at the start of epoch {self.epoch}')
+            if saved != layout:
+                self.log.warning(f'resume: (world size, batch per process, accumulation) changed {saved} -> '
+                                 f'{layout}; continuing at the start of epoch {self.epoch}')
         rngs = s['rng']
         set_rng_state(rngs[self.state.rank] if self.state.rank < len(rngs) else rngs[0])
         self.log.info(f'resumed from {point.path} at iteration {self.step} (epoch {self.epoch}, '
                       f'{self.epoch_step} iterations into it)')
         return s.get('wandb_id')
 
-    def save(self) -> None:
+    def save(self) -> bool:
         """Rank 0 writes; all ranks gather the random states before and learn the outcome after."""
         rngs = dist.gather_objects(rng_state())
         error = None
@@ -158,7 +171,8 @@ class Trainer:
             files = self.model.state_files()
             files['state'] = {
                 'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
-                'world_size': self.state.world_size, 'seed': self.seed, 'rng': rngs, 'best': self.best,
+                'world_size': self.state.world_size, 'batch_size': self.train_loader.batch_size,
+                'accumulate_steps': self.accum, 'seed': self.seed, 'rng': rngs, 'best': self.best,
                 'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
             }
             try:
@@ -166,12 +180,16 @@ class Trainer:
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
             except OSError as e:
                 error = f'checkpoint at iteration {self.step} failed: {e}'
+        return self.agree_on_write(error)
+
+    def agree_on_write(self, error: Optional[str]) -> bool:
+        """All ranks learn whether rank 0's write failed and act on `train.save_failure` together."""
         failed, = dist.agree_any([error is not None])
         if not failed:
-            return
+            return True
         if self.train_opt['save_failure'] == 'warn':
             self.log.error(f'{error} (train.save_failure=warn: training continues)')
-            return
+            return False
         raise TrainingStopped(f'{error or "checkpoint failed on rank 0"}; the previous checkpoints are intact '
                               f'(train.save_failure="warn" would continue without it)', EXIT_SAVE_FAILED)
 
@@ -185,8 +203,13 @@ class Trainer:
         self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})
         if res['psnr'] > self.best['psnr']:
             self.best = {'psnr': res['psnr'], 'iter': self.step}
+            error = None
             if self.main:
-                self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
+                try:
+                    self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
+                except OSError as e:
+                    error = f'best checkpoint at iteration {self.step} failed: {e}'
+            self.agree_on_write(error)
 
     def run(self) -> None:
         t, total = self.train_opt, self.train_opt['total_iter']
@@ -214,12 +237,14 @@ class Trainer:
                     window = 0
                 if self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or self.step == total):
                     self.validate()
+                saved = False
                 if self.step % t['checkpoint_save'] == 0 or self.step == total or stop:
-                    self.save()
+                    saved = self.save()
                 if stop:
                     raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at '
-                                          f'iteration {self.step}; checkpoint saved, rerun the same command '
-                                          f'to resume', EXIT_PREEMPTED)
+                                          f'iteration {self.step}; '
+                                          f'{"checkpoint saved" if saved else "the checkpoint FAILED"}, rerun '
+                                          f'the same command to resume', EXIT_PREEMPTED)
                 if self.step >= total:
                     break
                 tick = time.time()
@@ -343,6 +368,13 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         dist.cleanup(together=ok)
 
 
+def one_line(message: str) -> str:
+    """A UserError raised in a DataLoader worker comes back wrapped in its traceback: keep the error."""
+    if 'Original Traceback' in message:
+        return message.strip().splitlines()[-1].split('UserError: ', 1)[-1]
+    return message
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
@@ -353,7 +385,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return code
         train(opt, state, args)
     except UserError as e:
-        print(f'error: {e}', file=sys.stderr)
+        print(f'error: {one_line(str(e))}', file=sys.stderr)
         return EXIT_USER_ERROR
     except TrainingStopped as e:
         print(f'{"stopped" if e.code == EXIT_PREEMPTED else "error"}: {e}', file=sys.stderr)

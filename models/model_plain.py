@@ -181,8 +181,12 @@ class ModelPlain:
         self._loss_steps += 1
 
     def skip_step(self) -> None:
-        """Drop the gradients of a step that will not be applied (non-finite loss, policy 'skip')."""
+        """Drop the gradients of a step that is not applied (non-finite loss, policy 'skip').
+
+        The schedule still advances, so the learning rate keeps following the iteration count.
+        """
         self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
 
     def train_step(self, batches: Sequence[Dict[str, Any]], step: int) -> None:
         """One full optimizer step without any host sync (used where no agreement is needed)."""

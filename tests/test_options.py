@@ -151,3 +151,21 @@ def test_cli_reports_option_errors_in_one_line_and_exits_2(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and 'did you mean "G_lossfn_weight"' in lines[0], res.stderr
     assert not (tmp_path / 'exp').exists()   # nothing written for a bad option file
+
+
+def test_null_is_refused_where_the_default_is_not_null(tmp_path):
+    with pytest.raises(OptionsError, match=r'datasets\.train\.dataloader_batch_size: expected an integer, got null'):
+        load_options(_opts(tmp_path, datasets__train__dataloader_batch_size=None))
+    with pytest.raises(OptionsError, match=r'netG\.nc: expected an integer, got null'):
+        load_options(_opts(tmp_path, netG__nc=None))
+
+
+def test_malformed_types_and_sections_are_one_line_errors(tmp_path):
+    with pytest.raises(OptionsError, match=r'netG\.net_type: expected a string, got \["dncnn"\]'):
+        load_options(_opts(tmp_path, netG__net_type=['dncnn']))
+    with pytest.raises(OptionsError, match=r'train\.G_optimizer_betas: expected two numbers'):
+        load_options(_opts(tmp_path, train__G_optimizer_betas=[0.9, 'x']))
+    opt = tiny_options(str(tmp_path), str(tmp_path))
+    opt['train'] = []
+    with pytest.raises(OptionsError, match=r'train: expected an object, got \[\]'):
+        load_options(write_options(str(tmp_path / 'o.json'), opt))

@@ -262,3 +262,13 @@ def test_a_failed_save_stops_every_rank_loudly_unless_told_to_continue(tmp_path,
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'training continues' in res.stdout + res.stderr
     assert int(open(_models(tmp_path) / 'latest').read()) == 8
+
+
+def test_resume_without_a_fixed_seed_keeps_the_seed_the_run_started_with(tmp_path, demo_images):
+    import re
+    path = _opt(tmp_path, demo_images, manual_seed=None, total_iter=6, checkpoint_save=3)
+    first = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=3'])
+    second = run([PY, 'main_train.py', '--opt', path])
+    assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
+    seeds = [re.search(r'seed (\d+) \(same on every rank', r.stdout).group(1) for r in (first, second)]
+    assert seeds[0] == seeds[1] and 'at iteration 3 ' in second.stdout

@@ -295,7 +295,7 @@ class _Validator:
                 self.unknown(where, key, schema)
         for key, spec in schema.items():
             if isinstance(spec, dict):
-                out[key] = self.section(data.get(key, {}) or {}, spec, f'{where}{key}.')
+                out[key] = self.section(data.get(key, {}), spec, f'{where}{key}.')
                 continue
             if key not in data:
                 if spec.default is REQUIRED:
@@ -322,7 +322,7 @@ class _Validator:
             types = _inferred_types(defaults[key])
             if types is not None:
                 try:
-                    _check_type(f'{where}{key}', value, types + (type(None),))
+                    _check_type(f'{where}{key}', value, types)
                 except OptionsError as e:
                     self.fail(f'{where}{key}', str(e).split(': ', 1)[1])
             out[key] = value
@@ -358,6 +358,8 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
     netG = data.get('netG')
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
+    if not isinstance(netG['net_type'], str):
+        v.fail('netG.net_type', f'expected a string, got {json.dumps(netG["net_type"])}')
     try:
         defaults = _network_defaults(netG['net_type'])
     except UserError as e:
@@ -376,6 +378,8 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
             v.fail('datasets.val', '"val" is another name for "test": give only one of them')
         if not isinstance(section, dict) or 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
+        if not isinstance(section['dataset_type'], str):
+            v.fail(f'{where}dataset_type', f'expected a string, got {json.dumps(section["dataset_type"])}')
         try:
             cls = dataset_class(section['dataset_type'])
         except UserError as e:
@@ -398,8 +402,10 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
     if t['G_optimizer_type'] not in ('adam', 'adamw'):
         v.fail('train.G_optimizer_type', f'unknown optimizer "{t["G_optimizer_type"]}"'
                f'{did_you_mean(t["G_optimizer_type"], ("adam", "adamw"))}; use adam or adamw')
-    if len(t['G_optimizer_betas']) != 2:
-        v.fail('train.G_optimizer_betas', 'expected two numbers')
+    betas = t['G_optimizer_betas']
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                  for b in betas):
+        v.fail('train.G_optimizer_betas', f'expected two numbers in [0, 1), got {json.dumps(betas)}')
     return opt
 
 
