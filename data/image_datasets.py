@@ -102,6 +102,16 @@ class _ImageDataset(Dataset):
                             f'low-quality image is {img_L.shape[0]}x{img_L.shape[1]} (scale {self.scale})')
         return img_H[:h, :w]
 
+    def _paired_item(self, index: int, seed: Optional[int]) -> Dict[str, Any]:
+        """Item from an H file and its L file: random crop + augment for training, else whole."""
+        path_H, path_L = self.paths_H[index], self.paths_L[index]
+        img_H, img_L = self._read(path_H), self._read(path_L)
+        if seed is not None:
+            img_H, img_L = self._paired_train(img_H, img_L, random.Random(seed), path_H)
+        else:
+            img_H = self._paired_eval(img_H, img_L, path_H)
+        return self._item(img_L, img_H, path_L, path_H)
+
     @staticmethod
     def _item(img_L: Any, img_H: np.ndarray, path_L: str, path_H: str) -> Dict[str, Any]:
         L = img_L if isinstance(img_L, torch.Tensor) else uint2tensor(img_L)
@@ -128,14 +138,7 @@ class DatasetPlain(_ImageDataset):
             self.paths_L = list_folder(opt, 'dataroot_L')
 
     def __getitem__(self, key: Key) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        path_H, path_L = self.paths_H[index], self.paths_L[index]
-        img_H, img_L = self._read(path_H), self._read(path_L)
-        if seed is not None:
-            img_H, img_L = self._paired_train(img_H, img_L, random.Random(seed), path_H)
-        else:
-            img_H = self._paired_eval(img_H, img_L, path_H)
-        return self._item(img_L, img_H, path_L, path_H)
+        return self._paired_item(*parse_key(key))
 
 
 @register_dataset('dncnn', 'denoising')
@@ -168,16 +171,10 @@ class DatasetDnCNN(_ImageDataset):
 
     def __getitem__(self, key: Key) -> Dict[str, Any]:
         index, seed = parse_key(key)
+        if self.paths_L is not None:
+            return self._paired_item(index, seed)
         path_H = self.paths_H[index]
         img_H = self._read(path_H)
-        if self.paths_L is not None:
-            path_L = self.paths_L[index]
-            img_L = self._read(path_L)
-            if seed is not None:
-                img_H, img_L = self._paired_train(img_H, img_L, random.Random(seed), path_H)
-            else:
-                img_H = self._paired_eval(img_H, img_L, path_H)
-            return self._item(img_L, img_H, path_L, path_H)
         if seed is not None:
             rng = random.Random(seed)
             self.check_train_options()
@@ -208,16 +205,10 @@ class DatasetSR(_ImageDataset):
 
     def __getitem__(self, key: Key) -> Dict[str, Any]:
         index, seed = parse_key(key)
+        if self.paths_L is not None:
+            return self._paired_item(index, seed)
         path_H = self.paths_H[index]
         img_H = self._read(path_H)
-        if self.paths_L is not None:
-            path_L = self.paths_L[index]
-            img_L = self._read(path_L)
-            if seed is not None:
-                img_H, img_L = self._paired_train(img_H, img_L, random.Random(seed), path_H)
-            else:
-                img_H = self._paired_eval(img_H, img_L, path_H)
-            return self._item(img_L, img_H, path_L, path_H)
         if seed is not None:
             rng = random.Random(seed)
             self.check_train_options()
