@@ -7,6 +7,7 @@ Launch modes (detected, never configured): plain process, torchrun / platform-in
 """
 import argparse
 import hashlib
+import logging
 import os
 import random
 import sys
@@ -305,6 +306,8 @@ class Trainer:
                                           'perf/samples_per_sec': throughput})
 
     def close(self) -> None:
+        # Dropping the loaders shuts their (persistent) worker processes down now, not at exit.
+        self.train_loader = self.val_loader = None
         self.signals.restore()
         reporter = getattr(self, 'reporter', None)
         if reporter is not None:
@@ -393,5 +396,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Flush and leave without running C++ static destructors.
+
+    The process group is already destroyed and every output closed; what remains at interpreter
+    exit are c10d/gloo store clients whose destructors can abort (SIGABRT) when the launcher's
+    store is already gone, turning a finished run into a failed one (seen rarely under torchrun).
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_now(main())

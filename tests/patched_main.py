@@ -68,4 +68,4 @@ def install() -> None:
 
 if __name__ == '__main__':
     install()
-    sys.exit(main_train.main())
+    main_train.exit_now(main_train.main())
