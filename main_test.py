@@ -7,7 +7,6 @@ single process or under any launcher (the items are split across ranks; rank 0 w
 """
 import argparse
 import csv
-import logging
 import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -130,18 +129,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def exit_now(code: int) -> None:
-    """Flush and leave without running C++ static destructors.
-
-    The process group is already destroyed and every output closed; what remains at interpreter
-    exit are c10d/gloo store clients whose destructors can abort (SIGABRT) when the launcher's
-    store is already gone, turning a finished run into a failed one (seen rarely under torchrun).
-    """
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == '__main__':
-    exit_now(main())
+    dist.exit_now(main())

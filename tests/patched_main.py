@@ -68,4 +68,4 @@ def install() -> None:
 
 if __name__ == '__main__':
     install()
-    main_train.exit_now(main_train.main())
+    dist.exit_now(main_train.main())

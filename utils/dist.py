@@ -9,6 +9,7 @@ would wait forever for ranks that never come.
 import contextlib
 import datetime
 import functools
+import logging
 import os
 import re
 import shutil
@@ -339,3 +340,16 @@ def exit_if_stuck(seconds: float, message: str, code: int = 2) -> Iterator[None]
     finally:
         done.set()
         timer.cancel()
+
+
+def exit_now(code: int) -> None:
+    """Flush and leave without running C++ static destructors (call after `cleanup`).
+
+    The process group is already destroyed and every output closed; what remains at interpreter
+    exit are c10d/gloo store clients whose destructors can abort (SIGABRT) when the launcher's
+    store is already gone, turning a finished run into a failed one (seen rarely under torchrun).
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
