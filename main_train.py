@@ -24,7 +24,7 @@ from data.loader import build_train_loader, build_val_loader
 from data.registry import build_dataset
 from models.registry import model_class
 from utils import dist
-from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_text
+from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError
 from utils.logger import Reporter, get_logger, setup_logger
 from utils.options import dumps, load_options
@@ -72,7 +72,7 @@ def micro_batches(it: Iterator[Any], n: int) -> Iterator[List[Any]]:
 
 
 class Trainer:
-    """The loop: data → model.train_step → periodic print / validation / checkpoint, rank-aware."""
+    """The loop: data → model backward/step → periodic print / validation / checkpoint, rank-aware."""
 
     def __init__(self, opt: Dict[str, Any], state: dist.DistState, device: torch.device,
                  args: argparse.Namespace):
@@ -93,6 +93,9 @@ class Trainer:
         point = find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
         if t['manual_seed'] is not None:
             seed = t['manual_seed']
+            if point is not None and point.training['seed'] != seed:
+                self.log.warning(f'resume: train.manual_seed: checkpoint {point.training["seed"]}, options {seed}; '
+                                 f'the options win (data order and augmentation change from here)')
         elif point is not None:
             seed = point.training['seed']
         else:
@@ -148,11 +151,11 @@ class Trainer:
         self.step, self.best = s['iter'], s['best']
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
         saved = (s['world_size'], s.get('batch_size', layout[1]), s.get('accumulate_steps', layout[2]))
-        if saved == layout and s['epoch_step'] < self.steps_per_epoch:
+        if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch:
             self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
         else:
-            # Shards and batches differ with the world size, batch size and accumulation, so the
-            # mid-epoch position has no equivalent: the next epoch starts with a fresh permutation.
+            # Shards and batches differ with the world size, batch size, accumulation and seed, so
+            # the mid-epoch position has no equivalent: the next epoch starts with a fresh permutation.
             self.epoch, self.epoch_step = s['epoch'] + 1, 0
             if saved != layout:
                 self.log.warning(f'resume: (world size, batch per process, accumulation) changed {saved} -> '
@@ -194,9 +197,10 @@ class Trainer:
                               f'(train.save_failure="warn" would continue without it)', EXIT_SAVE_FAILED)
 
     def validate(self) -> None:
-        n_img = self.opt['val']['tb_images']
-        res = self.model.validate(self.val_loader, n_img)
+        v = self.opt['val']
+        res = self.model.validate(self.val_loader, v['tb_images'], encode_all=v['save_img'])
         images = res.pop('images')
+        self.save_images(res.pop('encoded'))
         self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, '
                       f'SSIM {res["ssim"]:.4f}; Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
         self.reporter.scalars(self.step, {f'val/{k}': v for k, v in res.items() if k != 'count'})
@@ -210,6 +214,32 @@ class Trainer:
                 except OSError as e:
                     error = f'best checkpoint at iteration {self.step} failed: {e}'
             self.agree_on_write(error)
+
+    def save_images(self, encoded: List[Any]) -> None:
+        """`val.save_img`: rank 0 writes every restored item, KAIR's layout `images/<name>/<name>_<iter>.png`.
+
+        Items come to rank 0 one per rank per round (memory stays one item per rank); every rank
+        runs the same number of rounds. Clips get one file per frame, `<frame>_<iter>.png`. A
+        failed image write is logged and training goes on: images are not training state.
+        """
+        rounds = int(dist.all_reduce_max(torch.tensor([float(len(encoded))])).item())
+        error = None
+        for i in range(rounds):
+            items = dist.gather_objects(encoded[i] if i < len(encoded) else None)
+            if not self.main or error is not None:
+                continue
+            try:
+                for name, frames in filter(None, items):
+                    folder = os.path.join(self.opt['path']['images'], name)
+                    for j, data in enumerate(frames):
+                        stem = name if len(frames) == 1 else f'{j:04d}'
+                        atomic_write_bytes(os.path.join(folder, f'{stem}_{self.step}.png'),
+                                           lambda f, data=data: f.write(data))
+            except OSError as e:
+                error = e
+                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: {e}')
+        if rounds and self.main and error is None:
+            self.log.info(f'val.save_img: validation images of iteration {self.step} in {self.opt["path"]["images"]}')
 
     def run(self) -> None:
         t, total = self.train_opt, self.train_opt['total_iter']
@@ -258,13 +288,15 @@ class Trainer:
         self.check_replicas()
 
     def train_step(self, batches: List[Any]) -> bool:
-        """Backward, agree across ranks on a non-finite loss and on stop signals, then step.
+        """Backward, agree across ranks on a non-finite step and on stop signals, then step.
 
-        The agreement is one tiny collective per iteration on the host; reading the loss for the
-        finiteness check is the only device sync, and `train.nan_policy: "off"` removes it.
+        The agreement is one tiny collective per iteration on the host; reading the finiteness
+        flag (loss and gradient norm) is the only device sync, and `train.nan_policy: "off"`
+        removes it.
         """
         loss = self.model.backward(batches)
-        local_bad = self.train_opt['nan_policy'] != 'off' and not bool(torch.isfinite(loss))
+        finite = self.model.finalize_gradients(self.step, loss)
+        local_bad = self.train_opt['nan_policy'] != 'off' and not bool(finite)
         bad, stop = dist.agree_any([local_bad, self.signals.requested])
         if not bad:
             self.model.step(self.step, loss)
@@ -272,12 +304,12 @@ class Trainer:
         where = 'this rank' if local_bad else 'another rank'
         if self.train_opt['nan_policy'] == 'skip':
             self.model.skip_step()
-            self.log.warning(f'iteration {self.step}: non-finite loss on {where}; step skipped '
+            self.log.warning(f'iteration {self.step}: non-finite loss or gradients on {where}; step skipped '
                              f'(train.nan_policy=skip)')
             return stop
         latest = self.ckpt.complete_steps()
-        raise TrainingStopped(f'iteration {self.step}: non-finite loss on {where} (train.nan_policy=stop); '
-                              f'last complete checkpoint: '
+        raise TrainingStopped(f'iteration {self.step}: non-finite loss or gradients on {where} '
+                              f'(train.nan_policy=stop); last complete checkpoint: '
                               f'{self.ckpt.path(latest[-1], "state") if latest else "none"}', EXIT_NONFINITE)
 
     def check_replicas(self) -> None:

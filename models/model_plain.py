@@ -1,7 +1,8 @@
 """The image model: network + loss + optimizer + scheduler + EMA, wrapped in DDP when distributed.
 
-The train loop talks only to this interface (`train_step`, `log_losses`, `validate`, `state_files`,
-`load_state`), so every network trains with the same loop. Video models subclass it.
+The train loop talks only to this interface (`backward`, `finalize_gradients`, `step`, `skip_step`,
+`log_losses`, `validate`, `state_files`, `training_state`, `load_state`), so every network trains
+with the same loop. Video models subclass it.
 """
 import contextlib
 import os
@@ -15,13 +16,13 @@ from torch.nn.parallel import DistributedDataParallel
 from models.ema import ModelEMA
 from models.init import init_weights
 from models.losses import build_loss
-from models.optim import build_optimizer, build_scheduler
+from models.optim import build_optimizer, build_scheduler, resume_optimizer
 from models.regularizers import apply_regularizers
 from models.registry import build_network, register_model
 from utils import dist
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
-from utils.image import tensor2uint
+from utils.image import encode_image, tensor2uint
 from utils.logger import get_logger
 from utils.metrics import calculate_psnr, calculate_ssim
 
@@ -87,6 +88,10 @@ class ModelPlain:
         self.net: nn.Module = self._wrap(self.net_g)
         if isinstance(self.net, DistributedDataParallel):
             self.ddp = self.net
+        if self.sync_every_micro_batch:
+            get_logger().info(f'use_static_graph with train.accumulate_steps {self.train_opt["accumulate_steps"]}: '
+                              f'gradients are all-reduced after every micro-batch (DDP cannot skip the sync '
+                              f'under static graph); the result is the same, the communication is larger')
         if self.train_opt['compile']:
             # Only the training forward is compiled; evaluation (whole images of varying size) and
             # the EMA copy run eagerly, and state_dict keys stay those of the bare network.
@@ -96,6 +101,8 @@ class ModelPlain:
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self._loss_sum = torch.zeros((), device=device)
         self._loss_steps = 0
+        self._finalized = False
+        self._grad_norm: Optional[torch.Tensor] = None
 
     def _wrap(self, net: nn.Module) -> nn.Module:
         if not dist.is_initialized():
@@ -140,19 +147,32 @@ class ModelPlain:
         return self.loss_fn(self.net(batch['L']), batch['H'])
 
     def after_backward(self, step: int) -> None:
-        """Hook between backward and the optimizer step (gradient edits such as freezing)."""
+        """Hook between backward and the finiteness check (gradient edits such as freezing)."""
+
+    @property
+    def sync_every_micro_batch(self) -> bool:
+        """Whether DDP all-reduces after each micro-batch instead of only the last one.
+
+        `no_sync` is not supported under DDP's static graph (torch asserts at the first step, and
+        with the assert bypassed gradients silently stop being all-reduced). Without it every
+        micro-batch is all-reduced: rank-mean(g1) + rank-mean(g2) = rank-mean(g1 + g2), the same
+        gradient at the cost of extra communication.
+        """
+        return self.ddp is not None and self.opt['use_static_graph'] and self.train_opt['accumulate_steps'] > 1
 
     def backward(self, batches: Sequence[Dict[str, Any]]) -> torch.Tensor:
-        """Gradients of the mean loss over `batches` (accumulation); returns the loss, unsynced.
+        """Accumulate the gradients of the mean loss over `batches`; returns the loss, unsynced.
 
-        With DDP, gradients are all-reduced only on the last micro-batch (`no_sync` before it).
+        With DDP, gradients are all-reduced on the last micro-batch only (`no_sync` before it),
+        except under static graph (`sync_every_micro_batch`).
         """
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
+        self._finalized = False
         n = len(batches)
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
-            sync = i == n - 1 or self.ddp is None
+            sync = self.ddp is None or i == n - 1 or self.sync_every_micro_batch
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 with self.autocast():
                     loss = self.forward_loss(self.to_device(batch)).float() / n
@@ -160,14 +180,38 @@ class ModelPlain:
             total += loss.detach()
         return total
 
-    def step(self, step: int, loss: torch.Tensor) -> None:
-        """Apply the accumulated gradients: clip, optimizer, scheduler, regularizers, EMA."""
+    def finalize_gradients(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        """Make the gradients of `backward` final and say whether the step is sound (device bool).
+
+        Under a GradScaler the gradients are unscaled here, so clipping and the norm see true
+        values; an fp16 overflow is the scaler's business (it skips that update). Otherwise the
+        step is unsound when the loss or the total gradient norm is not finite: a finite loss can
+        still give inf/NaN gradients. The norm is computed once and reused for clipping; nothing
+        here syncs with the host.
+        """
         if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)  # hooks and clipping see true gradients
+            self.scaler.unscale_(self.optimizer)
         self.after_backward(step)
+        self._finalized = True
+        finite = torch.isfinite(loss)
+        check_grads = self.train_opt['nan_policy'] != 'off' and self.scaler is None
+        self._grad_norm = None
+        if self.train_opt['G_optimizer_clipgrad'] or check_grads:
+            self._grad_norm = torch.nn.utils.get_total_norm(self._grads())
+            if check_grads:
+                finite = finite & torch.isfinite(self._grad_norm)
+        return finite
+
+    def _grads(self) -> List[torch.Tensor]:
+        return [p.grad for p in self.net_g.parameters() if p.grad is not None]
+
+    def step(self, step: int, loss: torch.Tensor) -> None:
+        """Apply the gradients of `backward`: clip, optimizer, scheduler, regularizers, EMA."""
+        if not self._finalized:
+            self.finalize_gradients(step, loss)
         clip = self.train_opt['G_optimizer_clipgrad']
         if clip:
-            torch.nn.utils.clip_grad_norm_(self.net_g.parameters(), max_norm=clip, norm_type=2)
+            torch.nn.utils.clip_grads_with_norm_(self._grads(), clip, self._grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # skips the update if fp16 gradients overflowed
             self.scaler.update()
@@ -181,16 +225,15 @@ class ModelPlain:
         self._loss_steps += 1
 
     def skip_step(self) -> None:
-        """Drop the gradients of a step that is not applied (non-finite loss, policy 'skip').
+        """Drop the gradients of a step that is not applied (non-finite loss or gradients, policy 'skip').
 
-        The schedule still advances, so the learning rate keeps following the iteration count.
+        The schedule still advances, so the learning rate keeps following the iteration count; a
+        GradScaler closes its iteration (its unscale_ already ran) without changing the scale.
         """
         self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None and self._finalized:
+            self.scaler.update(self.scaler.get_scale())
         self.scheduler.step()
-
-    def train_step(self, batches: Sequence[Dict[str, Any]], step: int) -> None:
-        """One full optimizer step without any host sync (used where no agreement is needed)."""
-        self.step(step, self.backward(batches))
 
     def log_losses(self) -> Dict[str, float]:
         """Mean loss since the last call, averaged over ranks: the only host sync of the loop."""
@@ -234,14 +277,18 @@ class ModelPlain:
 
     log_items = False  # log every evaluated clip, not only the means (video models)
 
-    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0) -> Dict[str, Any]:
+    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
+                 encode_all: bool = False) -> Dict[str, Any]:
         """PSNR/SSIM (RGB and Y) per item, summed over all ranks; returns the means over items.
 
         Every rank must call this (the sums are a collective). Also returns up to `num_images`
-        restored images (middle frame for clips) of this rank's shard for logging.
+        restored images (middle frame for clips) of this rank's shard for logging, and with
+        `encode_all` every restored item of the shard as PNG bytes per frame (`val.save_img`):
+        compressed, so a rank holds its shard's images until rank 0 has written them.
         """
         sums = torch.zeros(5, dtype=torch.float64)
         images: Dict[str, Any] = {}
+        encoded: List[Tuple[str, List[bytes]]] = []
         rows = []
         for batch in loader:
             for name, E, H in self.restore(batch):
@@ -250,12 +297,14 @@ class ModelPlain:
                 sums += torch.tensor([*m, 1.0], dtype=torch.float64)
                 if len(images) < num_images:
                     images[name] = E[len(E) // 2]
+                if encode_all:
+                    encoded.append((name, [encode_image(e) for e in E]))
         if self.log_items:
             log = get_logger()
             for name, frames, m in sorted(r for part in dist.gather_objects(rows) for r in part):
                 log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
                          f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
-        return {**metrics_from_sums(sums), 'images': images}
+        return {**metrics_from_sums(sums), 'images': images, 'encoded': encoded}
 
     def state_files(self) -> Dict[str, Any]:
         """KAIR-compatible weight files; the training state is assembled by the loop."""
@@ -265,26 +314,40 @@ class ModelPlain:
         return files
 
     def training_state(self) -> Dict[str, Any]:
-        state = {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict()}
+        state = {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict(),
+                 'optimizer_type': self.train_opt['G_optimizer_type']}
         if self.scaler is not None:
             state['grad_scaler'] = self.scaler.state_dict()
         return state
 
     def load_state(self, weights: Dict[str, Any], training: Dict[str, Any]) -> None:
-        """Restore a checkpoint written by `state_files`/`training_state` (before training resumes)."""
+        """Restore a checkpoint written by `state_files`/`training_state` (before training resumes).
+
+        Weights, optimizer moments and the schedule position come from the checkpoint; every
+        hyperparameter comes from the options. Each value that differs is logged with the winner.
+        """
+        log = get_logger()
         self.net_g.load_state_dict(weights['G'])
         if self.ema is not None:
-            if 'E' not in weights:
-                raise UserError('resume: the checkpoint has no EMA weights (_E.pth) but train.E_decay > 0')
-            self.ema.module.load_state_dict(weights['E'])
-        self.optimizer.load_state_dict(training['optimizer'])
+            if 'E' in weights:
+                self.ema.module.load_state_dict(weights['E'])
+            else:
+                self.ema.module.load_state_dict(weights['G'])
+                log.warning('resume: the checkpoint has no EMA weights (_E.pth); train.E_decay > 0 now, so '
+                            'the EMA starts from the resumed netG weights')
+        t = self.train_opt
+        notes = resume_optimizer(self.optimizer, training['optimizer'], t['G_optimizer_reuse'],
+                                 training.get('optimizer_type'), t['G_optimizer_type'])
+        notes += self.scheduler.differences(training['scheduler'])
         self.scheduler.load_state_dict(training['scheduler'])
+        for note in notes:
+            log.warning(f'resume: {note}')
         if self.scaler is not None:
             if 'grad_scaler' in training:
                 self.scaler.load_state_dict(training['grad_scaler'])
             else:
-                get_logger().info('resume: the checkpoint has no GradScaler state (trained without fp16); '
-                                  'loss scaling starts afresh')
+                log.info('resume: the checkpoint has no GradScaler state (trained without fp16); '
+                         'loss scaling starts afresh')
 
 
 def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:

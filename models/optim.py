@@ -94,13 +94,75 @@ class IterationLR(LRScheduler):
 
     _get_closed_form_lr = get_lr
 
+    # Schedule attributes that come from the options, by option key (the counter comes from a checkpoint).
+    OPTION_KEYS = {'kind': 'G_scheduler_type', 'milestones': 'G_scheduler_milestones',
+                   'gamma': 'G_scheduler_gamma', 'periods': 'G_scheduler_periods',
+                   'restart_weights': 'G_scheduler_restart_weights', 'eta_min': 'G_scheduler_eta_min',
+                   'warmup_iter': 'G_scheduler_warmup_iter'}
+
+    def differences(self, state_dict: Dict[str, Any]) -> List[str]:
+        """Where a saved schedule differs from this one (built from the options), one note each."""
+        return [f'train.{key}: checkpoint {_show(state_dict[attr])}, options {_show(getattr(self, attr))}; '
+                f'the options win'
+                for attr, key in self.OPTION_KEYS.items()
+                if attr in state_dict and not _same(state_dict[attr], getattr(self, attr))]
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Restore the counter and push the matching lrs into the optimizer right away."""
-        super().load_state_dict(state_dict)
+        """Continue the saved schedule's position on this schedule, and push its lrs into the optimizer.
+
+        Only the step counter is restored: the shape of the schedule (base lrs, milestones, periods,
+        warmup, ...) is the one this scheduler was built with from the options, so an option edited
+        before resuming takes effect at the resumed iteration.
+        """
+        self.last_epoch = int(state_dict['last_epoch'])
+        self._step_count = int(state_dict.get('_step_count', self.last_epoch + 1))
         lrs = self.get_lr()
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group['lr'] = lr
         self._last_lr = list(lrs)
+
+
+# Optimizer hyperparameters that come from the options, by option key (the moments come from a checkpoint).
+_GROUP_KEYS = {'initial_lr': 'G_optimizer_lr', 'weight_decay': 'G_optimizer_wd', 'betas': 'G_optimizer_betas'}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _show(v: Any) -> str:
+    return str(list(v)) if isinstance(v, tuple) else str(v)
+
+
+def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], reuse: bool,
+                     saved_type: Optional[str], kind: str) -> List[str]:
+    """Load a saved optimizer's state (Adam moments, step counts) under the options' hyperparameters.
+
+    The options win for every hyperparameter (lr, weight decay, betas): what the user edited before
+    resuming is what trains. The saved state is not used when `train.G_optimizer_reuse` is false
+    (KAIR's meaning), when the optimizer type changed, or when the parameter groups no longer match.
+    Returns one note per difference and per decision, for the log.
+    """
+    if not reuse:
+        return ['train.G_optimizer_reuse is false: the optimizer state (moments) starts afresh']
+    if saved_type is not None and saved_type != kind:
+        return [f'train.G_optimizer_type: checkpoint {saved_type}, options {kind}: the optimizer state starts afresh']
+    fresh = [{k: v for k, v in g.items() if k != 'params'} for g in optimizer.param_groups]
+    try:
+        optimizer.load_state_dict(saved)
+    except ValueError as e:
+        return [f'the saved optimizer state does not fit the parameter groups ({e}); it starts afresh']
+    notes = []
+    for i, (group, options) in enumerate(zip(optimizer.param_groups, fresh)):
+        for attr, key in _GROUP_KEYS.items():
+            if attr in options and not _same(group.get(attr), options[attr]):
+                where = f' (parameter group {i})' if len(fresh) > 1 else ''
+                notes.append(f'train.{key}{where}: checkpoint {_show(group.get(attr))}, '
+                             f'options {_show(options[attr])}; the options win')
+        group.update(options)
+    return notes
 
 
 def _int_list(key: str, value: Any) -> List[int]:

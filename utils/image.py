@@ -61,20 +61,27 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def imwrite(path: str, img: np.ndarray) -> None:
-    """Write an HWC (or HW) uint8 RGB/gray image; creates the parent folder."""
+def encode_image(img: np.ndarray, ext: str = '.png') -> bytes:
+    """An HWC (or HW) uint8 RGB/gray image as the bytes of an image file (`ext` picks the format)."""
     img = np.asarray(img)
     if img.ndim == 3 and img.shape[2] == 3:
         img = cv2.cvtColor(img, cv2.COLOR_RGB2BGR)
     elif img.ndim == 3 and img.shape[2] == 1:
         img = img[:, :, 0]
+    ok, buf = cv2.imencode(ext, img)
+    if not ok:
+        raise OSError(f'cannot encode a {img.shape} image as {ext}')
+    return buf.tobytes()
+
+
+def imwrite(path: str, img: np.ndarray) -> None:
+    """Write an HWC (or HW) uint8 RGB/gray image; creates the parent folder."""
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    ok, buf = cv2.imencode(os.path.splitext(path)[1] or '.png', img)
-    if not ok:
-        raise OSError(f'cannot encode image for {path}')
-    buf.tofile(path)
+    data = encode_image(img, os.path.splitext(path)[1] or '.png')
+    with open(path, 'wb') as f:
+        f.write(data)
 
 
 def uint2tensor(img: np.ndarray) -> torch.Tensor:

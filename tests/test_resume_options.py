@@ -1,0 +1,55 @@
+"""What a resumed run takes from the options file, end to end, and validation images on disk.
+
+Runs are real `main_train.py` processes; evidence is their log lines and the files they leave.
+"""
+import os
+import sys
+
+import cv2
+
+from tests.conftest import run, tiny_options, write_options
+from utils.image import list_images
+
+PY = sys.executable
+
+
+def _opt(tmp_path, demo_images, **train):
+    return write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, **train))
+
+
+def test_resume_with_an_edited_learning_rate_trains_at_the_new_rate_and_says_so(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=4, G_optimizer_lr=1e-3, G_scheduler_milestones=[6])
+    first = run([PY, 'main_train.py', '--opt', path])
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert 'lr:1.000e-03' in first.stdout
+
+    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=8',
+               '--set', 'train.G_optimizer_lr=1e-5'])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'resumed from' in res.stdout and 'at iteration 4' in res.stdout
+    assert 'resume: train.G_optimizer_lr: checkpoint 0.001, options 1e-05; the options win' in res.stdout
+    status = [ln for ln in res.stdout.splitlines() if 'iter:       6' in ln or 'iter:       8' in ln]
+    assert len(status) == 2 and all('lr:5.000e-06' in ln for ln in status), status  # milestone 6 halves 1e-5
+
+
+def test_save_img_writes_every_validation_image_once_from_rank_zero_under_two_processes(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
+    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
+               '--opt', path, '--set', 'val.save_img=true'])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    images = tmp_path / 'exp' / 'tiny' / 'images'
+    tests = list_images(os.path.join(demo_images, 'test'))
+    names = sorted(os.path.splitext(os.path.basename(p))[0] for p in tests)
+    assert sorted(os.listdir(images)) == names
+    for test_path in tests:
+        name = os.path.splitext(os.path.basename(test_path))[0]
+        assert os.listdir(images / name) == [f'{name}_2.png']  # KAIR's layout: images/<name>/<name>_<iter>.png
+        saved = cv2.imread(str(images / name / f'{name}_2.png'))
+        assert saved is not None and saved.shape == cv2.imread(test_path).shape
+
+
+def test_without_save_img_no_validation_images_are_written(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
+    res = run([PY, 'main_train.py', '--opt', path])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not (tmp_path / 'exp' / 'tiny' / 'images').exists()
