@@ -11,7 +11,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 # c10d's C++ warnings (store retries, shutdown notes) are noise next to our one-line errors;
 # TORCH_CPP_LOG_LEVEL=INFO shows them. Must be set before torch is imported.
@@ -167,7 +167,15 @@ class Trainer:
         return s.get('wandb_id')
 
     def save(self) -> bool:
-        """Rank 0 writes; all ranks gather the random states before and learn the outcome after."""
+        """Rank 0 writes; all ranks gather the random states before and learn the outcome after.
+
+        Weights that are no longer finite are never saved: a poisoned save would later be taken
+        as the newest complete checkpoint and every restart would resume into it.
+        """
+        poisoned, = dist.agree_any([not self.model.weights_finite()])
+        if poisoned:
+            raise TrainingStopped(f'iteration {self.step}: the network weights are not finite; no checkpoint '
+                                  f'written; {self.newest_save()}', EXIT_NONFINITE)
         rngs = dist.gather_objects(rng_state())
         error = None
         if self.main:
@@ -181,9 +189,13 @@ class Trainer:
             try:
                 self.ckpt.save(self.step, files)
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
-            except OSError as e:
-                error = f'checkpoint at iteration {self.step} failed: {e}'
+            except Exception as e:  # torch.save reports a full disk as RuntimeError, not OSError
+                error = f'checkpoint at iteration {self.step} failed: {_first_line(e)}'
         return self.agree_on_write(error)
+
+    def newest_save(self) -> str:
+        latest = self.ckpt.complete_steps()
+        return f'newest complete checkpoint: {self.ckpt.path(latest[-1], "state") if latest else "none"}'
 
     def agree_on_write(self, error: Optional[str]) -> bool:
         """All ranks learn whether rank 0's write failed and act on `train.save_failure` together."""
@@ -211,8 +223,8 @@ class Trainer:
             if self.main:
                 try:
                     self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
-                except OSError as e:
-                    error = f'best checkpoint at iteration {self.step} failed: {e}'
+                except Exception as e:
+                    error = f'best checkpoint at iteration {self.step} failed: {_first_line(e)}'
             self.agree_on_write(error)
 
     def save_images(self, encoded: List[Any]) -> None:
@@ -242,50 +254,50 @@ class Trainer:
             self.log.info(f'val.save_img: validation images of iteration {self.step} in {self.opt["path"]["images"]}')
 
     def run(self) -> None:
-        t, total = self.train_opt, self.train_opt['total_iter']
+        total = self.train_opt['total_iter']
         if self.step >= total:
             self.log.info(f'nothing to do: iteration {self.step} >= train.total_iter {total}')
             return
         self.log.info(f'start training at iteration {self.step} of {total}')
-        iter_time = data_time = 0.0
-        window = 0
-        start_step, t0 = self.step, time.time()
+        self.timing = Timing()
         while self.step < total:
-            self.sampler.set_epoch(self.epoch)
-            self.sampler.set_start(self.epoch_step * self.accum * self.train_loader.batch_size)
-            tick = time.time()
-            for batches in micro_batches(iter(self.train_loader), self.accum):
-                data_time += time.time() - tick
-                self.step += 1
-                self.epoch_step += 1
-                stop = self.train_step(batches)
-                iter_time += time.time() - tick
-                window += 1
-                if self.step % t['checkpoint_print'] == 0 or self.step == total:
-                    self.print_status(iter_time / window, data_time / window, start_step, t0)
-                    iter_time = data_time = 0.0
-                    window = 0
-                if self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or self.step == total):
-                    self.validate()
-                saved = False
-                if self.step % t['checkpoint_save'] == 0 or self.step == total or stop:
-                    saved = self.save()
-                if stop:
-                    raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at '
-                                          f'iteration {self.step}; '
-                                          f'{"checkpoint saved" if saved else "the checkpoint FAILED"}, rerun '
-                                          f'the same command to resume', EXIT_PREEMPTED)
-                if self.step >= total:
-                    break
-                tick = time.time()
-            else:
-                self.epoch += 1
-                self.epoch_step = 0
-                continue
-            break
+            self.run_epoch(total)
         self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
                       f'at iteration {self.best["iter"]}')
         self.check_replicas()
+
+    def run_epoch(self, total: int) -> None:
+        """The rest of the current epoch, or up to `total`; the next epoch is set up only when it is needed."""
+        self.sampler.set_epoch(self.epoch)
+        self.sampler.set_start(self.epoch_step * self.accum * self.train_loader.batch_size)
+        self.timing.tick()
+        for batches in micro_batches(iter(self.train_loader), self.accum):
+            self.timing.data_ready()
+            self.step += 1
+            self.epoch_step += 1
+            stop = self.train_step(batches)
+            self.timing.step_done()
+            self.after_step(total, stop)
+            if self.step >= total:
+                return
+            self.timing.tick()
+        self.epoch += 1
+        self.epoch_step = 0
+
+    def after_step(self, total: int, stop: bool) -> None:
+        """Print, save, then validate (a failing validation never costs the save); stop if asked."""
+        t, last = self.train_opt, self.step == total
+        if self.step % t['checkpoint_print'] == 0 or last:
+            self.print_status(*self.timing.take())
+        saved = False
+        if self.step % t['checkpoint_save'] == 0 or last or stop:
+            saved = self.save()
+        if stop:
+            raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at iteration '
+                                  f'{self.step}; {"checkpoint saved" if saved else "the checkpoint FAILED"}, rerun '
+                                  f'the same command to resume', EXIT_PREEMPTED)
+        if self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last):
+            self.validate()
 
     def train_step(self, batches: List[Any]) -> bool:
         """Backward, agree across ranks on a non-finite step and on stop signals, then step.
@@ -307,10 +319,8 @@ class Trainer:
             self.log.warning(f'iteration {self.step}: non-finite loss or gradients on {where}; step skipped '
                              f'(train.nan_policy=skip)')
             return stop
-        latest = self.ckpt.complete_steps()
         raise TrainingStopped(f'iteration {self.step}: non-finite loss or gradients on {where} '
-                              f'(train.nan_policy=stop); last complete checkpoint: '
-                              f'{self.ckpt.path(latest[-1], "state") if latest else "none"}', EXIT_NONFINITE)
+                              f'(train.nan_policy=stop); {self.newest_save()}', EXIT_NONFINITE)
 
     def check_replicas(self) -> None:
         """DDP must leave identical parameters on every rank; a divergence is a bug worth stopping on.
@@ -323,11 +333,10 @@ class Trainer:
             raise RuntimeError(f'network parameters differ across ranks: {digests}')
         self.log.info(f'parameters identical on all {len(digests)} rank(s): sha1 {digests[0][:16]}')
 
-    def print_status(self, iter_time: float, data_time: float, start_step: int, t0: float) -> None:
+    def print_status(self, iter_time: float, data_time: float, seconds_per_iter: float) -> None:
         losses = self.model.log_losses()
         lr = self.model.current_lr()
-        elapsed = time.time() - t0
-        eta = elapsed / max(self.step - start_step, 1) * (self.train_opt['total_iter'] - self.step)
+        eta = seconds_per_iter * (self.train_opt['total_iter'] - self.step)
         throughput = self.effective_batch / max(iter_time, 1e-9)
         loss_txt = ' '.join(f'{k}: {v:.3e}' for k, v in losses.items())
         self.log.info(f'<epoch:{self.epoch:3d}, iter:{self.step:8,d}, lr:{lr:.3e}> {loss_txt} '
@@ -345,6 +354,35 @@ class Trainer:
             reporter.close()
 
 
+class Timing:
+    """Iteration and data-wait times averaged over a print window; seconds per iteration since the start."""
+
+    def __init__(self) -> None:
+        self.steps, self.t0 = 0, time.time()
+        self.iter_time = self.data_time = 0.0
+        self.window = 0
+        self._tick = self.t0
+
+    def tick(self) -> None:
+        self._tick = time.time()
+
+    def data_ready(self) -> None:
+        self.data_time += time.time() - self._tick
+
+    def step_done(self) -> None:
+        self.iter_time += time.time() - self._tick
+        self.window += 1
+        self.steps += 1
+
+    def take(self) -> Tuple[float, float, float]:
+        """(mean iteration time, mean data time) of the window, and overall seconds per iteration; resets the window."""
+        n = max(self.window, 1)
+        out = (self.iter_time / n, self.data_time / n, (time.time() - self.t0) / max(self.steps, 1))
+        self.iter_time = self.data_time = 0.0
+        self.window = 0
+        return out
+
+
 def parameter_digest(net: torch.nn.Module) -> str:
     """sha1 over every parameter, bit for bit."""
     h = hashlib.sha1()
@@ -352,6 +390,11 @@ def parameter_digest(net: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _hms(seconds: float) -> str:

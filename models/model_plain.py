@@ -313,6 +313,12 @@ class ModelPlain:
             files['E'] = self.ema.module.state_dict()
         return files
 
+    def weights_finite(self) -> bool:
+        """Whether every floating-point weight of netG (and of the EMA copy) is finite: one host sync."""
+        tensors = [t for files in self.state_files().values() for t in files.values()
+                   if torch.is_tensor(t) and t.is_floating_point()]
+        return bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
+
     def training_state(self) -> Dict[str, Any]:
         state = {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict(),
                  'optimizer_type': self.train_opt['G_optimizer_type']}

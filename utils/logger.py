@@ -70,10 +70,18 @@ class Reporter:
             mode = wandb_mode()
             if mode == 'offline' and 'WANDB_MODE' not in os.environ:
                 get_logger().info('W&B: no WANDB_API_KEY in the environment, logging offline')
-            self.wandb_run = wandb.init(
-                project=log_opt['wandb_project'], name=log_opt['wandb_name'] or opt['task'],
-                entity=log_opt['wandb_entity'], dir=opt['path']['task'], mode=mode,
-                config=json.loads(dumps(opt)), id=wandb_id, resume='allow' if wandb_id else None)
+            kwargs = dict(project=log_opt['wandb_project'], name=log_opt['wandb_name'] or opt['task'],
+                          entity=log_opt['wandb_entity'], dir=opt['path']['task'], config=json.loads(dumps(opt)),
+                          id=wandb_id, resume='allow' if wandb_id else None)
+            try:
+                self.wandb_run = wandb.init(mode=mode, **kwargs)
+            except Exception as e:  # wandb raises CommError/UsageError/... when the server cannot be reached
+                if mode != 'online':
+                    raise
+                text = str(e).strip()
+                get_logger().warning(f'W&B: online init failed ({text.splitlines()[0] if text else type(e).__name__}); '
+                                     f'logging offline instead (upload later with `wandb sync`)')
+                self.wandb_run = wandb.init(mode='offline', **kwargs)
 
     @property
     def wandb_id(self) -> Optional[str]:
