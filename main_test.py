@@ -72,7 +72,7 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     if 'test' not in opt['datasets']:
         raise UserError(f'{opt["opt_path"]}: datasets.test: required section is missing')
     test_opt = opt['datasets']['test']
-    log = setup_logger(None, state.rank, 'test')
+    log = setup_logger(state.rank, buffered=False)
     log.info(dist.banner(state, device))
     if dist.is_main_process():
         ensure_demo_data(test_opt)

@@ -11,7 +11,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 # c10d's C++ warnings (store retries, shutdown notes) are noise next to our one-line errors;
 # TORCH_CPP_LOG_LEVEL=INFO shows them. Must be set before torch is imported.
@@ -25,8 +25,8 @@ from data.registry import build_dataset
 from models.registry import model_class
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
-from utils.errors import UserError
-from utils.logger import Reporter, get_logger, setup_logger
+from utils.errors import UserError, first_line
+from utils.logger import Reporter, get_logger, log_to_file, setup_logger
 from utils.options import dumps, load_options
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
@@ -84,45 +84,31 @@ class Trainer:
         self.best = {'psnr': float('-inf'), 'iter': 0}
         self.signals = StopSignals()
 
-    def setup(self) -> None:
+    def build(self) -> None:
+        """Everything that depends on the user's input, before anything is written to the run folder.
+
+        Data files, the resume point, loaders, the model and one sample through the network are
+        checked here, so a mistake ends the run with one line and leaves no trace (generated demo
+        data aside, which lives outside the run folder).
+        """
         opt, t = self.opt, self.train_opt
-        if self.main:
-            for name in self.ckpt.remove_stale_temp():
-                self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
-        # Found first: a resumed run must shuffle with the seed it started with.
-        point = find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
-        if t['manual_seed'] is not None:
-            seed = t['manual_seed']
-            if point is not None and point.training['seed'] != seed:
-                self.log.warning(f'resume: train.manual_seed: checkpoint {point.training["seed"]}, options {seed}; '
-                                 f'the options win (data order and augmentation change from here)')
-        elif point is not None:
-            seed = point.training['seed']
-        else:
-            seed = dist.broadcast_object(random.randint(1, 10000))
-        self.seed = seed
-        seed_everything(seed)
-        self.log.info(f'seed {seed} (same on every rank; data order comes from the sampler)')
-
-        error = None
-        if self.main:
-            try:
-                for section in opt['datasets'].values():
-                    ensure_demo_data(section)
-            except UserError as e:
-                error = str(e)
-        if dist.agree_any([error is not None])[0]:
-            raise UserError(error or 'demo data generation failed on rank 0')
-
+        self.ensure_demo_data()
         train_opt_ds = opt['datasets'].get('train')
         if train_opt_ds is None:
             raise UserError(f'{opt["opt_path"]}: datasets.train: required section is missing')
         self.train_set = build_dataset(train_opt_ds)
+        val_set = build_dataset(opt['datasets']['test']) if 'test' in opt['datasets'] else None
+
+        # Found before seeding: a resumed run must shuffle with the seed it started with.
+        self.point = None if self.args.fresh else find_resume_point(opt, self.ckpt, self.args.allow_unsafe_load)
+        self.seed = self.choose_seed(self.point)
+        seed_everything(self.seed)
+        self.log.info(f'seed {self.seed} (same on every rank; data order comes from the sampler)')
+
         self.train_loader, self.sampler = build_train_loader(
-            self.train_set, train_opt_ds, self.state.world_size, self.state.rank, seed, self.device)
+            self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device)
         self.val_loader = None
-        if 'test' in opt['datasets']:
-            val_set = build_dataset(opt['datasets']['test'])
+        if val_set is not None:
             self.val_loader = build_val_loader(val_set, self.state.world_size, self.state.rank,
                                                opt['datasets']['test']['dataloader_num_workers'])
         self.accum = t['accumulate_steps']
@@ -138,12 +124,43 @@ class Trainer:
 
         self.model = model_class(opt['model'])(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
+        self.model.check_sample(self.train_set[(0, 0)], train_opt_ds['_where'])
 
+    def ensure_demo_data(self) -> None:
+        """Rank 0 generates missing demo data (outside the run folder); every rank learns the outcome."""
+        error = None
+        if self.main:
+            try:
+                for section in self.opt['datasets'].values():
+                    ensure_demo_data(section)
+            except UserError as e:
+                error = str(e)
+        if dist.agree_any([error is not None])[0]:
+            raise UserError(error or 'demo data generation failed on rank 0')
+
+    def choose_seed(self, point: Optional[ResumePoint]) -> int:
+        """`train.manual_seed`, else the resumed run's seed, else one drawn on rank 0 for every rank."""
+        seed = self.train_opt['manual_seed']
+        if seed is not None:
+            if point is not None and point.training['seed'] != seed:
+                self.log.warning(f'resume: train.manual_seed: checkpoint {point.training["seed"]}, options {seed}; '
+                                 f'the options win (data order and augmentation change from here)')
+            return seed
+        if point is not None:
+            return point.training['seed']
+        return dist.broadcast_object(random.randint(1, 10000))
+
+    def start(self) -> None:
+        """Once the run folder is ours: clear interrupted writes, restore the resume point, open reporters."""
+        if self.main:
+            for name in self.ckpt.remove_stale_temp():
+                self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         wandb_id = None
-        if point is not None:
-            wandb_id = self.restore(point)
-        self.reporter = Reporter(opt, self.main, wandb_id)
+        if self.point is not None:
+            wandb_id = self.restore(self.point)
+            self.point = None  # the weights it holds are in the model now
+        self.reporter = Reporter(self.opt, self.main, wandb_id)
 
     def restore(self, point: ResumePoint) -> Optional[str]:
         s = point.training
@@ -190,7 +207,7 @@ class Trainer:
                 self.ckpt.save(self.step, files)
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
             except Exception as e:  # torch.save reports a full disk as RuntimeError, not OSError
-                error = f'checkpoint at iteration {self.step} failed: {_first_line(e)}'
+                error = f'checkpoint at iteration {self.step} failed: {first_line(e)}'
         return self.agree_on_write(error)
 
     def newest_save(self) -> str:
@@ -224,7 +241,7 @@ class Trainer:
                 try:
                     self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
                 except Exception as e:
-                    error = f'best checkpoint at iteration {self.step} failed: {_first_line(e)}'
+                    error = f'best checkpoint at iteration {self.step} failed: {first_line(e)}'
             self.agree_on_write(error)
 
     def save_images(self, encoded: List[Any]) -> None:
@@ -392,48 +409,54 @@ def parameter_digest(net: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _hms(seconds: float) -> str:
     s = int(seconds)
     return f'{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}'
 
 
 def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
-    """Rank 0: archive for --fresh, create folders, start the log and save the resolved options."""
+    """Rank 0: archive for --fresh, create folders, start the log file and save the resolved options."""
     task_dir = opt['path']['task']
     archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
     dist.barrier()
     if dist.is_main_process():
         for key in ('task', 'models', 'options'):
             os.makedirs(opt['path'][key], exist_ok=True)
-    log = setup_logger(task_dir if dist.is_main_process() else None, state.rank)
-    if archived:
-        log.info(f'--fresh: previous run moved to {archived}')
-    if dist.is_main_process():
+        log_to_file(task_dir)
         name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
         atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
                           dumps(opt) + '\n')
+    if archived:
+        get_logger().info(f'--fresh: previous run moved to {archived}')
+
+
+def is_restart(env: Mapping[str, str]) -> bool:
+    """Whether this process is an automatic restart of a job: `torchrun --max-restarts` or a SLURM requeue.
+
+    Both rerun the very same command line, so a `--fresh` in it was meant for the first start only.
+    """
+    return any(int(env.get(key) or 0) > 0 for key in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
 
 
 def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
+    log = setup_logger(state.rank)
     trainer = None
     ok = False
     try:
-        prepare_run_dir(opt, state, args)
-        log = get_logger()
         log.info(dist.banner(state, device))
+        if args.fresh and is_restart(os.environ):
+            log.info('--fresh: ignored on this automatic restart of the job (it applied to the first start); resuming')
+            args.fresh = False
         if opt['dist'] != state.distributed:
             log.info(f'options: "dist": {str(opt["dist"]).lower()} overridden by the detected launch '
                      f'mode ({state.mode}, world size {state.world_size})')
             opt['dist'] = state.distributed
         trainer = Trainer(opt, state, device, args)
-        trainer.setup()
+        trainer.build()
+        prepare_run_dir(opt, state, args)
+        trainer.start()
         trainer.run()
         ok = True
     except TrainingStopped:

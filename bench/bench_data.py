@@ -37,7 +37,8 @@ def measure(opt: Dict[str, Any], iters: int) -> Tuple[List[Tuple[float, float]],
     cwd = os.getcwd()
     os.chdir(ROOT)  # the demo's data roots are relative to the project
     try:
-        trainer.setup()
+        trainer.build()
+        trainer.start()
         trainer.val_loader = None
         trainer.save = lambda: None
         trainer.check_replicas = lambda: None

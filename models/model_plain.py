@@ -6,6 +6,7 @@ with the same loop. Video models subclass it.
 """
 import contextlib
 import os
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -21,7 +22,7 @@ from models.regularizers import apply_regularizers
 from models.registry import build_network, register_model
 from utils import dist
 from utils.checkpoint import load as load_checkpoint, unwrap_params
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 from utils.image import encode_image, tensor2uint
 from utils.logger import get_logger
 from utils.metrics import calculate_psnr, calculate_ssim
@@ -56,6 +57,18 @@ def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: st
                              f'unexpected {len(result.unexpected_keys)} keys')
 
 
+def build_checked_network(netG: Dict[str, Any]) -> nn.Module:
+    """The network of `netG`; a parameter without elements (e.g. `nc: 0`) is a user error, not a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='Initializing zero-element tensors')
+        net = build_network(netG)
+    empty = [name for name, p in net.named_parameters() if p.numel() == 0]
+    if empty:
+        raise UserError(f'netG ({netG["net_type"]}): parameter {empty[0]} has no elements '
+                        f'(a width or channel count of 0 in netG?)')
+    return net
+
+
 @register_model('plain')
 class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
@@ -70,7 +83,7 @@ class ModelPlain:
         self.channels_last = self.train_opt['channels_last']
         self._warned_5d = False
         netG = opt['netG']
-        net = build_network(netG)
+        net = build_checked_network(netG)
         init_weights(net, netG['init_type'], netG['init_bn_type'], netG['init_gain'])
         if opt['path']['pretrained_netG']:
             load_weights(net, opt['path']['pretrained_netG'], self.train_opt['G_param_strict'], 'params',
@@ -144,7 +157,39 @@ class ModelPlain:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def forward_loss(self, batch: Dict[str, Any]) -> torch.Tensor:
-        return self.loss_fn(self.net(batch['L']), batch['H'])
+        return self.loss_fn(self.predict(self.net, batch), batch['H'])
+
+    def check_sample(self, sample: Dict[str, Any], where: str) -> None:
+        """Run one training sample through netG (no grad, eval mode) before anything is written.
+
+        A network that cannot take the data (channel counts, `nc: 0`, a scale that differs from the
+        dataset's) fails here with one line instead of at the first iteration, after the run
+        folder, log and options were written. The random states are left as they were.
+        """
+        batch = {k: v.unsqueeze(0) if torch.is_tensor(v) else [v] for k, v in sample.items()}
+        batch = self.to_device(batch)
+        net = self.net_g
+        was_training = net.training
+        net.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[self.device] if self.device.type == 'cuda' else []):
+                with self.autocast():
+                    out = self.predict(net, batch)
+        except (RuntimeError, ValueError, TypeError) as e:
+            shapes = ', '.join(f'{k} {tuple(v.shape[1:])}' for k, v in batch.items() if torch.is_tensor(v))
+            raise UserError(f'netG ({self.opt["netG"]["net_type"]}) cannot take a sample of {where} ({shapes}): '
+                            f'{first_line(e)[:300]}') from None
+        finally:
+            net.train(was_training)
+        target = batch['H']
+        if out.shape != target.shape:
+            raise UserError(f'netG ({self.opt["netG"]["net_type"]}) turns {where} input {tuple(batch["L"].shape[1:])} '
+                            f'into {tuple(out.shape[1:])}, but the target H is {tuple(target.shape[1:])} '
+                            f'(check netG\'s scale/channels against "scale" and "n_channels")')
+
+    def predict(self, net: nn.Module, batch: Dict[str, Any]) -> torch.Tensor:
+        """`net`'s output for a training batch, the tensor the loss compares with batch['H']."""
+        return net(batch['L'])
 
     def after_backward(self, step: int) -> None:
         """Hook between backward and the finiteness check (gradient edits such as freezing)."""
@@ -333,10 +378,10 @@ class ModelPlain:
         hyperparameter comes from the options. Each value that differs is logged with the winner.
         """
         log = get_logger()
-        self.net_g.load_state_dict(weights['G'])
+        _load_exactly(self.net_g, weights['G'], 'G', self.opt['netG']['net_type'])
         if self.ema is not None:
             if 'E' in weights:
-                self.ema.module.load_state_dict(weights['E'])
+                _load_exactly(self.ema.module, weights['E'], 'E', self.opt['netG']['net_type'])
             else:
                 self.ema.module.load_state_dict(weights['G'])
                 log.warning('resume: the checkpoint has no EMA weights (_E.pth); train.E_decay > 0 now, so '
@@ -354,6 +399,17 @@ class ModelPlain:
             else:
                 log.info('resume: the checkpoint has no GradScaler state (trained without fp16); '
                          'loss scaling starts afresh')
+
+
+def _load_exactly(net: nn.Module, state: Dict[str, Any], kind: str, net_type: str) -> None:
+    """load_state_dict(strict) for a resume: a checkpoint of another network is a user error, not a traceback."""
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise UserError(f'resume: the checkpoint\'s {kind} weights do not fit netG ({net_type}) as the options '
+                        f'build it (were netG options changed?): {" ".join(lines[1:3])[:300]}; start a new task '
+                        f'or use --fresh') from None
 
 
 def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:

@@ -11,3 +11,9 @@ class UserError(Exception):
 
 class OptionsError(UserError):
     """An invalid option file or override. The message names the file and the key."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

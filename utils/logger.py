@@ -11,11 +11,30 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
+from utils.errors import first_line
 from utils.options import dumps
 
 
-def setup_logger(task_dir: Optional[str], rank: int, name: str = 'train') -> logging.Logger:
-    """Rank 0: INFO to stdout and `<task>/<name>_<time>.log`; other ranks: WARNING to stderr."""
+_FORMAT = logging.Formatter('%(asctime)s %(levelname)s: %(message)s', '%y-%m-%d %H:%M:%S')
+
+
+class _Buffer(logging.Handler):
+    """Keeps rank 0's records until the run folder may be written (after every check passed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def setup_logger(rank: int, buffered: bool = True) -> logging.Logger:
+    """Rank 0: INFO to stdout (`buffered`: kept for the log file); other ranks: WARNING to stderr.
+
+    Nothing is written to disk here: the start-up checks run before the run folder exists, and
+    `log_to_file` later replays what they logged into the file.
+    """
     logger = logging.getLogger('restoration')
     for h in list(logger.handlers):
         logger.removeHandler(h)
@@ -23,21 +42,32 @@ def setup_logger(task_dir: Optional[str], rank: int, name: str = 'train') -> log
     logger.propagate = False
     if rank == 0:
         logger.setLevel(logging.INFO)
-        fmt = logging.Formatter('%(asctime)s %(levelname)s: %(message)s', '%y-%m-%d %H:%M:%S')
         console = logging.StreamHandler(sys.stdout)
-        console.setFormatter(fmt)
+        console.setFormatter(_FORMAT)
         logger.addHandler(console)
-        if task_dir:
-            os.makedirs(task_dir, exist_ok=True)
-            fh = logging.FileHandler(os.path.join(task_dir, f'{name}_{time.strftime("%y%m%d_%H%M%S")}.log'))
-            fh.setFormatter(fmt)
-            logger.addHandler(fh)
+        if buffered:
+            logger.addHandler(_Buffer())
     else:
         logger.setLevel(logging.WARNING)
         h = logging.StreamHandler(sys.stderr)
         h.setFormatter(logging.Formatter(f'[rank {rank}] %(levelname)s: %(message)s'))
         logger.addHandler(h)
     return logger
+
+
+def log_to_file(folder: str, name: str = 'train') -> str:
+    """Rank 0: from now on also log to `<folder>/<name>_<time>.log`, starting with what was logged so far."""
+    logger = get_logger()
+    path = os.path.join(folder, f'{name}_{time.strftime("%y%m%d_%H%M%S")}.log')
+    fh = logging.FileHandler(path)
+    fh.setFormatter(_FORMAT)
+    for h in list(logger.handlers):
+        if isinstance(h, _Buffer):
+            logger.removeHandler(h)
+            for record in h.records:
+                fh.handle(record)
+    logger.addHandler(fh)
+    return path
 
 
 def get_logger() -> logging.Logger:
@@ -78,9 +108,8 @@ class Reporter:
             except Exception as e:  # wandb raises CommError/UsageError/... when the server cannot be reached
                 if mode != 'online':
                     raise
-                text = str(e).strip()
-                get_logger().warning(f'W&B: online init failed ({text.splitlines()[0] if text else type(e).__name__}); '
-                                     f'logging offline instead (upload later with `wandb sync`)')
+                get_logger().warning(f'W&B: online init failed ({first_line(e)}); logging offline instead '
+                                     f'(upload later with `wandb sync`)')
                 self.wandb_run = wandb.init(mode='offline', **kwargs)
 
     @property

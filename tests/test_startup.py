@@ -1,0 +1,78 @@
+"""Start-up: every user mistake is found before the run folder is written, and `--fresh` acts once per run.
+
+Runs are real `main_train.py` processes; evidence is the exit code, stderr and what exists on disk.
+"""
+import os
+import sys
+
+import pytest
+
+from main_train import is_restart
+from tests.conftest import clean_env, run, tiny_options, write_options
+
+PY = sys.executable
+PATCHED = os.path.join('tests', 'patched_main.py')
+
+
+@pytest.mark.parametrize('override, message', [
+    ('netG.nc=0', 'netG (dncnn): parameter model.0.weight has no elements'),
+    ('n_channels=1', 'netG (dncnn) cannot take a sample of datasets.train'),
+    ('train.G_lossfn_type="ssimm"', 'G_lossfn_type'),
+    ('model="gann"', 'model'),
+], ids=['nc-0', 'gray-data-colour-net', 'unknown-loss', 'unknown-model'])
+def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing(tmp_path, demo_images,
+                                                                                 override, message):
+    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
+    res = run([PY, 'main_train.py', '--opt', path, '--set', override])
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: ') and message in res.stderr, res.stderr
+    assert not (tmp_path / 'exp').exists(), os.listdir(tmp_path / 'exp')
+
+
+def test_a_network_whose_output_does_not_match_the_target_is_refused_before_training(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images)
+    opt['netG'] = {'net_type': 'msrresnet1', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1, 'upscale': 4}
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    res = run([PY, 'main_train.py', '--opt', path])
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert 'but the target H is (3, 24, 24)' in res.stderr and res.stderr.count('\n') == 1, res.stderr
+    assert not (tmp_path / 'exp').exists()
+
+
+def test_the_log_file_holds_what_was_logged_before_the_run_folder_existed(tmp_path, demo_images):
+    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2))
+    res = run([PY, 'main_train.py', '--opt', path])
+    assert res.returncode == 0, res.stderr[-2000:]
+    (log,) = [f for f in os.listdir(tmp_path / 'exp' / 'tiny') if f.startswith('train_') and f.endswith('.log')]
+    text = open(tmp_path / 'exp' / 'tiny' / log).read()
+    for line in ('distributed: mode=single', 'training samples 64', 'network DnCNN', 'end of training'):
+        assert line in text, text
+
+
+@pytest.mark.parametrize('env, restart', [
+    ({}, False),
+    ({'TORCHELASTIC_RESTART_COUNT': '0'}, False),
+    ({'TORCHELASTIC_RESTART_COUNT': '2'}, True),
+    ({'SLURM_RESTART_COUNT': '0'}, False),
+    ({'SLURM_RESTART_COUNT': '1'}, True),
+])
+def test_a_torchrun_restart_or_a_slurm_requeue_is_recognised_as_a_restart(env, restart):
+    assert is_restart(env) is restart
+
+
+def test_fresh_archives_once_and_a_torchrun_restart_resumes_instead_of_starting_over(tmp_path, demo_images):
+    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=8,
+                                                                checkpoint_save=2, checkpoint_test=100000))
+    earlier = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=2'])
+    assert earlier.returncode == 0, earlier.stderr[-2000:]
+
+    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '--max-restarts=1',
+               PATCHED, '--opt', path, '--fresh'], env=clean_env(CRASH_AT='5', CRASH_RANK='1'))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'CRASHING rank 1' in res.stdout
+    assert '--fresh: ignored on this automatic restart' in res.stdout
+    assert 'at iteration 4 (epoch' in res.stdout  # the restart resumed from the fresh run's save
+    archived = [d for d in os.listdir(tmp_path / 'exp') if d.startswith('tiny_archived_')]
+    assert len(archived) == 1, archived  # the earlier run, moved aside once
+    assert os.path.exists(tmp_path / 'exp' / archived[0] / 'models' / '2_G.pth')
+    assert os.path.exists(tmp_path / 'exp' / 'tiny' / 'models' / '8_G.pth')
