@@ -1,7 +1,7 @@
 """Launch-mode detection from the environment, for every mode, without starting processes."""
 import pytest
 
-from utils.dist import DistState, detect, expand_hostlist, first_host, select_gpus
+from utils.dist import DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus
 from utils.errors import UserError
 
 TORCHRUN = {'WORLD_SIZE': '4', 'RANK': '3', 'LOCAL_RANK': '1', 'MASTER_ADDR': '10.0.0.1', 'MASTER_PORT': '29500'}
@@ -81,3 +81,54 @@ def test_gpu_ids_set_visible_devices_only_for_a_single_process_and_only_when_uns
     assert select_gpus([0], DistState('single'), env) is None and env['CUDA_VISIBLE_DEVICES'] == '3'
     env = {}
     assert select_gpus([0, 1], detect(TORCHRUN), env) is None and env == {}
+
+
+@pytest.mark.parametrize('hostlist, hosts', [
+    ('tux[0-3,7]', ['tux0', 'tux1', 'tux2', 'tux3', 'tux7']),          # SLURM's documented examples
+    ('linux[00-03]', ['linux00', 'linux01', 'linux02', 'linux03']),
+    ('rack[1-2]-node[01-02]', ['rack1-node01', 'rack1-node02', 'rack2-node01', 'rack2-node02']),
+    ('gpu01,gpu[03-04],login', ['gpu01', 'gpu03', 'gpu04', 'login']),
+    ('n[8-10]', ['n8', 'n9', 'n10']),
+    ('cn-1.cluster.org', ['cn-1.cluster.org']),
+])
+def test_hostlists_with_any_number_of_bracket_groups_expand_in_slurm_order(hostlist, hosts):
+    assert expand_hostlist(hostlist) == hosts
+
+
+@pytest.mark.parametrize('hostlist', ['a[3-1]', 'a[1-2', 'a]1', 'a[x-2]', 'a[1-]', ''])
+def test_a_malformed_hostlist_is_a_user_error_naming_it(hostlist):
+    with pytest.raises(UserError, match='SLURM host list'):
+        expand_hostlist(hostlist)
+
+
+def test_first_host_of_a_multi_group_hostlist_without_scontrol():
+    assert first_host('rack[1-2]-node[01-02]', scontrol='') == 'rack1-node01'
+
+
+@pytest.mark.parametrize('local_rank, visible, index', [
+    (0, 8, 0), (7, 8, 7),        # all of a node's GPUs visible: local rank i uses GPU i
+    (3, 1, 0), (7, 1, 0),        # SLURM --gpus-per-task=1: each task sees its own GPU as index 0
+    (9, 8, 1), (15, 8, 7),       # no LOCAL_RANK: the global rank wraps onto the node's GPUs
+])
+def test_the_cuda_device_is_picked_from_the_visible_gpus(local_rank, visible, index):
+    assert cuda_device_index(local_rank, visible) == index
+
+
+def test_no_visible_gpu_is_a_user_error():
+    with pytest.raises(UserError, match='no GPU is visible'):
+        cuda_device_index(0, 0)
+
+
+def test_the_stop_agreement_group_under_nccl_gets_the_runs_dist_timeout(monkeypatch):
+    """A dead node must not block the others for torch's 30-minute default."""
+    import datetime
+    from utils import dist as d
+    created = []
+    monkeypatch.setattr(d, '_timeout_s', 42.0)
+    monkeypatch.setattr(d, '_control_group', None)
+    monkeypatch.setattr(d, 'is_initialized', lambda: True)
+    monkeypatch.setattr(d.dist, 'get_backend', lambda group=None: 'nccl')
+    monkeypatch.setattr(d.dist, 'new_group', lambda **kw: created.append(kw) or 'group')
+    monkeypatch.setattr(d.dist, 'all_reduce', lambda t, op=None, group=None: None)
+    assert d.agree_any([False, True]) == [False, True]
+    assert created == [{'backend': 'gloo', 'timeout': datetime.timedelta(seconds=42)}]

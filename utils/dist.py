@@ -8,7 +8,6 @@ would wait forever for ranks that never come.
 """
 import contextlib
 import datetime
-import functools
 import logging
 import os
 import re
@@ -19,7 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -46,19 +45,56 @@ class DistState:
         return self.mode != 'single'
 
 
+def _split_top(text: str, where: str) -> List[str]:
+    """Split at commas outside brackets: `a[1,3],b` -> ['a[1,3]', 'b']."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == '[':
+            depth += 1
+            if depth > 1:
+                raise UserError(f'SLURM host list {where!r}: nested "["')
+        elif c == ']':
+            depth -= 1
+            if depth < 0:
+                raise UserError(f'SLURM host list {where!r}: "]" without "["')
+        elif c == ',' and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise UserError(f'SLURM host list {where!r}: "[" without "]"')
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+def _bracket_values(spec: str, where: str) -> List[str]:
+    """`01-03,07` -> ['01', '02', '03', '07'] (zero padding of the lower bound kept)."""
+    values = []
+    for part in spec.split(','):
+        lo, dash, hi = part.partition('-')
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise UserError(f'SLURM host list {where!r}: bad range "{part}"')
+        hi = hi if dash else lo
+        if int(hi) < int(lo):
+            raise UserError(f'SLURM host list {where!r}: empty range "{part}"')
+        values.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
+    return values
+
+
 def expand_hostlist(hostlist: str) -> List[str]:
-    """Expand a SLURM host list like `gpu[01-03,07],login1` without `scontrol` (pure Python)."""
+    """Expand a SLURM host list without `scontrol` (pure Python), in SLURM's order.
+
+    `gpu[01-03,07],login1` -> gpu01 gpu02 gpu03 gpu07 login1; a host may have several bracket
+    groups: `rack[1-2]-node[01-02]` -> rack1-node01 rack1-node02 rack2-node01 rack2-node02.
+    """
     hosts: List[str] = []
-    for m in re.finditer(r'([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)', hostlist):
-        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
-        if not ranges:
-            hosts.append(prefix + suffix)
-            continue
-        for part in ranges.split(','):
-            lo, _, hi = part.partition('-')
-            hi = hi or lo
-            for i in range(int(lo), int(hi) + 1):
-                hosts.append(f'{prefix}{str(i).zfill(len(lo))}{suffix}')
+    for host in _split_top(hostlist.strip(), hostlist):
+        names = ['']
+        for literal, spec in re.findall(r'([^\[]*)(?:\[([^\]]*)\])?', host):
+            values = _bracket_values(spec, hostlist) if spec else ['']
+            names = [n + literal + v for n in names for v in values]
+        hosts.extend(names)
+    if not hosts:
+        raise UserError(f'SLURM host list {hostlist!r} names no host')
     return hosts
 
 
@@ -110,10 +146,6 @@ def detect(env: Mapping[str, str] = os.environ, scontrol: Optional[str] = None) 
     return state
 
 
-def backend_for_device() -> str:
-    return 'nccl' if torch.cuda.is_available() else 'gloo'
-
-
 def select_gpus(gpu_ids: Optional[Sequence[int]], state: DistState, env: Any = os.environ) -> Optional[str]:
     """Single-process runs may restrict visible GPUs with `gpu_ids`; never on clusters or under DDP.
 
@@ -125,15 +157,30 @@ def select_gpus(gpu_ids: Optional[Sequence[int]], state: DistState, env: Any = o
     return env['CUDA_VISIBLE_DEVICES']
 
 
+def cuda_device_index(local_rank: int, visible: int) -> int:
+    """This rank's GPU among the `visible` ones: local rank modulo what this process can see.
+
+    With one GPU per task (SLURM `--gpus-per-task=1`, or a launcher that sets CUDA_VISIBLE_DEVICES
+    per rank) every rank uses index 0 whatever its local rank; with all of a node's GPUs visible,
+    local rank i uses GPU i. A launch without LOCAL_RANK falls back to the global rank (see
+    `detect`), which the modulo maps onto the node's GPUs when ranks are numbered node by node.
+    """
+    if visible < 1:
+        raise UserError('CUDA is available but no GPU is visible (check CUDA_VISIBLE_DEVICES)')
+    return local_rank % visible
+
+
 def init(state: DistState, timeout_s: float = 600, env: Any = os.environ) -> torch.device:
     """Create the process group (env://) and return this rank's device.
 
     On CPU each rank gets one intra-op thread unless OMP_NUM_THREADS is set: two ranks with two
     threads each on two cores run ~40 % slower than with one.
     """
+    global _timeout_s
+    _timeout_s = float(timeout_s)
     cuda = torch.cuda.is_available()
     if cuda:
-        device = torch.device('cuda', state.local_rank if state.distributed else 0)
+        device = torch.device('cuda', cuda_device_index(state.local_rank, torch.cuda.device_count()))
         torch.cuda.set_device(device)
     else:
         device = torch.device('cpu')
@@ -223,14 +270,6 @@ def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
-    """Mean over ranks, in place; identity in a single process."""
-    if is_initialized():
-        _all_reduce(t, dist.ReduceOp.SUM)
-        t.div_(dist.get_world_size())
-    return t
-
-
 def broadcast_object(obj: T, src: int = 0) -> T:
     """Rank `src`'s `obj` on every rank (e.g. a seed drawn once)."""
     if not is_initialized():
@@ -250,6 +289,7 @@ def gather_objects(obj: T) -> List[T]:
 
 
 _control_group: Any = None
+_timeout_s = 600.0  # the run's dist_timeout, set by init(); also bounds the control group's collectives
 
 
 def agree_any(flags: Sequence[bool]) -> List[bool]:
@@ -264,17 +304,10 @@ def agree_any(flags: Sequence[bool]) -> List[bool]:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         else:
             if _control_group is None:
-                _control_group = dist.new_group(backend='gloo')
+                # Without its own timeout a gloo group waits torch's default 30 minutes for a dead node.
+                _control_group = dist.new_group(backend='gloo', timeout=datetime.timedelta(seconds=_timeout_s))
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_control_group)
     return [bool(v) for v in t.tolist()]
-
-
-def rank_zero_only(fn: Callable[..., T]) -> Callable[..., Optional[T]]:
-    """The one gate for side effects: the call happens on rank 0 and is skipped elsewhere."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Optional[T]:
-        return fn(*args, **kwargs) if is_main_process() else None
-    return wrapper
 
 
 def cleanup(together: bool = True) -> None:

@@ -14,7 +14,7 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> Dict[str, Any]:
-    """This process's python, numpy, torch (and CUDA) generator states as plain types/tensors."""
+    """This process's python, numpy, torch (and its CUDA device's) generator states as plain types/tensors."""
     np_state = np.random.get_state()
     state = {
         'python': random.getstate(),
@@ -23,7 +23,7 @@ def rng_state() -> Dict[str, Any]:
         'torch': torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        state['cuda'] = torch.cuda.get_rng_state_all()
+        state['cuda'] = torch.cuda.get_rng_state(torch.cuda.current_device())
     return state
 
 
@@ -35,4 +35,17 @@ def set_rng_state(state: Dict[str, Any]) -> None:
                          n['cached_gaussian']))
     torch.set_rng_state(state['torch'])
     if 'cuda' in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
+        torch.cuda.set_rng_state(_this_device(state['cuda']), torch.cuda.current_device())
+
+
+def _this_device(saved: Any) -> torch.Tensor:
+    """The saved CUDA generator state for this process's device.
+
+    Only the current device's state is saved: a rank trains on one GPU, and a checkpoint made
+    where 8 GPUs were visible must resume where one is. Older checkpoints hold a list with one
+    state per visible device; the entry of the current index is used (the first if it is missing).
+    """
+    if isinstance(saved, (list, tuple)):
+        index = torch.cuda.current_device()
+        return saved[index] if index < len(saved) else saved[0]
+    return saved
