@@ -69,18 +69,21 @@ class ModelVRT(ModelPlain):
         self.fix_params: List[nn.Parameter] = []
         super().__init__(opt, device, allow_unsafe_load)  # calls self.param_groups()
         self._check_val_options()
-        self._frozen = self.fix_iter > 0 and bool(self.fix_params)
+        self._frozen = bool(self.fix_params)
         log = get_logger()
         if self.fix_iter > 0 and not self.fix_params:
             log.warning(f'train.fix_iter: {self.fix_iter} has no effect: train.fix_keys is empty')
         elif self.fix_params:
             n = sum(p.numel() for p in self.fix_params)
-            when = f'frozen for the first {self.fix_iter} iterations, then ' if self.fix_iter else ''
             log.info(f'train.fix_keys {self.fix_keys}: {len(self.fix_params)} tensors ({n:,} parameters) '
-                     f'{when}trained with lr x {self.fix_lr_mul:g}')
+                     f'frozen for the first {self.fix_iter} iterations, then trained with lr x {self.fix_lr_mul:g}')
 
     def param_groups(self) -> List[Dict[str, Any]]:
-        """[normal parameters, fix_keys parameters with lr * fix_lr_mul] (one group without fix_keys)."""
+        """[normal parameters, fix_keys parameters with lr * fix_lr_mul]; one group without fix_iter or fix_keys.
+
+        As in KAIR, the separate group (and so `fix_lr_mul`) exists only when the flow network is
+        fixed at the start (`fix_iter` > 0); its lower lr then also applies after the release.
+        """
         if not self.fix_keys:
             return super().param_groups()
         bad = [k for k in self.fix_keys if not isinstance(k, str) or not k]
@@ -95,6 +98,11 @@ class ModelVRT(ModelPlain):
         normal = [p for n, p in named if not any(k in n for k in self.fix_keys)]
         if not normal:
             raise UserError(f'train.fix_keys: {self.fix_keys} match every parameter of netG')
+        if self.fix_iter <= 0:
+            if self.fix_lr_mul != 1:
+                get_logger().info(f'train.fix_lr_mul: {self.fix_lr_mul:g} has no effect without train.fix_iter > 0 '
+                                  f'(KAIR applies it only with a fixed flow network): one lr for all parameters')
+            return super().param_groups()
         self.fix_params = [p for _, p in fixed]
         lr = float(self.train_opt['G_optimizer_lr'])
         return [{'params': normal}, {'params': self.fix_params, 'lr': lr * self.fix_lr_mul}]

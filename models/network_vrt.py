@@ -2,7 +2,7 @@
 
 Re-implementation whose `state_dict` matches the official JingyunLiang/VRT `network_vrt.py`
 name for name and shape for shape, so released checkpoints load with `strict=True`
-(checked against /work/shared/vrt/*.tsv by tests/test_network_vrt.py).
+(checked against tests/data/vrt/*.tsv by tests/test_network_vrt.py).
 
 Input: N×T×C×H×W with C = in_chans (+1 noise-level map if `nonblind_denoising`) + `spike_chans`.
 Output: N×T×out_chans×(H·upscale)×(W·upscale); the frame-interpolation variant (`pa_frames=0`)

@@ -168,6 +168,20 @@ def test_a_fix_key_that_matches_no_parameter_is_a_user_error(tmp_path, gopro):
         build_model(tmp_path, gopro, fix_keys=['spynet', 'spynett'])
 
 
+def test_without_fix_iter_fix_lr_mul_has_no_effect_and_every_parameter_trains_at_the_base_lr(tmp_path, gopro,
+                                                                                              caplog):
+    caplog.set_level(logging.INFO, logger='restoration')
+    model = build_model(tmp_path, gopro, fix_iter=0, fix_lr_mul=0.125)
+    (group,) = model.optimizer.param_groups
+    assert group['lr'] == pytest.approx(1e-3)
+    assert len(group['params']) == len(list(model.net_g.parameters()))
+    assert 'train.fix_lr_mul: 0.125 has no effect without train.fix_iter > 0' in caplog.text
+    params = dict(model.net_g.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items() if _is_fix(n)}
+    model.step(1, model.backward([random_batch(1)]))
+    assert any(not torch.equal(params[n], b) for n, b in before.items() if 'spynet' in n)  # never frozen
+
+
 def test_without_fix_keys_there_is_one_param_group(tmp_path, gopro):
     model = build_model(tmp_path, gopro, fix_iter=0, fix_keys=[])
     assert len(model.optimizer.param_groups) == 1

@@ -160,5 +160,8 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_double_size(tmp_path
     torch.testing.assert_close(loss_a, loss_s, rtol=0, atol=1e-6)
     grads = [(a.grad, s.grad) for a, s in zip(accum.net_g.parameters(), single.net_g.parameters())]
     assert grads and all(a is not None for a, _ in grads)
+    # float32 sums over ~1500 pixel terms (the bias gradients) differ with the summation order, which
+    # depends on the thread count and on summing per micro-batch: ~1e-5 relative. Not dividing by the
+    # number of micro-batches would be 100 % off.
     for a, s in grads:
-        torch.testing.assert_close(a, s, rtol=0, atol=1e-6)
+        torch.testing.assert_close(a, s, rtol=1e-4, atol=1e-6)

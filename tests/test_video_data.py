@@ -175,7 +175,6 @@ def test_test_dataset_returns_whole_clips_with_spikes(pattern_root):
 
 
 def test_lmdb_backend_reads_the_same_items_as_disk(pattern_root, tmp_path):
-    pytest.importorskip('lmdb')
     for name, exts in (('gt', ['.png']), ('lq', ['.png']), ('spike', ['.npy'])):
         assert make_lmdb_from_folder(pattern_root / name, tmp_path / f'{name}.lmdb', exts) == sum(CLIPS.values())
     spikes = dict(SPIKE_RAW, num_frame=4, interval_list=[1, 2], random_reverse=True)
@@ -196,7 +195,6 @@ def test_lmdb_backend_reads_the_same_items_as_disk(pattern_root, tmp_path):
 
 
 def test_lmdb_dataset_works_in_forked_workers_after_the_main_process_read(pattern_root, tmp_path):
-    pytest.importorskip('lmdb')
     for name in ('gt', 'lq'):
         make_lmdb_from_folder(pattern_root / name, tmp_path / f'{name}.lmdb')
     ds = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, io_backend={'type': 'lmdb'},
