@@ -151,10 +151,9 @@ class Trainer:
         return dist.broadcast_object(random.randint(1, 10000))
 
     def start(self) -> None:
-        """Once the run folder is ours: clear interrupted writes, restore the resume point, open reporters."""
+        """Once the run folder is ours: tidy `models/`, restore the resume point, open reporters."""
         if self.main:
-            for name in self.ckpt.remove_stale_temp():
-                self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
+            self.tidy_checkpoints(self.point.training['iter'] if self.point is not None else 0)
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         wandb_id = None
         if self.point is not None:
@@ -162,10 +161,29 @@ class Trainer:
             self.point = None  # the weights it holds are in the model now
         self.reporter = Reporter(self.opt, self.main, wandb_id)
 
+    def tidy_checkpoints(self, start_iter: int) -> None:
+        """Rank 0: remove what interrupted or failed saves left, set aside saves newer than the start.
+
+        After this `models/` holds one history ending at the iteration training continues from,
+        so pruning and the next auto-resume, which go by iteration, go by recency too.
+        """
+        for name in self.ckpt.remove_stale_temp():
+            self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
+        for name in self.ckpt.remove_incomplete():
+            self.log.warning(f'removed {name}: part of a checkpoint whose write did not complete')
+        aside = self.ckpt.set_aside_after(start_iter)
+        if aside:
+            self.log.warning(f'saves newer than iteration {start_iter}, which this run does not continue, moved '
+                             f'to {aside}: {", ".join(sorted(os.listdir(aside)))}')
+
     def restore(self, point: ResumePoint) -> Optional[str]:
         s = point.training
         self.model.load_state(point.weights, s['model'])
         self.step, self.best = s['iter'], s['best']
+        same_run = os.path.realpath(os.path.dirname(point.path)) == os.path.realpath(self.ckpt.folder)
+        noted = self.ckpt.read_best() if same_run else None
+        if noted is not None and self.best['iter'] < noted[0] <= self.step:
+            self.best = {'psnr': noted[1], 'iter': noted[0]}  # validated right after this save was written
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
         saved = (s['world_size'], s.get('batch_size', layout[1]), s.get('accumulate_steps', layout[2]))
         if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch:

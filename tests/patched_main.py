@@ -5,6 +5,10 @@ The production code has no test hooks; this wrapper patches it from outside:
 - SLOW_SAVE_SECONDS=s: every checkpoint file stays in its temporary file for s seconds before
   the rename, and `SAVING <path>` is printed while it waits (so a test can SIGKILL mid-write);
 - SAVE_FAIL_AT=k: writing checkpoint k fails like a full disk (OSError ENOSPC);
+- DISK_FULL_AT=k: torch.save of `k_state.pth` fails as it does on a full disk (RuntimeError from
+  the zip writer), after `k_G.pth` (and `k_E.pth`) were written;
+- POISON_AT=k: after the optimizer step of iteration k a weight of netG becomes NaN (the loss
+  and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
   first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
 """
@@ -53,6 +57,25 @@ def install() -> None:
                 raise OSError(28, 'No space left on device')
             return original_save(self, step, files)
         checkpoint.CheckpointDir.save = failing_save
+    disk_full_at = os.environ.get('DISK_FULL_AT')
+    if disk_full_at:
+        original_torch_save = checkpoint.atomic_torch_save
+
+        def full_disk_save(obj, path):
+            if os.path.basename(path) == f'{disk_full_at}_state.pth':
+                raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 128 vs 64')
+            return original_torch_save(obj, path)
+        checkpoint.atomic_torch_save = full_disk_save
+    poison_at = int(os.environ.get('POISON_AT', 0))
+    if poison_at:
+        original_step = ModelPlain.step
+
+        def poisoning_step(self, step, loss):
+            original_step(self, step, loss)
+            if step == poison_at:
+                with torch.no_grad():
+                    next(self.net_g.parameters()).view(-1)[0] = float('nan')
+        ModelPlain.step = poisoning_step
     if slow:
         original = checkpoint.atomic_write_bytes
 

@@ -9,14 +9,19 @@ import os
 import pickle
 import re
 import tempfile
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 
-_STATE = re.compile(r'^(\d+)_state\.pth$')
+STATE_FILE = re.compile(r'^(\d+)_state\.pth$')
+_SAVE_FILE = re.compile(r'^(\d+)_[A-Za-z]+\.pth$')
 UNSAFE_FLAG = '--allow-unsafe-load'
+# Files are created 0600 by mkstemp; they get the permissions any file of the user gets (the umask).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def atomic_write_bytes(path: str, write: Any) -> None:
@@ -32,6 +37,7 @@ def atomic_write_bytes(path: str, write: Any) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -52,9 +58,23 @@ def atomic_write_text(path: str, text: str) -> None:
     atomic_write_bytes(path, lambda f: f.write(text.encode('utf-8')))
 
 
+def _looks_like_checkpoint(path: str) -> bool:
+    """torch.save writes a zip archive (or, before torch 1.6, a pickle starting with its protocol byte)."""
+    with open(path, 'rb') as f:
+        head = f.read(4)
+    return head.startswith(b'PK\x03\x04') or head[:1] == b'\x80'
+
+
 def load(path: str, allow_unsafe: bool = False) -> Any:
-    """torch.load with `weights_only=True`; code-carrying pickles need an explicit opt-in."""
+    """torch.load with `weights_only=True`; code-carrying pickles need an explicit opt-in.
+
+    Every failure is one line naming the file: missing, not a checkpoint at all, damaged, or a
+    pickle that needs unrestricted unpickling (only then is `--allow-unsafe-load` suggested).
+    """
     try:
+        if not _looks_like_checkpoint(path):
+            raise UserError(f'{path}: not a PyTorch checkpoint (torch.save writes a zip archive); '
+                            f'is this the right file?')
         return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as e:
         if not allow_unsafe:
@@ -64,6 +84,10 @@ def load(path: str, allow_unsafe: bool = False) -> Any:
         return torch.load(path, map_location='cpu', weights_only=False)
     except FileNotFoundError:
         raise UserError(f'{path}: checkpoint file not found') from None
+    except IsADirectoryError:
+        raise UserError(f'{path}: is a folder, not a checkpoint file') from None
+    except (RuntimeError, EOFError, KeyError, ValueError, OSError) as e:
+        raise UserError(f'{path}: damaged checkpoint ({first_line(e)[:200]})') from None
 
 
 def unwrap_params(state: Any, prefer: str = 'params') -> Dict[str, torch.Tensor]:
@@ -86,26 +110,70 @@ class CheckpointDir:
     def path(self, step: int, kind: str) -> str:
         return os.path.join(self.folder, f'{step}_{kind}.pth')
 
+    def _names(self) -> List[str]:
+        return os.listdir(self.folder) if os.path.isdir(self.folder) else []
+
     def complete_steps(self) -> List[int]:
         """Iterations with a training-state file, oldest first."""
-        if not os.path.isdir(self.folder):
-            return []
-        return sorted(int(m.group(1)) for m in map(_STATE.match, os.listdir(self.folder)) if m)
-
-    def latest_marker(self) -> Optional[int]:
-        try:
-            with open(os.path.join(self.folder, 'latest')) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            return None
+        return sorted(int(m.group(1)) for m in map(STATE_FILE.match, self._names()) if m)
 
     def save(self, step: int, files: Dict[str, Any]) -> None:
-        """Write `{step}_{kind}.pth` for each entry; 'state' last; then the marker; then prune."""
+        """Write `{step}_{kind}.pth` for each entry; 'state' last; then the marker; then prune.
+
+        If any write fails (a full disk raises RuntimeError from torch.save), the files of this
+        step written so far are removed before the error propagates: no half save stays behind.
+        """
         kinds = sorted(files, key=lambda k: k == 'state')
-        for kind in kinds:
-            atomic_torch_save(files[kind], self.path(step, kind))
+        written = []
+        try:
+            for kind in kinds:
+                atomic_torch_save(files[kind], self.path(step, kind))
+                written.append(self.path(step, kind))
+        except BaseException:
+            for path in written:
+                os.unlink(path)
+            raise
         atomic_write_text(os.path.join(self.folder, 'latest'), f'{step}\n')
         self.prune()
+
+    def remove_incomplete(self) -> List[str]:
+        """Files of saves that never got their state file (killed or failed mid-save): never resumable."""
+        complete = set(self.complete_steps())
+        partial = [n for n in self._names() if (m := _SAVE_FILE.match(n)) and int(m.group(1)) not in complete]
+        for name in partial:
+            os.unlink(os.path.join(self.folder, name))
+        return partial
+
+    def set_aside_after(self, step: int) -> Optional[str]:
+        """Move every save newer than `step` (complete, damaged or partial) into `abandoned_<time>/`.
+
+        Run when training continues from `step`: what came after it belongs to a history this run
+        does not continue (a damaged newest save it fell back from, or the later saves of a run
+        resumed from an explicit older `path.resume_state`). Afterwards the folder holds one
+        history, so iteration order is recency order for pruning and for the next auto-resume.
+        Nothing is deleted. Returns the folder the saves went to, or None.
+        """
+        newer = sorted(n for n in self._names() if (m := _SAVE_FILE.match(n)) and int(m.group(1)) > step)
+        best = self.read_best()
+        if best is not None and best[0] > step:
+            newer += [n for n in self._names() if n.startswith('best')]
+        if not newer:
+            return None
+        dest = os.path.join(self.folder, f'abandoned_{time.strftime("%y%m%d_%H%M%S")}')
+        os.makedirs(dest, exist_ok=True)
+        for name in newer:
+            os.replace(os.path.join(self.folder, name), os.path.join(dest, name))
+        atomic_write_text(os.path.join(self.folder, 'latest'), f'{step}\n')
+        return dest
+
+    def read_best(self) -> Optional[Tuple[int, float]]:
+        """(iteration, PSNR) of `best_*.pth` from the `best` note, or None."""
+        try:
+            with open(os.path.join(self.folder, 'best')) as f:
+                step, psnr = f.read().split()
+            return int(step), float(psnr)
+        except (OSError, ValueError):
+            return None
 
     def save_best(self, files: Dict[str, Any], step: int, psnr: float) -> None:
         """`best_G.pth` (and `best_E.pth`) by validation PSNR, then a `best` note naming the iteration."""
@@ -115,9 +183,7 @@ class CheckpointDir:
 
     def remove_stale_temp(self) -> List[str]:
         """Temporary files of a save that was killed before its rename (never a complete file)."""
-        if not os.path.isdir(self.folder):
-            return []
-        stale = [n for n in os.listdir(self.folder) if n.startswith('.') and n.endswith('.tmp')]
+        stale = [n for n in self._names() if n.startswith('.') and n.endswith('.tmp')]
         for name in stale:
             os.unlink(os.path.join(self.folder, name))
         return stale
@@ -130,7 +196,8 @@ class CheckpointDir:
         removed = steps[:-self.keep_last]
         for step in removed:
             os.unlink(self.path(step, 'state'))  # first: the save stops counting as complete
-            for name in os.listdir(self.folder):
-                if name.endswith('.pth') and name.split('_', 1)[0] == str(step):
+            for name in self._names():
+                m = _SAVE_FILE.match(name)
+                if m and int(m.group(1)) == step:
                     os.unlink(os.path.join(self.folder, name))
         return removed

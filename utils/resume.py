@@ -5,19 +5,15 @@ folder is used, falling back to older ones (with a warning) when the newest cann
 Rank 0 decides and broadcasts the choice so every rank loads the same iteration.
 """
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from utils import dist
-from utils.checkpoint import CheckpointDir, load
+from utils.checkpoint import STATE_FILE, CheckpointDir, load
 from utils.errors import UserError
 from utils.logger import get_logger
-
-_STATE_FILE = re.compile(r'^(\d+)_state\.pth$')
-
 
 @dataclass
 class ResumePoint:
@@ -36,7 +32,7 @@ def _read(ckpt: CheckpointDir, step: int, allow_unsafe: bool) -> ResumePoint:
 
 
 def _explicit(path: str) -> CheckpointDir:
-    m = _STATE_FILE.match(os.path.basename(path))
+    m = STATE_FILE.match(os.path.basename(path))
     if not m:
         raise UserError(f'path.resume_state: expected a file named <iter>_state.pth, got {path}')
     if not os.path.isfile(path):
@@ -49,7 +45,7 @@ def find_resume_point(opt: Dict[str, Any], ckpt: CheckpointDir, allow_unsafe: bo
     explicit = opt['path']['resume_state']
     if explicit:
         folder = _explicit(explicit)
-        step = int(_STATE_FILE.match(os.path.basename(explicit)).group(1))
+        step = int(STATE_FILE.match(os.path.basename(explicit)).group(1))
         try:
             return _read(folder, step, allow_unsafe)
         except UserError:

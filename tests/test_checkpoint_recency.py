@@ -1,0 +1,159 @@
+"""The newest complete, loadable save wins and is never deleted; failed saves leave nothing behind.
+
+Unit tests drive CheckpointDir directly; end-to-end tests run `main_train.py` (or
+`tests/patched_main.py` for injected faults) and read what they leave in `models/`.
+"""
+import os
+import stat
+import sys
+
+import torch
+
+from tests.conftest import clean_env, run, tiny_options, write_options
+from utils.checkpoint import CheckpointDir, load
+from utils.errors import UserError
+from utils.stop import EXIT_NONFINITE, EXIT_SAVE_FAILED
+
+PY = sys.executable
+PATCHED = os.path.join('tests', 'patched_main.py')
+
+
+def _save(ckpt: CheckpointDir, step: int) -> None:
+    ckpt.save(step, {'G': {'w': torch.full((2,), float(step))}, 'state': {'iter': step}})
+
+
+def _damage(path) -> None:
+    with open(path, 'r+b') as f:
+        f.seek(0)
+        f.write(b'garbage!' * 8)
+
+
+def test_saves_newer_than_the_start_are_moved_aside_so_pruning_keeps_the_new_history(tmp_path):
+    ckpt = CheckpointDir(str(tmp_path), keep_last=1)
+    ckpt.keep_last = 0
+    for step in (4, 8):
+        _save(ckpt, step)
+    ckpt.keep_last = 1
+    _damage(ckpt.path(8, 'state'))
+    aside = ckpt.set_aside_after(4)       # the run falls back to 4
+    assert sorted(os.listdir(aside)) == ['8_G.pth', '8_state.pth']
+    assert ckpt.complete_steps() == [4]
+    assert open(tmp_path / 'latest').read().strip() == '4'
+    _save(ckpt, 5)
+    _save(ckpt, 6)
+    assert ckpt.complete_steps() == [6]   # before: the damaged 8 was kept and 4, 5, 6 deleted
+
+
+def test_nothing_newer_than_the_start_means_nothing_is_moved(tmp_path):
+    ckpt = CheckpointDir(str(tmp_path))
+    _save(ckpt, 2)
+    assert ckpt.set_aside_after(2) is None
+    assert ckpt.complete_steps() == [2]
+
+
+def test_a_failed_write_removes_the_files_of_its_step_and_keeps_older_saves(tmp_path, monkeypatch):
+    from utils import checkpoint
+    ckpt = CheckpointDir(str(tmp_path))
+    _save(ckpt, 2)
+    real = checkpoint.atomic_torch_save
+
+    def full_disk(obj, path):
+        if path.endswith('4_state.pth'):
+            raise RuntimeError('[enforce fail at inline_container.cc] file write failed')
+        real(obj, path)
+    monkeypatch.setattr(checkpoint, 'atomic_torch_save', full_disk)
+    try:
+        _save(ckpt, 4)
+    except RuntimeError:
+        pass
+    assert sorted(os.listdir(tmp_path)) == ['2_G.pth', '2_state.pth', 'latest']
+
+
+def test_parts_of_an_incomplete_save_are_removed_and_complete_ones_kept(tmp_path):
+    ckpt = CheckpointDir(str(tmp_path))
+    _save(ckpt, 2)
+    torch.save({'w': torch.zeros(1)}, ckpt.path(4, 'G'))  # killed before its state file
+    assert ckpt.remove_incomplete() == ['4_G.pth']
+    assert sorted(os.listdir(tmp_path)) == ['2_G.pth', '2_state.pth', 'latest']
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_as_such_without_suggesting_unsafe_loading(tmp_path):
+    path = tmp_path / 'weights.pth'
+    path.write_text('not weights')
+    try:
+        load(str(path))
+    except UserError as e:
+        assert 'not a PyTorch checkpoint' in str(e) and 'allow-unsafe-load' not in str(e)
+    else:
+        raise AssertionError('loaded a text file')
+
+
+def test_checkpoints_follow_the_umask_like_the_log_files(tmp_path):
+    ckpt = CheckpointDir(str(tmp_path))
+    _save(ckpt, 2)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(ckpt.path(2, 'G')).st_mode) == 0o666 & ~umask
+
+
+def _opt(tmp_path, demo_images, **train):
+    return write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, **train))
+
+
+def _models(tmp_path):
+    return tmp_path / 'exp' / 'tiny' / 'models'
+
+
+def _steps(tmp_path):
+    return CheckpointDir(str(_models(tmp_path))).complete_steps()
+
+
+def test_falling_back_from_a_damaged_save_then_pruning_never_loses_the_newest_good_save(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=4, checkpoint_test=100000,
+                checkpoint_keep_last=0)
+    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    _damage(_models(tmp_path) / '8_state.pth')
+    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=6', '--set', 'train.checkpoint_save=1',
+               '--set', 'train.checkpoint_keep_last=1'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'at iteration 4 (epoch' in res.stdout and 'moved to' in res.stdout
+    assert _steps(tmp_path) == [6]
+    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=7', '--set', 'train.checkpoint_keep_last=1'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'at iteration 6 (epoch' in res.stdout  # before: the damaged 8 made this start from iteration 0
+    assert _steps(tmp_path) == [7]
+
+
+def test_after_an_explicit_older_resume_the_next_plain_start_continues_the_new_history(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=4, checkpoint_save=1, checkpoint_test=100000,
+                checkpoint_keep_last=0)
+    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    older = str(_models(tmp_path) / '2_state.pth')
+    res = run([PY, 'main_train.py', '--opt', path, '--set', f'path.resume_state={older}',
+               '--set', 'train.total_iter=3'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _steps(tmp_path) == [1, 2, 3]  # 4 of the abandoned history was moved aside
+    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=5'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'at iteration 3 (epoch' in res.stdout  # before: the abandoned 4
+
+
+def test_a_full_disk_is_the_agreed_save_failure_leaves_no_half_save_and_a_restart_resumes(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000)
+    res = run([PY, PATCHED, '--opt', path], env=clean_env(DISK_FULL_AT='4'))
+    assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-2000:]
+    assert res.stderr.count('\n') == 1 and 'checkpoint at iteration 4 failed' in res.stderr, res.stderr
+    assert sorted(os.listdir(_models(tmp_path))) == ['2_E.pth', '2_G.pth', '2_state.pth', 'latest']
+    res = run([PY, PATCHED, '--opt', path, '--set', 'train.save_failure="warn"'], env=clean_env(DISK_FULL_AT='4'))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not os.path.exists(_models(tmp_path) / '4_G.pth') and _steps(tmp_path)[-1] == 8
+    assert 'at iteration 2 (epoch' in res.stdout
+
+
+def test_weights_that_went_non_finite_are_never_saved_and_the_exit_names_the_newest_save(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000, E_decay=0.0)
+    res = run([PY, PATCHED, '--opt', path, '--set', 'train.nan_policy="off"'], env=clean_env(POISON_AT='3'))
+    assert res.returncode == EXIT_NONFINITE, res.stderr[-2000:]
+    assert 'iteration 4: the network weights are not finite; no checkpoint written' in res.stderr
+    assert str(_models(tmp_path) / '2_state.pth') in res.stderr
+    assert _steps(tmp_path) == [2]
