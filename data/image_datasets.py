@@ -4,7 +4,11 @@ Keys decide the mode: a `(index, seed)` tuple from the training sampler means tr
 crop + flips, noise drawn from the sample seed); a plain int means evaluation (whole image,
 deterministic noise seeded by the index). Images are decoded as uint8 and cropped before they
 are converted to float, which keeps large training images cheap.
+
+A dataset checks its option values and the header of every file when it is built (data/checks.py),
+so a bad value or file ends the run at start-up with one line per problem.
 """
+import math
 import os
 import random
 from typing import Any, Dict, List, Optional, Tuple
@@ -13,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
 from data.registry import REQUIRED, register_dataset
 from data.transforms import augment, paired_random_crop, random_crop
 from utils.errors import UserError
@@ -20,12 +25,35 @@ from utils.image import IMG_EXTENSIONS, imread_uint, imresize_bicubic, list_imag
 
 Key = Any  # int (evaluation) or (index, seed) tuple (training)
 
+PATCH_PROBLEM = 'smaller than the training patch'
+
 
 def _where(opt: Dict[str, Any]) -> str:
     """Option path used in error messages, e.g. 'datasets.train'."""
     if opt.get('_where'):
         return str(opt['_where'])
     return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
+
+
+def phase(opt: Dict[str, Any]) -> str:
+    """'train' or 'test': the options set `phase`; without it the section path or name decides."""
+    if opt.get('phase') in ('train', 'test'):
+        return opt['phase']
+    return 'train' if _where(opt).rsplit('.', 1)[-1].startswith('train') else 'test'
+
+
+def int_option(opt: Dict[str, Any], where: str, key: str, minimum: int = 1) -> int:
+    value = opt[key]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise UserError(f'{where}.{key}: must be an integer >= {minimum}, got {value!r}')
+    return int(value)
+
+
+def bool_option(opt: Dict[str, Any], where: str, key: str) -> bool:
+    value = opt[key]
+    if not isinstance(value, (bool, np.bool_)):
+        raise UserError(f'{where}.{key}: must be true or false, got {value!r}')
+    return bool(value)
 
 
 def parse_key(key: Key) -> Tuple[int, Optional[int]]:
@@ -50,35 +78,137 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
 
 
 class _ImageDataset(Dataset):
+    """Options are checked, then the folders listed, then every file's header checked (data/checks.py).
+
+    What the files must satisfy depends on the phase: training crops `H_size` patches (H_size/scale
+    from low-quality images), evaluation scores whole images with PSNR and SSIM after cropping
+    `scale` pixels at each border (models/model_plain.py `metric_border`).
+    """
+
+    needs_L = False  # dataroot_L is required (paired folders)
+
     def __init__(self, opt: Dict[str, Any]) -> None:
         self.opt = opt
         self.where = _where(opt)
-        self.n_channels = int(opt['n_channels'])
-        if self.n_channels not in (1, 3):
-            raise UserError(f'{self.where}.n_channels: must be 1 or 3, got {opt["n_channels"]!r}')
-        self.patch_size = int(opt['H_size'])
-        self.scale = int(opt.get('scale', 1))
-        if self.scale < 1:
-            raise UserError(f'{self.where}.scale: must be >= 1, got {opt["scale"]!r}')
+        self.train = phase(opt) == 'train'
+        self.check_options()
         self.paths_H = list_folder(opt, 'dataroot_H')
         self.paths_L: Optional[List[str]] = None
-        if opt.get('dataroot_L'):
+        if opt.get('dataroot_L') or self.needs_L:
             self.paths_L = list_folder(opt, 'dataroot_L')
             if len(self.paths_L) != len(self.paths_H):
                 raise UserError(f'{self.where}.dataroot_L: {len(self.paths_L)} images in '
                                 f'{opt["dataroot_L"]} but {len(self.paths_H)} in {opt["dataroot_H"]}; '
                                 'the folders must pair up one to one')
+        self.files_checked_for_training = False
+        self.check_files()
 
-    def __len__(self) -> int:
-        return len(self.paths_H)
+    def check_options(self) -> None:
+        """Option values, at construction (the options file only checks their types)."""
+        opt, where = self.opt, self.where
+        self.n_channels = opt['n_channels']
+        if isinstance(self.n_channels, bool) or self.n_channels not in (1, 3):
+            raise UserError(f'{where}.n_channels: must be 1 or 3, got {opt["n_channels"]!r}')
+        self.scale = int_option(opt, where, 'scale') if 'scale' in opt else 1
+        self.patch_size = int_option(opt, where, 'H_size')
+        for key in ('use_hflip', 'use_rot'):
+            bool_option(opt, where, key)
+        if self.train:
+            self._check_patch_options()
 
-    def check_train_options(self) -> None:
-        """Fail early (in the main process) on options that only matter for training."""
+    def _check_patch_options(self) -> None:
         if self.patch_size < 1:
             raise UserError(f'{self.where}.H_size: must be >= 1, got {self.patch_size}')
         if self.patch_size % self.scale:
             raise UserError(f'{self.where}.H_size: {self.patch_size} is not divisible by '
                             f'scale {self.scale}')
+
+    def __len__(self) -> int:
+        return len(self.paths_H)
+
+    def check_train_options(self) -> None:
+        """Fail early (in the main process) on options and files that only matter for training.
+
+        Called by the train loader; a dataset built for evaluation gets its files checked for
+        training here.
+        """
+        self._check_patch_options()
+        if not self.train and not self.files_checked_for_training:
+            self.check_files(train=True)
+
+    # ---- start-up file checks ------------------------------------------------------------------
+
+    def check_files(self, train: Optional[bool] = None) -> None:
+        """Header and size of every file, for training (patches) or evaluation (pairs, SSIM)."""
+        train = self.train if train is None else train
+        problems = FileProblems()
+        key_H, key_L = f'{self.where}.dataroot_H', f'{self.where}.dataroot_L'
+        sizes_H = image_sizes(self.paths_H)
+        paths_L = self.paths_L or [None] * len(self.paths_H)
+        sizes_L = image_sizes(self.paths_L) if self.paths_L is not None else [None] * len(self.paths_H)
+        too_small = 0
+        for path_H, size_H, path_L, size_L in zip(self.paths_H, sizes_H, paths_L, sizes_L):
+            if isinstance(size_H, str):
+                problems.add(key_H, path_H, size_H)
+            if isinstance(size_L, str):
+                problems.add(key_L, path_L, size_L)
+            if isinstance(size_H, str) or isinstance(size_L, str):
+                continue
+            if size_L is None:
+                found = self._single_problem(size_H, train)
+            else:
+                found = self._pair_problem(size_H, size_L, path_L, train)
+            if found:
+                which, problem = found
+                problems.add(key_L if which == 'L' else key_H, path_L if which == 'L' else path_H, problem)
+                too_small += PATCH_PROBLEM in problem
+        if train and too_small == len(self.paths_H) > 1:  # an option mistake, not a few odd files
+            if self.paths_L is not None:
+                fits = max(min(size) for size in sizes_L) * self.scale
+            else:
+                fits = max(min(size) for size in sizes_H)
+            raise UserError(f'{self.where}.H_size: {self.patch_size} is larger than any training image allows '
+                            f'(at most {fits}): every image of {self.opt["dataroot_H"]} is smaller than the patch')
+        problems.raise_if_any()
+        self.files_checked_for_training = self.files_checked_for_training or train
+
+    def _patch_problem(self, size: Size, patch: int, what: str) -> Optional[str]:
+        if min(size) >= patch:
+            return None
+        return f'{fmt(size)} is {PATCH_PROBLEM} ({what})'
+
+    def _single_problem(self, size: Size, train: bool) -> Optional[Tuple[str, str]]:
+        """H file without a low-quality file: random crop for training, whole image for evaluation."""
+        if train:
+            problem = self._patch_problem(size, self.patch_size, f'H_size {self.patch_size}')
+            return ('H', problem) if problem else None
+        evaluated = self._eval_size(size)
+        if evaluated is None:
+            return 'H', f'{fmt(size)} is smaller than the scale {self.scale}'
+        problem = ssim_problem(size, self.scale, evaluated)
+        return ('H', problem) if problem else None
+
+    def _eval_size(self, size: Size) -> Optional[Size]:
+        return size
+
+    def _pair_problem(self, size_H: Size, size_L: Size, path_L: str, train: bool) -> Optional[Tuple[str, str]]:
+        s = self.scale
+        (h, w), (hl, wl) = size_H, size_L
+        times = 'the same size as' if s == 1 else f'{s}x the size of'
+        if train:
+            if (h, w) != (hl * s, wl * s):
+                return 'H', (f'{fmt(size_H)} but its low-quality image {path_L} is {fmt(size_L)}; for training '
+                             f'an image must be exactly {times} its low-quality image (scale {s})')
+            lq_patch = self.patch_size // s
+            what = f'H_size {self.patch_size}' if s == 1 else f'H_size {self.patch_size} / scale {s} = {lq_patch}'
+            problem = self._patch_problem(size_L, lq_patch, what)
+            return ('H' if s == 1 else 'L', problem) if problem else None
+        if not (hl * s <= h < hl * s + s and wl * s <= w < wl * s + s):
+            extra = f' (up to {s - 1} more rows/columns)' if s > 1 else ''
+            return 'H', (f'{fmt(size_H)} does not match its low-quality image {path_L} ({fmt(size_L)}): with '
+                         f'scale {s} it must be {hl * s}x{wl * s}{extra}')
+        problem = ssim_problem(size_H, s, (hl * s, wl * s))
+        return ('H', problem) if problem else None
 
     def _read(self, path: str) -> np.ndarray:
         return imread_uint(path, self.n_channels)
@@ -88,7 +218,7 @@ class _ImageDataset(Dataset):
 
     def _paired_train(self, img_H: np.ndarray, img_L: np.ndarray, rng: random.Random,
                       path_H: str) -> Tuple[np.ndarray, np.ndarray]:
-        self.check_train_options()
+        self._check_patch_options()
         (img_H,), (img_L,) = paired_random_crop([img_H], [img_L], self.patch_size, self.scale, rng,
                                                 where=f'{self.where}.H_size ({path_H})')
         img_H, img_L = self._augment([img_H, img_L], rng)
@@ -132,10 +262,7 @@ class DatasetPlain(_ImageDataset):
         'use_rot': True,
     }
 
-    def __init__(self, opt: Dict[str, Any]) -> None:
-        super().__init__(opt)
-        if self.paths_L is None:
-            self.paths_L = list_folder(opt, 'dataroot_L')
+    needs_L = True
 
     def __getitem__(self, key: Key) -> Dict[str, Any]:
         return self._paired_item(*parse_key(key))
@@ -161,13 +288,17 @@ class DatasetDnCNN(_ImageDataset):
         'use_rot': True,
     }
 
-    def __init__(self, opt: Dict[str, Any]) -> None:
-        super().__init__(opt)
-        self.sigma = float(opt['sigma'])
-        self.sigma_test = self.sigma if opt.get('sigma_test') is None else float(opt['sigma_test'])
-        for key, value in (('sigma', self.sigma), ('sigma_test', self.sigma_test)):
-            if value < 0:
-                raise UserError(f'{self.where}.{key}: must be >= 0, got {value}')
+    def check_options(self) -> None:
+        super().check_options()
+        values = {'sigma': self.opt['sigma'], 'sigma_test': self.opt.get('sigma_test')}
+        if values['sigma_test'] is None:
+            values['sigma_test'] = values['sigma']
+        for key, value in values.items():
+            if (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
+                    or not math.isfinite(value) or value < 0):
+                raise UserError(f'{self.where}.{key}: must be a number >= 0 (noise std on the 0..255 scale), '
+                                f'got {value!r}')
+        self.sigma, self.sigma_test = float(values['sigma']), float(values['sigma_test'])
 
     def __getitem__(self, key: Key) -> Dict[str, Any]:
         index, seed = parse_key(key)
@@ -177,7 +308,7 @@ class DatasetDnCNN(_ImageDataset):
         img_H = self._read(path_H)
         if seed is not None:
             rng = random.Random(seed)
-            self.check_train_options()
+            self._check_patch_options()
             (img_H,) = random_crop([img_H], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
             (img_H,) = self._augment([img_H], rng)
             sigma, noise_seed = self.sigma, seed
@@ -203,6 +334,11 @@ class DatasetSR(_ImageDataset):
         'use_rot': True,
     }
 
+    def _eval_size(self, size: Size) -> Optional[Size]:
+        """Evaluation crops H to a multiple of the scale."""
+        h, w = size[0] - size[0] % self.scale, size[1] - size[1] % self.scale
+        return (h, w) if h and w else None
+
     def __getitem__(self, key: Key) -> Dict[str, Any]:
         index, seed = parse_key(key)
         if self.paths_L is not None:
@@ -211,7 +347,7 @@ class DatasetSR(_ImageDataset):
         img_H = self._read(path_H)
         if seed is not None:
             rng = random.Random(seed)
-            self.check_train_options()
+            self._check_patch_options()
             (img_H,) = random_crop([img_H], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
             img_L = imresize_bicubic(img_H, 1.0 / self.scale)
             img_H, img_L = self._augment([img_H, img_L], rng)

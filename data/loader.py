@@ -1,4 +1,13 @@
-"""DataLoader construction for training (sharded, resumable) and evaluation (sharded, no padding)."""
+"""DataLoader construction for training (sharded, resumable) and evaluation (sharded, no padding).
+
+Loader workers ignore SIGTERM and SIGUSR1. SLURM, torchrun and `kill -TERM -<pgid>` signal every
+process of a job, workers included; a worker killed that way makes its rank fail with "DataLoader
+worker ... is killed by signal" before the rank can act on the same signal (utils/stop.py: finish
+the iteration, save, exit 3). So the stop request is left to the rank. Workers still end with their
+rank: torch's worker watchdog exits a worker whose parent is gone, and a normal shutdown stops them
+through the loader.
+"""
+import signal
 from typing import Any, Dict, Tuple
 
 import torch
@@ -6,6 +15,19 @@ from torch.utils.data import DataLoader, Dataset
 
 from data.sampler import ResumableDistributedSampler, ShardSampler
 from utils.errors import UserError
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """`worker_init_fn` of every loader: leave the stop signals to the rank (see the module docstring).
+
+    torch's worker loop installs its own SIGTERM handler (which re-raises SIGTERM from anyone but the
+    parent) before it calls `worker_init_fn`, so the SIG_IGN set here is what stays in effect.
+    """
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _where(dataset_opt: Dict[str, Any]) -> str:
@@ -26,6 +48,9 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
         raise UserError(f'{where}.dataloader_batch_size: must be >= 1, got {batch_size}')
     if num_workers < 0:
         raise UserError(f'{where}.dataloader_num_workers: must be >= 0, got {num_workers}')
+    prefetch = dataset_opt.get('dataloader_prefetch_factor', 2)
+    if num_workers > 0 and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
+        raise UserError(f'{where}.dataloader_prefetch_factor: must be an integer >= 1, got {prefetch!r}')
     check = getattr(dataset, 'check_train_options', None)
     if check is not None:
         check()
@@ -42,7 +67,8 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
         extra['prefetch_factor'] = int(dataset_opt.get('dataloader_prefetch_factor', 2))
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                         drop_last=True, pin_memory=device.type == 'cuda',
-                        generator=torch.Generator().manual_seed(seed + rank), **extra)
+                        generator=torch.Generator().manual_seed(seed + rank),
+                        worker_init_fn=ignore_stop_signals if num_workers > 0 else None, **extra)
     return loader, sampler
 
 
@@ -50,4 +76,5 @@ def build_val_loader(dataset: Dataset, world_size: int, rank: int, num_workers: 
     """Batch-1 loader over rank::world_size (every sample exactly once across ranks)."""
     return DataLoader(dataset, batch_size=1, sampler=ShardSampler(len(dataset), world_size, rank),
                       num_workers=num_workers, shuffle=False, drop_last=False,
-                      generator=torch.Generator().manual_seed(0))
+                      generator=torch.Generator().manual_seed(0),
+                      worker_init_fn=ignore_stop_signals if num_workers > 0 else None)

@@ -118,6 +118,9 @@ def _resolve_params(kind: str, params: Mapping[str, Any]) -> Dict[str, Any]:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f'spike_repr_params.{key}: must be a positive integer, got {value!r}')
+    if resolved.get('window') is not None and resolved['num_bins'] > resolved['window']:
+        raise UserError(f'spike_repr_params.num_bins: {resolved["num_bins"]} bins need a window of at least '
+                        f'{resolved["num_bins"]} planes, got window {resolved["window"]}')
     return resolved
 
 
@@ -125,6 +128,14 @@ def representation_channels(kind: str, params: Mapping[str, Any] = None) -> int:
     """Number of channels `spike_to_representation(kind, **params)` produces (validates kind/params)."""
     p = _resolve_params(kind, params or {})
     return p['num_planes'] if kind == 'raw' else p['num_bins']
+
+
+def min_planes(kind: str, params: Mapping[str, Any] = None) -> int:
+    """Fewest planes a stream needs for `spike_to_representation(kind, **params)`."""
+    p = _resolve_params(kind, params or {})
+    if kind == 'raw':
+        return p['num_planes']
+    return p['window'] if p['window'] is not None else p['num_bins']
 
 
 def _centred(planes: np.ndarray, length: int, what: str) -> np.ndarray:

@@ -8,10 +8,14 @@ as extra channels, so 'L' is T×(3+S)×h×w and the network sees RGB and spikes 
 Train items are sampled around every frame listed in `meta_info_file` (as KAIR/BasicSR do); test
 items are whole clips read lazily, never cached in memory (KAIR caches every test clip as float32
 on every rank, which does not fit REDS/GoPro on a normal machine).
+
+Both datasets check their option values and the header of every frame and spike file when they are
+built (`check_frames`, data/checks.py), so a bad value or file ends the run at start-up.
 """
 import os
 import random
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -20,9 +24,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
 from data.registry import REQUIRED, register_dataset
-from data.spike import (decode_spike_dat, read_spike_dat, read_spike_npy, representation_channels,
+from data.spike import (decode_spike_dat, min_planes, read_spike_dat, read_spike_npy, representation_channels,
                         spike_to_representation)
 from data.transforms import augment, paired_random_crop
 from utils.errors import UserError
@@ -91,6 +96,7 @@ class SpikeSource:
         self.params = dict(opt['spike_repr_params'] or {})
         try:
             self.channels = representation_channels(self.repr, self.params)
+            self.min_planes = min_planes(self.repr, self.params)
         except UserError as e:
             raise UserError(f'{prefix}.{e}') from None
 
@@ -114,6 +120,82 @@ class SpikeSource:
             raise UserError(f'{self.prefix}.dataroot_spike: {where}: spike frames are {rep.shape[0]}×{rep.shape[1]} '
                             f'but the LQ frames are {lq_hw[0]}×{lq_hw[1]}')
         return rep
+
+
+def _check_bool(opt: Dict[str, Any], prefix: str, *keys: str) -> None:
+    for key in keys:
+        if not isinstance(opt[key], bool):
+            raise UserError(f'{prefix}.{key}: must be true or false, got {opt[key]!r}')
+
+
+def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str]]], scale: Optional[int],
+                 gt_size: Optional[int], spike: Optional['SpikeSource']) -> None:
+    """Header checks of video frames `(clip, gt_path, lq_path, spike_path)`; one UserError line per bad file.
+
+    Training (`gt_size` given): GT frames exactly `scale` x the LQ frames and at least gt_size.
+    Evaluation: GT frames an integer multiple of the LQ frames (the same factor on both axes) and
+    large enough for SSIM (video models score whole frames: no border crop). Every frame of a clip
+    must have the clip's size (the one most of its frames have); spike files must match the LQ frames.
+    """
+    problems = FileProblems()
+    keys = {'gt': f'{prefix}.dataroot_gt', 'lq': f'{prefix}.dataroot_lq', 'spike': f'{prefix}.dataroot_spike'}
+    gt_sizes = image_sizes([f[1] for f in frames])
+    lq_sizes = image_sizes([f[2] for f in frames])
+    usual: Dict[str, Counter] = {}
+    for (clip, *_), gs, ls in zip(frames, gt_sizes, lq_sizes):
+        if not isinstance(gs, str) and not isinstance(ls, str):
+            usual.setdefault(clip, Counter())[(gs, ls)] += 1
+    clip_size = {clip: counts.most_common(1)[0][0] for clip, counts in usual.items()}
+    spike_jobs = []
+    for (clip, gp, lp, sp), gs, ls in zip(frames, gt_sizes, lq_sizes):
+        if isinstance(gs, str) or isinstance(ls, str):
+            if isinstance(gs, str):
+                problems.add(keys['gt'], gp, gs)
+            if isinstance(ls, str):
+                problems.add(keys['lq'], lp, ls)
+            continue
+        ref_gt, ref_lq = clip_size[clip]
+        if gs != ref_gt:
+            problems.add(keys['gt'], gp, f'{fmt(gs)} but the other GT frames of clip {clip} are {fmt(ref_gt)}; '
+                                         f'the frames of a clip must have one size')
+            continue
+        if ls != ref_lq:
+            problems.add(keys['lq'], lp, f'{fmt(ls)} but the other LQ frames of clip {clip} are {fmt(ref_lq)}; '
+                                         f'the frames of a clip must have one size')
+            continue
+        if scale is not None:
+            if gs != (ls[0] * scale, ls[1] * scale):
+                problems.add(keys['gt'], gp, f'{fmt(gs)} but its LQ frame {lp} is {fmt(ls)}; for training GT frames '
+                                             f'must be exactly scale {scale} x the LQ frames')
+                continue
+        elif gs[0] % ls[0] or gs[1] % ls[1] or gs[0] // ls[0] != gs[1] // ls[1]:
+            problems.add(keys['gt'], gp, f'{fmt(gs)} is not a whole multiple of its LQ frame {lp} ({fmt(ls)}) '
+                                         f'with the same factor for height and width')
+            continue
+        if gt_size is not None:
+            if min(gs) < gt_size:
+                problems.add(keys['gt'], gp, f'{fmt(gs)} is smaller than the training patch (gt_size {gt_size})')
+                continue
+        else:
+            problem = ssim_problem(gs, 0)
+            if problem:
+                problems.add(keys['gt'], gp, problem)
+                continue
+        if spike is not None and sp is not None:
+            spike_jobs.append((sp, ls))
+    if spike is not None and spike_jobs:
+        counts = parallel_map(lambda job: spike_header(job[0], spike.format, job[1], spike.size), spike_jobs)
+        for (sp, _), count in zip(spike_jobs, counts):
+            if isinstance(count, str):
+                problems.add(keys['spike'], sp, count)
+            elif count < spike.min_planes:
+                problems.add(keys['spike'], sp, f'{count} spike planes, but spike_repr "{spike.repr}" with '
+                                                f'{_describe(spike.params)} needs at least {spike.min_planes}')
+    problems.raise_if_any()
+
+
+def _describe(params: Dict[str, Any]) -> str:
+    return 'spike_repr_params ' + (', '.join(f'{k}={v}' for k, v in params.items()) if params else '(defaults)')
 
 
 def _parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[Tuple[int, int]]]]:
@@ -184,11 +266,16 @@ class VideoRecurrentTrainDataset(Dataset):
         if (not isinstance(self.interval_list, list) or not self.interval_list
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.interval_list)):
             raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got {opt["interval_list"]!r}')
+        if self.gt_size % self.scale:
+            raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
+        _check_bool(opt, p, 'test_mode', 'random_reverse', 'use_hflip', 'use_rot')
         self.tmpl, self.ext = opt['filename_tmpl'], opt['filename_ext']
         try:
             format(0, self.tmpl)
         except (ValueError, TypeError):
             raise UserError(f'{p}.filename_tmpl: not an integer format spec like "08d": {self.tmpl!r}') from None
+        if not isinstance(self.ext, str) or not self.ext or self.ext.startswith('.'):
+            raise UserError(f'{p}.filename_ext: expected an extension without the dot, like "png", got {self.ext!r}')
 
         self.backend = _check_io_backend(opt, p, ('disk', 'lmdb'))
         self.spike = SpikeSource(opt, p) if opt['dataroot_spike'] else None
@@ -218,6 +305,20 @@ class VideoRecurrentTrainDataset(Dataset):
                 self._check_clip_files(clip, num, start)
         self.clips = {clip: (num, start) for clip, num, start in clips}
         self.keys = [(clip, i) for clip, num, start in clips for i in range(start, start + num)]
+        self.check_train_options()
+        self.check_files()
+
+    def check_files(self) -> None:
+        """Header and size of every listed GT/LQ frame and spike file (disk backend; see check_frames)."""
+        if self.backend != 'disk':
+            return  # frames live in the LMDB; they are checked as they are read
+        frames = []
+        for clip, i in self.keys:
+            frame = f'{i:{self.tmpl}}'
+            frames.append((clip, str(self.roots['gt'] / clip / f'{frame}.{self.ext}'),
+                           str(self.roots['lq'] / clip / f'{frame}.{self.ext}'),
+                           str(self.roots['spike'] / clip / self.spike.filename(frame)) if self.spike else None))
+        check_frames(self.prefix, frames, self.scale, self.gt_size, self.spike)
 
     def _select_clips(self, clips: List[tuple]) -> List[tuple]:
         """Drop REDS's validation clips (keep only them in test_mode), as KAIR does for every data set.
@@ -266,7 +367,12 @@ class VideoRecurrentTrainDataset(Dataset):
         where = f'{self.prefix}.dataroot_{name}'
         if self.lmdb is not None:
             raw = self.lmdb.get(name, f'{clip}/{frame}', where)
-            img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+            try:
+                img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+            except cv2.error as e:
+                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+                raise UserError(f'{where}: key {clip}/{frame} in {self.roots[name]} cannot be decoded: '
+                                f'{lines[-1] if lines else "OpenCV error"}') from None
             if img is None:
                 raise UserError(f'{where}: key {clip}/{frame} in {self.roots[name]} is not an image')
             return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
@@ -343,6 +449,7 @@ class VideoRecurrentTestDataset(Dataset):
         num_frame = opt['num_frame']
         if not isinstance(num_frame, int) or not (num_frame == -1 or num_frame > 0):
             raise UserError(f'{p}.num_frame: must be -1 (whole clips) or a positive integer, got {num_frame!r}')
+        _check_bool(opt, p, 'cache_data')
         self.spike = SpikeSource(opt, p) if opt['dataroot_spike'] else None
         self.spike_channels = self.spike.channels if self.spike else 0
         lq_root = _check_folder(opt['dataroot_lq'], f'{p}.dataroot_lq')
@@ -372,6 +479,13 @@ class VideoRecurrentTestDataset(Dataset):
             self.clips.append((clip, lq_paths, gt_paths, spike_paths))
         if not self.clips:
             raise UserError(f'{p}.dataroot_lq: no clip folders with images in {lq_root}')
+        self.check_files()
+
+    def check_files(self) -> None:
+        """Header and size of every frame and spike file of every clip (see check_frames)."""
+        frames = [(clip, gt, lq, spikes[i] if spikes else None)
+                  for clip, lqs, gts, spikes in self.clips for i, (lq, gt) in enumerate(zip(lqs, gts))]
+        check_frames(self.prefix, frames, None, None, self.spike)
 
     def check_train_options(self) -> None:
         raise UserError(f'{self.prefix}.dataset_type: VideoRecurrentTestDataset yields whole clips for '

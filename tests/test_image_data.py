@@ -206,6 +206,11 @@ def _opt(cls, **kw):
     return opt
 
 
+def _test_opt(cls, **kw):
+    """A `datasets.test` section: evaluation, so H_size does not constrain the images."""
+    return _opt(cls, name='test', _where='datasets.test', phase='test', **kw)
+
+
 def test_dataset_types_are_registered():
     assert DATASETS['plain'] is DatasetPlain and DATASETS['sr'] is DatasetSR
     assert DATASETS['dncnn'] is DatasetDnCNN and DATASETS['denoising'] is DatasetDnCNN
@@ -273,7 +278,7 @@ def test_dncnn_eval_noise_uses_sigma_test_and_is_fixed_per_index(tmp_path):
 def test_dncnn_reads_a_fixed_noisy_set_when_dataroot_l_is_given(tmp_path):
     h = _write_folder(tmp_path / 'H', 2)
     l = _write_folder(tmp_path / 'L', 2, seed=100)
-    ds = DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=h, dataroot_L=l))
+    ds = DatasetDnCNN(_test_opt(DatasetDnCNN, dataroot_H=h, dataroot_L=l))
     item = ds[1]
     np.testing.assert_array_equal(tensor2uint(item['L']), imread_uint(list_images(l)[1]))
     assert item['L_path'] == list_images(l)[1]
@@ -296,19 +301,26 @@ def test_sr_dataset_downscales_h_with_matlab_bicubic(tmp_path):
     assert train['H'].shape == (3, 32, 32) and train['L'].shape == (3, 8, 8)
 
 
-def test_sr_training_with_a_patch_not_divisible_by_the_scale_is_a_user_error(tmp_path):
+def test_sr_training_patch_not_divisible_by_the_scale_is_refused_when_the_training_set_is_built(tmp_path):
     h = _write_folder(tmp_path / 'H', 1)
-    ds = DatasetSR(_opt(DatasetSR, dataroot_H=h, scale=3, H_size=32))
-    with pytest.raises(UserError, match=r'datasets\.train\.H_size: 32 is not divisible by scale 3'):
-        ds[(0, 1)]
+    with pytest.raises(UserError, match=r'^datasets\.train\.H_size: 32 is not divisible by scale 3$'):
+        DatasetSR(_opt(DatasetSR, dataroot_H=h, scale=3, H_size=32))
+    ds = DatasetSR(_test_opt(DatasetSR, dataroot_H=h, scale=3, H_size=32))
     assert ds[0]['L'].shape == (3, 13, 16)  # evaluation does not use H_size
+    with pytest.raises(UserError, match=r'datasets\.test\.H_size: 32 is not divisible by scale 3'):
+        ds[(0, 1)]                          # nor is a test set trained on without the loader's check
 
 
-def test_training_patch_larger_than_the_image_is_a_user_error(tmp_path):
-    h = _write_folder(tmp_path / 'H', 1, shape=(20, 20, 3))
-    ds = DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=h, H_size=64))
-    with pytest.raises(UserError, match=r'datasets\.train\.H_size .*smaller than the patch size 64'):
-        ds[(0, 1)]
+def test_training_images_smaller_than_the_patch_are_refused_when_the_training_set_is_built(tmp_path):
+    h = _write_folder(tmp_path / 'H', 3, shape=(80, 80, 3))
+    imwrite(os.path.join(h, '001.png'), _rand((20, 70, 3)))
+    with pytest.raises(UserError) as e:
+        DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=h, H_size=64))
+    assert str(e.value) == (f'datasets.train.dataroot_H: {os.path.join(h, "001.png")}: 20x70 is smaller than '
+                            f'the training patch (H_size 64)')
+    ds = DatasetDnCNN(_test_opt(DatasetDnCNN, dataroot_H=h, H_size=64))
+    with pytest.raises(UserError, match=r'datasets\.test\.H_size .*smaller than the patch size 64'):
+        ds[(1, 1)]                          # the crop itself still refuses
 
 
 # ---- loaders -------------------------------------------------------------------------------------
@@ -371,9 +383,12 @@ def test_train_loader_rejects_a_shard_smaller_than_one_batch():
 
 def test_train_loader_runs_the_dataset_training_checks_up_front(tmp_path):
     h = _write_folder(tmp_path / 'H', 4)
-    ds = DatasetSR(_opt(DatasetSR, dataroot_H=h, scale=3, H_size=32))
+    ds = DatasetSR(_test_opt(DatasetSR, dataroot_H=h, scale=3, H_size=32))
     with pytest.raises(UserError, match='not divisible by scale 3'):
         build_train_loader(ds, _loader_opt(dataloader_batch_size=1), 1, 0, 0, torch.device('cpu'))
+    small = DatasetSR(_test_opt(DatasetSR, dataroot_H=h, scale=2, H_size=46))   # images are 40x48
+    with pytest.raises(UserError, match=r'^datasets\.test\.H_size: 46 is larger than any training image allows'):
+        build_train_loader(small, _loader_opt(dataloader_batch_size=1), 1, 0, 0, torch.device('cpu'))
 
 
 def test_val_loader_shards_cover_every_sample_once():

@@ -89,3 +89,23 @@ def test_ssim_of_constant_offset_matches_closed_form():
 def test_metrics_reject_mismatched_shapes():
     with pytest.raises(ValueError, match='shapes differ'):
         calculate_psnr(_random_image(shape=(8, 8, 3)), _random_image(shape=(8, 9, 3)))
+
+
+def test_ssim_of_an_image_smaller_than_its_window_is_a_user_error_naming_the_size():
+    from utils.errors import UserError
+    tiny = _random_image(shape=(1, 1, 3))
+    with pytest.raises(UserError) as e:
+        calculate_ssim(tiny, tiny)
+    assert str(e.value) == 'cannot score a 1x1 image with SSIM: it needs 11x11 pixels, i.e. images of at least 11x11'
+    small = _random_image(shape=(12, 40, 3))
+    with pytest.raises(UserError, match=r'^cannot score a 12x40 image with SSIM: it needs 11x11 pixels after cropping '
+                                        r'the 1-pixel border, i.e. images of at least 13x13$'):
+        calculate_ssim(small, small, crop_border=1, test_y_channel=True)
+    assert calculate_ssim(small[:11, :11], small[:11, :11]) == pytest.approx(1.0)   # the smallest size it scores
+
+
+def test_psnr_with_nothing_left_after_the_border_crop_is_a_user_error():
+    from utils.errors import UserError
+    img = _random_image(shape=(4, 9, 3))
+    with pytest.raises(UserError, match=r'^cannot score a 4x9 image: nothing is left after cropping the 2-pixel border$'):
+        calculate_psnr(img, img, crop_border=2)

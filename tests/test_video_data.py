@@ -256,11 +256,15 @@ def test_train_option_checks_run_before_any_worker_starts(pattern_root):
 
 
 def test_spike_frames_of_another_size_than_the_lq_frames_are_rejected(pattern_root):
-    np.save(pattern_root / 'spike' / 'a' / '00000000.npy', np.zeros((BITS, 16, 16), np.uint8))
-    ds = VideoRecurrentTestDataset(make_opt(VideoRecurrentTestDataset, pattern_root,
-                                            dataroot_spike=str(pattern_root / 'spike'), **SPIKE_RAW))
+    opt = make_opt(VideoRecurrentTestDataset, pattern_root, dataroot_spike=str(pattern_root / 'spike'), **SPIKE_RAW)
+    ds = VideoRecurrentTestDataset(opt)
+    bad = pattern_root / 'spike' / 'a' / '00000000.npy'
+    np.save(bad, np.zeros((BITS, 16, 16), np.uint8))
     with pytest.raises(UserError, match=r'dataroot_spike: .*00000000.npy: spike frames are 16×16 but the LQ frames are 32×32'):
-        ds[0]
+        ds[0]                               # replaced after the start-up check: found when read
+    with pytest.raises(UserError) as e:
+        VideoRecurrentTestDataset(opt)      # at start-up: from the .npy header
+    assert str(e.value) == f'datasets.train.dataroot_spike: {bad}: spike frames are 16×16 but the LQ frames are 32×32'
 
 
 @pytest.fixture(scope='module')
@@ -330,3 +334,104 @@ def test_gopro_spike_demo_rejects_a_layout_it_does_not_write(tmp_path):
     with pytest.raises(UserError, match='datasets.train.dataroot_lq: .*train_GT_blurred'):
         ensure_demo_data({'generate_demo': 'gopro_spike', '_where': 'datasets.train',
                           'dataroot_gt': str(tmp_path / 'train_GT'), 'dataroot_lq': str(tmp_path / 'blurred')})
+
+
+# ---- start-up checks: every frame's header, spike headers, option values ---------------------------
+
+def test_bad_frames_and_spike_files_get_one_line_each_when_the_train_set_is_built(pattern_root):
+    gt, lq, spike = pattern_root / 'gt', pattern_root / 'lq', pattern_root / 'spike'
+    (gt / 'a' / '00000003.png').write_bytes(b'')
+    imwrite(str(lq / 'b' / '00000002.png'), pattern_frame(2)[:16])
+    np.save(spike / 'a' / '00000005.npy', pattern_spikes()[:4])
+    np.save(spike / 'b' / '00000006.npy', pattern_spikes().astype(np.int64))
+    opt = make_opt(VideoRecurrentTrainDataset, pattern_root, dataroot_spike=str(spike), **SPIKE_RAW)
+    with pytest.raises(UserError) as e:
+        VideoRecurrentTrainDataset(opt)
+    assert str(e.value).splitlines() == [
+        f'datasets.train.dataroot_gt: {gt}/a/00000003.png: empty file',
+        f'datasets.train.dataroot_lq: {lq}/b/00000002.png: 16x32 but the other LQ frames of clip b are 32x32; '
+        f'the frames of a clip must have one size',
+        f'datasets.train.dataroot_spike: {spike}/a/00000005.npy: 4 spike planes, but spike_repr "raw" with '
+        f'spike_repr_params num_planes=10 needs at least 10',
+        f'datasets.train.dataroot_spike: {spike}/b/00000006.npy: spike stream must be uint8 or bool, got int64',
+    ]
+
+
+def test_training_frames_must_be_scale_times_the_lq_frames_and_hold_the_patch(pattern_root, tmp_path):
+    for clip, n in CLIPS.items():
+        for i in range(n):
+            imwrite(str(tmp_path / 'lq_x2' / clip / f'{i:08d}.png'), pattern_frame(i)[::2, ::2])
+    imwrite(str(tmp_path / 'lq_x2' / 'a' / '00000001.png'), pattern_frame(1)[::2, ::2][:, :15])
+    imwrite(str(pattern_root / 'gt' / 'a' / '00000001.png'), pattern_frame(1)[:, :30])
+    message = str(pytest.raises(UserError, VideoRecurrentTrainDataset, make_opt(
+        VideoRecurrentTrainDataset, pattern_root, scale=2, gt_size=16, dataroot_lq=str(tmp_path / 'lq_x2'))).value)
+    assert message == (f'datasets.train.dataroot_gt: {pattern_root}/gt/a/00000001.png: 32x30 but the other GT frames '
+                       f'of clip a are 32x32; the frames of a clip must have one size')
+    imwrite(str(pattern_root / 'gt' / 'a' / '00000001.png'), pattern_frame(1))
+    message = str(pytest.raises(UserError, VideoRecurrentTrainDataset, make_opt(
+        VideoRecurrentTrainDataset, pattern_root, scale=2, gt_size=16, dataroot_lq=str(tmp_path / 'lq_x2'))).value)
+    assert message == (f'datasets.train.dataroot_lq: {tmp_path}/lq_x2/a/00000001.png: 16x15 but the other LQ frames '
+                       f'of clip a are 16x16; the frames of a clip must have one size')
+    imwrite(str(tmp_path / 'lq_x2' / 'a' / '00000001.png'), pattern_frame(1)[::2, ::2])
+    message = str(pytest.raises(UserError, VideoRecurrentTrainDataset, make_opt(
+        VideoRecurrentTrainDataset, pattern_root, scale=4, gt_size=16, dataroot_lq=str(tmp_path / 'lq_x2'))).value)
+    assert message.splitlines()[0] == (f'datasets.train.dataroot_gt: {pattern_root}/gt/a/00000000.png: 32x32 but its '
+                                       f'LQ frame {tmp_path}/lq_x2/a/00000000.png is 16x16; for training GT frames '
+                                       f'must be exactly scale 4 x the LQ frames')
+
+
+def test_test_clips_are_checked_for_ssim_and_a_whole_lq_to_gt_factor(tmp_path):
+    for i in range(3):
+        imwrite(str(tmp_path / 'gt' / 'c' / f'{i:08d}.png'), pattern_frame(i)[:10, :10])
+        imwrite(str(tmp_path / 'lq' / 'c' / f'{i:08d}.png'), pattern_frame(i)[:10, :10])
+        imwrite(str(tmp_path / 'gt' / 'd' / f'{i:08d}.png'), pattern_frame(i))
+        imwrite(str(tmp_path / 'lq' / 'd' / f'{i:08d}.png'), pattern_frame(i)[:16, :8])
+    message = str(pytest.raises(UserError, VideoRecurrentTestDataset, make_opt(
+        VideoRecurrentTestDataset, tmp_path, num_frame=2, _where='datasets.test')).value)
+    gt = tmp_path / 'gt'
+    assert message.splitlines() == [
+        f'datasets.test.dataroot_gt: {gt}/c/00000000.png: 10x10 is too small to evaluate: SSIM needs 11x11, i.e. at '
+        f'least 11x11',
+        f'datasets.test.dataroot_gt: {gt}/c/00000001.png: 10x10 is too small to evaluate: SSIM needs 11x11, i.e. at '
+        f'least 11x11',
+        f'datasets.test.dataroot_gt: {gt}/d/00000000.png: 32x32 is not a whole multiple of its LQ frame '
+        f'{tmp_path}/lq/d/00000000.png (16x8) with the same factor for height and width',
+        f'datasets.test.dataroot_gt: {gt}/d/00000001.png: 32x32 is not a whole multiple of its LQ frame '
+        f'{tmp_path}/lq/d/00000001.png (16x8) with the same factor for height and width',
+    ]
+
+
+def test_spike_dat_files_are_checked_from_their_length(pattern_root):
+    from data.spike import write_spike_dat
+    for clip, n in CLIPS.items():
+        for i in range(n):
+            write_spike_dat(pattern_root / 'spike' / clip / f'{i:08d}.dat', pattern_spikes())
+    bad = pattern_root / 'spike' / 'b' / '00000004.dat'
+    bad.write_bytes(bad.read_bytes()[:-3])
+    opt = make_opt(VideoRecurrentTestDataset, pattern_root, dataroot_spike=str(pattern_root / 'spike'),
+                   spike_format='dat', **SPIKE_RAW)
+    message = str(pytest.raises(UserError, VideoRecurrentTestDataset, opt).value)
+    assert message == (f'datasets.train.dataroot_spike: {bad}: 1277 bytes is not a positive multiple of H*W/8 = 128 '
+                       f'(frame size 32×32): wrong spike_size or truncated file')
+    os.remove(bad)
+    write_spike_dat(bad, pattern_spikes())
+    assert len(VideoRecurrentTestDataset(opt)) == 2
+
+
+@pytest.mark.parametrize('cls,over,message', [
+    (VideoRecurrentTrainDataset, {'gt_size': 0}, 'datasets.train.gt_size: must be a positive integer, got 0'),
+    (VideoRecurrentTrainDataset, {'gt_size': 15, 'scale': 2}, 'datasets.train.gt_size: 15 is not divisible by scale 2'),
+    (VideoRecurrentTrainDataset, {'gt_size': 48}, 'datasets.train.gt_size: 48 is larger than the 32×32 frames of '
+                                                  'clip a (meta_info_file)'),
+    (VideoRecurrentTrainDataset, {'filename_ext': '.png'}, 'datasets.train.filename_ext: expected an extension '
+                                                           "without the dot, like \"png\", got '.png'"),
+    (VideoRecurrentTrainDataset, {'random_reverse': 'no'}, "datasets.train.random_reverse: must be true or false, "
+                                                           "got 'no'"),
+    (VideoRecurrentTestDataset, {'spike_repr': 'count', 'spike_repr_params': {'num_bins': 4, 'window': 2}},
+     'datasets.train.spike_repr_params.num_bins: 4 bins need a window of at least 4 planes, got window 2'),
+])
+def test_video_option_values_are_one_line_errors_at_construction(pattern_root, cls, over, message):
+    opt = make_opt(cls, pattern_root, dataroot_spike=str(pattern_root / 'spike'), **{**SPIKE_RAW, **over})
+    with pytest.raises(UserError) as e:
+        cls(opt)
+    assert str(e.value) == message

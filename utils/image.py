@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from utils.errors import UserError
+from utils.image_header import decode_limit_problem, header_size
 
 IMG_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.ppm', '.pgm', '.tif', '.tiff', '.webp')
 
@@ -28,12 +29,12 @@ def list_images(folder: str) -> List[str]:
     return sorted(paths)
 
 
-def _to_uint8(img: np.ndarray) -> np.ndarray:
+def _to_uint8(img: np.ndarray, path: str) -> np.ndarray:
     if img.dtype == np.uint8:
         return img
     if img.dtype == np.uint16:  # 16-bit PNG/TIFF: map 65535 -> 255
         return np.round(img.astype(np.float64) / 257.0).astype(np.uint8)
-    raise TypeError(f'unsupported image dtype {img.dtype}')
+    raise UserError(f'cannot use image {path}: {img.dtype} samples are not supported (8- or 16-bit images only)')
 
 
 def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
@@ -44,10 +45,13 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
         data = np.fromfile(path, dtype=np.uint8)  # fromfile + imdecode also handles non-ASCII paths
     except OSError as e:
         raise UserError(f'cannot read image {path}: {e.strerror or e}') from None
-    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    try:
+        img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    except cv2.error as e:  # e.g. the size limits (validateInputImageSize): a traceback is no help
+        raise UserError(f'cannot decode image {path}: {_cv2_problem(e, path)}') from None
     if img is None:
         raise UserError(f'cannot decode image {path} (corrupt or not an image)')
-    img = _to_uint8(img)
+    img = _to_uint8(img, path)
     if img.ndim == 2:
         img = img[:, :, None]
     if img.shape[2] == 4:
@@ -59,6 +63,19 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
     if img.shape[2] == 1:
         return np.ascontiguousarray(np.repeat(img, 3, axis=2))
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def _cv2_problem(e: 'cv2.error', path: str) -> str:
+    """One line for an OpenCV decoding error: the size limit when that is what failed."""
+    try:
+        size = header_size(path)
+    except UserError:
+        size = None
+    problem = decode_limit_problem(*size) if size else None
+    if problem:
+        return problem
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else 'OpenCV error'
 
 
 def encode_image(img: np.ndarray, ext: str = '.png') -> bytes:

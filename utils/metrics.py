@@ -8,6 +8,10 @@ import math
 import cv2
 import numpy as np
 
+from utils.errors import UserError
+
+SSIM_WINDOW = 11  # the gaussian window: SSIM needs at least this many pixels per side
+
 _Y_WEIGHTS = np.array([65.481, 128.553, 24.966], dtype=np.float64)  # R, G, B (BT.601, studio swing)
 
 
@@ -28,9 +32,14 @@ def rgb2y(img: np.ndarray) -> np.ndarray:
     return img @ _Y_WEIGHTS / 255.0 + 16.0
 
 
+def _same_shape(img1: np.ndarray, img2: np.ndarray) -> None:
+    if np.shape(img1) != np.shape(img2):
+        raise ValueError(f'image shapes differ: {np.shape(img1)} vs {np.shape(img2)}')
+
+
 def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channel: bool):
-    if img1.shape != img2.shape:
-        raise ValueError(f'image shapes differ: {img1.shape} vs {img2.shape}')
+    _same_shape(img1, img2)
+    size = _size(np.shape(img1))
     if test_y_channel:
         img1, img2 = rgb2y(img1), rgb2y(img2)
     img1 = np.asarray(img1, dtype=np.float64)
@@ -38,9 +47,16 @@ def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channe
     if crop_border:
         img1 = img1[crop_border:-crop_border, crop_border:-crop_border]
         img2 = img2[crop_border:-crop_border, crop_border:-crop_border]
+    if img1.size == 0:
+        raise UserError(f'cannot score a {size} image: nothing is left after cropping the '
+                        f'{crop_border}-pixel border')
     if img1.ndim == 2:
         img1, img2 = img1[:, :, None], img2[:, :, None]
     return img1, img2
+
+
+def _size(shape) -> str:
+    return f'{shape[0]}x{shape[1]}'
 
 
 def calculate_psnr(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
@@ -75,7 +91,12 @@ def _ssim_plane(a: np.ndarray, b: np.ndarray) -> float:
 def calculate_ssim(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
                    test_y_channel: bool = False) -> float:
     """SSIM (Wang et al. 2004: 11x11 gaussian, sigma 1.5), averaged over channels like KAIR."""
+    _same_shape(img1, img2)
+    h, w = np.shape(img1)[:2]
+    need = SSIM_WINDOW + 2 * crop_border
+    if h < need or w < need:
+        crop = f' after cropping the {crop_border}-pixel border' if crop_border else ''
+        raise UserError(f'cannot score a {h}x{w} image with SSIM: it needs {SSIM_WINDOW}x{SSIM_WINDOW} pixels{crop}, '
+                        f'i.e. images of at least {need}x{need}')
     a, b = _prepare(img1, img2, crop_border, test_y_channel)
-    if a.shape[0] < 11 or a.shape[1] < 11:
-        raise ValueError(f'SSIM needs images of at least 11x11 after cropping, got {a.shape[:2]}')
     return float(np.mean([_ssim_plane(a[:, :, c], b[:, :, c]) for c in range(a.shape[2])]))
