@@ -95,7 +95,7 @@ def test_hostlists_with_any_number_of_bracket_groups_expand_in_slurm_order(hostl
     assert expand_hostlist(hostlist) == hosts
 
 
-@pytest.mark.parametrize('hostlist', ['a[3-1]', 'a[1-2', 'a]1', 'a[x-2]', 'a[1-]', ''])
+@pytest.mark.parametrize('hostlist', ['a[3-1]', 'a[1-2', 'a]1', 'a[x-2]', 'a[1-]', 'a[]', 'a[²]', ''])
 def test_a_malformed_hostlist_is_a_user_error_naming_it(hostlist):
     with pytest.raises(UserError, match='SLURM host list'):
         expand_hostlist(hostlist)
@@ -119,13 +119,15 @@ def test_no_visible_gpu_is_a_user_error():
         cuda_device_index(0, 0)
 
 
-def test_the_stop_agreement_group_under_nccl_gets_the_runs_dist_timeout(monkeypatch):
+def test_the_stop_agreement_group_under_nccl_gets_the_timeout_given_to_init(monkeypatch):
     """A dead node must not block the others for torch's 30-minute default."""
     import datetime
     from utils import dist as d
     created = []
-    monkeypatch.setattr(d, '_timeout_s', 42.0)
+    monkeypatch.setattr(d, '_timeout_s', d._timeout_s)  # restored after the test
     monkeypatch.setattr(d, '_control_group', None)
+    monkeypatch.setattr(d.torch.cuda, 'is_available', lambda: False)
+    d.init(DistState('single'), timeout_s=42)
     monkeypatch.setattr(d, 'is_initialized', lambda: True)
     monkeypatch.setattr(d.dist, 'get_backend', lambda group=None: 'nccl')
     monkeypatch.setattr(d.dist, 'new_group', lambda **kw: created.append(kw) or 'group')

@@ -22,7 +22,7 @@ def test_python_numpy_and_torch_generators_round_trip_exactly():
 
 
 class FakeCuda:
-    """Stands in for torch.cuda on a machine with `count` GPUs of which this process uses `current`."""
+    """Stands in for torch.cuda on a machine with 8 GPUs of which this process uses `current`."""
 
     def __init__(self, current: int):
         self.current = current

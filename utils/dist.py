@@ -66,18 +66,25 @@ def _split_top(text: str, where: str) -> List[str]:
     return [p for p in parts if p]
 
 
+_DIGITS = re.compile(r'[0-9]+')  # ASCII only: str.isdigit() also accepts '²', which int() rejects
+
+
 def _bracket_values(spec: str, where: str) -> List[str]:
     """`01-03,07` -> ['01', '02', '03', '07'] (zero padding of the lower bound kept)."""
     values = []
     for part in spec.split(','):
         lo, dash, hi = part.partition('-')
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)):
             raise UserError(f'SLURM host list {where!r}: bad range "{part}"')
         hi = hi if dash else lo
         if int(hi) < int(lo):
             raise UserError(f'SLURM host list {where!r}: empty range "{part}"')
         values.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
     return values
+
+
+# A literal then an optional bracket group; `spec` is None when there is no group, '' for `[]`.
+_GROUPS = re.compile(r'([^\[]*)(?:\[([^\]]*)\])?')
 
 
 def expand_hostlist(hostlist: str) -> List[str]:
@@ -89,8 +96,9 @@ def expand_hostlist(hostlist: str) -> List[str]:
     hosts: List[str] = []
     for host in _split_top(hostlist.strip(), hostlist):
         names = ['']
-        for literal, spec in re.findall(r'([^\[]*)(?:\[([^\]]*)\])?', host):
-            values = _bracket_values(spec, hostlist) if spec else ['']
+        for m in _GROUPS.finditer(host):
+            literal, spec = m.group(1), m.group(2)
+            values = _bracket_values(spec, hostlist) if spec is not None else ['']
             names = [n + literal + v for n in names for v in values]
         hosts.extend(names)
     if not hosts:
@@ -120,7 +128,11 @@ def _int(env: Mapping[str, str], key: str) -> int:
 
 
 def detect(env: Mapping[str, str] = os.environ, scontrol: Optional[str] = None) -> DistState:
-    """Work out the launch mode and this process's place in it from `env`."""
+    """Work out the launch mode and this process's place in it from `env`.
+
+    In env mode without LOCAL_RANK (some platforms set only WORLD_SIZE/RANK), the global RANK is
+    taken as the local rank; `cuda_device_index` then maps it onto the GPUs this process can see.
+    """
     if 'WORLD_SIZE' in env and 'RANK' in env:
         missing = [k for k in ('MASTER_ADDR', 'MASTER_PORT') if not env.get(k)]
         if missing:
