@@ -15,7 +15,7 @@ from typing import Dict, Iterator, Tuple
 
 import pytest
 
-from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, free_port, in_ci, run, tiny_options, write_options
 
 PY = sys.executable
 SCRIPT = os.path.join(ROOT, 'scripts', 'slurm_local.sh')
@@ -35,7 +35,7 @@ def slurm() -> Iterator[Dict[str, str]]:
     """The environment for SLURM commands talking to a private cluster, stopped at the end."""
     reason = _cannot_run_reason()
     if reason:
-        if os.environ.get('CI') == 'true':
+        if in_ci():
             pytest.fail(f'CI=true: the SLURM tests must run, but {reason}')
         pytest.skip(reason)
     res = subprocess.run(['bash', SCRIPT, 'start'], capture_output=True, text=True, timeout=300)
