@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import ROOT, tiny_options, write_options
 from utils.errors import OptionsError
-from utils.options import dumps, load_options, strip_json_comments
+from utils.options import dumps, load_options, strip_json_comments, validate
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
 
@@ -106,10 +106,10 @@ def test_duplicate_keys_are_rejected(tmp_path):
 
 def test_overrides_parse_json_values_and_fall_back_to_strings(tmp_path):
     path = _opts(tmp_path)
-    opt = load_options(path, ['train.total_iter=100', 'task=other run', 'train.G_scheduler_milestones=[1, 2]',
+    opt = load_options(path, ['train.total_iter=100', 'task=other_run', 'train.G_scheduler_milestones=[1, 2]',
                               'datasets.train.sigma=15', 'logging.wandb_name=null'])
     assert opt['train']['total_iter'] == 100
-    assert opt['task'] == 'other run'
+    assert opt['task'] == 'other_run'
     assert opt['train']['G_scheduler_milestones'] == [1, 2]
     assert opt['datasets']['train']['sigma'] == 15
     assert opt['logging']['wandb_name'] is None
@@ -169,3 +169,18 @@ def test_malformed_types_and_sections_are_one_line_errors(tmp_path):
     opt['train'] = []
     with pytest.raises(OptionsError, match=r'train: expected an object, got \[\]'):
         load_options(write_options(str(tmp_path / 'o.json'), opt))
+
+
+def test_a_dataset_scale_that_contradicts_the_top_level_scale_is_refused(tmp_path):
+    raw = tiny_options(str(tmp_path), str(tmp_path))
+    raw['scale'] = 2
+    raw['datasets']['test'].update(dataset_type='sr', scale=4)
+    raw['datasets']['test'].pop('sigma_test')
+    with pytest.raises(OptionsError, match=r'datasets\.test\.scale: 4 differs from the top-level "scale": 2'):
+        validate(raw)
+
+
+def test_nan_skip_limit_must_be_positive(tmp_path):
+    raw = tiny_options(str(tmp_path), str(tmp_path), nan_skip_limit=0)
+    with pytest.raises(OptionsError, match=r'train\.nan_skip_limit'):
+        validate(raw)

@@ -4,10 +4,13 @@ The file is parsed once, overrides from the command line are applied to the pars
 result is validated against the schema below, the dataset classes' `OPTIONS` and the network
 constructor's signature. Unknown keys are errors with a did-you-mean, so a typo never silently falls
 back to a default. The result is a plain dict: a key that does not exist raises KeyError instead of
-returning None. Nothing here touches the environment or the file system beyond reading the file.
+returning None. Nothing here touches the environment or the file system beyond reading the file
+and looking at `path.root` (whether it exists and is a directory, where its symlinks lead): the
+run folder `<path.root>/<task>` is checked before anything anywhere is written.
 """
 import copy
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -42,6 +45,48 @@ def _unit_interval(v: Any) -> Optional[str]:
     return None if 0 <= v < 1 else 'must be in [0, 1)'
 
 
+def _seed(v: Any) -> Optional[str]:
+    return None if v is None or 0 <= v < 2**32 else 'must be in [0, 2**32): 0 to 4294967295 (or null for a random seed)'
+
+
+MAX_DIST_TIMEOUT = 7 * 24 * 3600
+
+
+def _timeout(v: Any) -> Optional[str]:
+    if 0 < v <= MAX_DIST_TIMEOUT:
+        return None
+    return f'must be > 0 and at most {MAX_DIST_TIMEOUT} seconds (7 days)'
+
+
+_TASK_CHARS = re.compile(r'[A-Za-z0-9._+-]+')
+MAX_TASK_BYTES = 255
+
+
+def _task_name(v: str) -> Optional[str]:
+    """A task names the run folder `<path.root>/<task>`: exactly one safe path component."""
+    rule = 'the task names the run folder under path.root: use one folder name of letters, digits and . _ + -'
+    if v == '':
+        return f'is empty; {rule}'
+    if v in ('.', '..'):
+        return f'is not allowed (it would point at path.root itself or above it); {rule}'
+    if '/' in v or '\\' in v or '\0' in v:
+        return f'is not a single folder name; {rule}'
+    if len(v.encode('utf-8', 'surrogatepass')) > MAX_TASK_BYTES:
+        return f'is longer than {MAX_TASK_BYTES} bytes; {rule}'
+    if not _TASK_CHARS.fullmatch(v):
+        bad = next(c for c in v if not _TASK_CHARS.fullmatch(c))
+        return f'contains {json.dumps(bad)}; {rule}'
+    return None
+
+
+def _non_empty(v: str) -> Optional[str]:
+    if v == '':
+        return 'must not be empty (it is the folder that holds the run folders)'
+    if '\0' in v:
+        return 'must not contain a NUL character'
+    return None
+
+
 def _one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
         if v in choices:
@@ -56,7 +101,7 @@ _OPT_LIST = (list, type(None))
 _OPT_NUM = (int, float, type(None))
 
 SCHEMA: Dict[str, Any] = {
-    'task': Key(REQUIRED, (str,)),
+    'task': Key(REQUIRED, (str,), _task_name),
     'model': Key('plain', (str,)),
     'gpu_ids': Key(None, _OPT_LIST),
     'dist': Key(False, (bool,)),
@@ -66,9 +111,9 @@ SCHEMA: Dict[str, Any] = {
     'use_static_graph': Key(False, (bool,)),
     'broadcast_buffers': Key(True, (bool,)),
     'gradient_as_bucket_view': Key(False, (bool,)),
-    'dist_timeout': Key(600, (int, float), _positive),
+    'dist_timeout': Key(600, (int, float), _timeout),
     'path': {
-        'root': Key('experiments', (str,)),
+        'root': Key('experiments', (str,), _non_empty),
         'pretrained_netG': Key(None, _OPT_STR),
         'pretrained_netE': Key(None, _OPT_STR),
         'resume_state': Key(None, _OPT_STR),
@@ -95,7 +140,7 @@ SCHEMA: Dict[str, Any] = {
         'G_regularizer_clipstep': Key(None, _OPT_INT, _positive),
         'G_param_strict': Key(True, (bool,)),
         'E_param_strict': Key(True, (bool,)),
-        'manual_seed': Key(None, _OPT_INT),
+        'manual_seed': Key(None, _OPT_INT, _seed),
         'total_iter': Key(1_000_000, (int,), _positive),
         'accumulate_steps': Key(1, (int,), _positive),
         'checkpoint_test': Key(5000, (int,), _positive),
@@ -104,6 +149,7 @@ SCHEMA: Dict[str, Any] = {
         'checkpoint_keep_last': Key(3, (int,), _non_negative),
         'save_failure': Key('stop', (str,), _one_of('stop', 'warn')),
         'nan_policy': Key('stop', (str,), _one_of('stop', 'skip', 'off')),
+        'nan_skip_limit': Key(10, (int,), _positive),
         'fix_iter': Key(0, (int,), _non_negative),
         'fix_lr_mul': Key(1.0, (int, float), _non_negative),
         'fix_keys': Key([], (list,)),
@@ -136,6 +182,12 @@ _TOP_LEVEL_KEYS = tuple(SCHEMA) + DYNAMIC_SECTIONS
 
 _SECRET_KEY = re.compile(r'(api[_-]?key|token|secret|password|passwd|credential)', re.I)
 REDACTED = '***redacted***'
+_LINE_BREAKING = re.compile('[\x00-\x1f\x7f\x85\u2028\u2029]')
+
+
+def _err(message: str) -> OptionsError:
+    """An OptionsError whose message is one line: control characters from keys or paths are escaped."""
+    return OptionsError(_LINE_BREAKING.sub(lambda m: m.group().encode('unicode_escape').decode('ascii'), message))
 
 
 def strip_json_comments(text: str) -> str:
@@ -184,47 +236,157 @@ def _line_col(text: str, offset: int) -> Tuple[int, int]:
     return line, offset - (text.rfind('\n', 0, offset) + 1) + 1
 
 
+MAX_DEPTH = 64          # objects/lists nested deeper than this are refused (real option files use ~4)
+_SHOW_CHARS = 200       # values echoed in an error are cut to this length
+
+
+class _BadNumber:
+    """Placeholder the JSON parser puts where a number has no finite float value (NaN, Infinity, 1e400)."""
+
+    def __init__(self, text: str, constant: bool):
+        self.text, self.constant = text, constant
+
+    def problem(self) -> str:
+        if self.constant:
+            return 'is not allowed: numbers must be finite'
+        return 'is out of range: numbers must be finite (this one overflows to infinity)'
+
+
+def _parse_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else _BadNumber(text, constant=False)
+
+
+def _parse_int(text: str) -> Any:
+    # More digits than any finite float has; also stays below Python's int-from-string digit limit.
+    return int(text) if len(text.lstrip('-')) <= 310 else _BadNumber(text, constant=False)
+
+
+def _parse_constant(text: str) -> Any:
+    return _BadNumber(text, constant=True)
+
+
+def _json_loads(text: str, **hooks: Any) -> Any:
+    """json.loads that keeps non-finite numbers out (as `_BadNumber` for `_check_values`)."""
+    return json.loads(text, parse_float=_parse_float, parse_int=_parse_int, parse_constant=_parse_constant,
+                      **hooks)
+
+
+def _show(value: Any, key: str = '') -> str:
+    """A value as it appears in an error message: JSON, secrets redacted like saved options, cut short."""
+    if value is not None and not isinstance(value, (dict, list)) and _SECRET_KEY.search(key):
+        return REDACTED
+    if isinstance(value, _BadNumber):
+        text = value.text
+        return text if len(text) <= 24 else f'{text[:16]}... ({len(text)} characters)'
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**24:
+        return f'{"-" if value < 0 else ""}a {value.bit_length()}-bit integer'
+    try:
+        text = json.dumps(redact(value, key))
+    except (ValueError, TypeError, RecursionError):
+        text = f'a value of type {type(value).__name__}'
+    return text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + '...'
+
+
+def _number_problem(value: Any) -> Optional[str]:
+    if isinstance(value, _BadNumber):
+        return value.problem()
+    if isinstance(value, float) and not math.isfinite(value):
+        return 'is not allowed: numbers must be finite'
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            return 'is out of range: numbers must be finite (this one overflows to infinity)'
+    return None
+
+
+def _check_values(value: Any, where: str = '', depth: int = 1) -> Optional[Tuple[str, str]]:
+    """(key path, message) for the first non-finite number or too deep nesting in `value`, else None.
+
+    `where` is the key path of `value` and `depth` its nesting level (1: the top-level object).
+    Iterative, so that a deeply nested value cannot exhaust the interpreter's stack here.
+    """
+    stack: List[Tuple[Any, str, str, int]] = [(value, where, where.rsplit('.', 1)[-1], depth)]
+    while stack:
+        v, path, key, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > MAX_DEPTH:
+                shown = path if len(path) <= 80 else path[:80] + '...'
+                return shown or 'top level', f'nested more than {MAX_DEPTH} levels deep'
+            if isinstance(v, dict):
+                items = [(k, f'{path}.{k}' if path else str(k), str(k)) for k in v]
+                stack.extend((v[k], p, name, depth + 1) for k, p, name in reversed(items))
+            else:
+                stack.extend((x, f'{path}[{i}]', key, depth + 1) for i, x in reversed(list(enumerate(v))))
+            continue
+        problem = _number_problem(v)
+        if problem:
+            return path or 'top level', f'{_show(v, key)} {problem}'
+    return None
+
+
 def parse_json_file(path: str) -> Dict[str, Any]:
     """Read a commented JSON file; syntax errors become `file:line:col: message`."""
     try:
-        with open(path, encoding='utf-8') as f:
-            text = f.read()
+        with open(path, 'rb') as f:
+            raw = f.read()
     except OSError as e:
-        raise OptionsError(f'{path}: cannot read option file: {e.strerror}') from None
+        raise _err(f'{path}: cannot read option file: {e.strerror}') from None
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as e:
+        line = raw.count(b'\n', 0, e.start) + 1
+        col = e.start - (raw.rfind(b'\n', 0, e.start) + 1) + 1
+        raise _err(f'{path}:{line}:{col}: not a UTF-8 text file (byte 0x{raw[e.start]:02x}); '
+                           f'save the option file as UTF-8') from None
 
     def no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
         d: Dict[str, Any] = {}
         for k, v in pairs:
             if k in d:
-                raise OptionsError(f'{path}: duplicate key "{k}"')
+                raise _err(f'{path}: duplicate key "{k}"')
             d[k] = v
         return d
 
     try:
-        data = json.loads(strip_json_comments(text), object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as e:
-        raise OptionsError(f'{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}') from None
+        stripped = strip_json_comments(text)
     except ValueError as e:
         off = int(re.search(r'offset (\d+)', str(e)).group(1))
         line, col = _line_col(text, off)
-        raise OptionsError(f'{path}:{line}:{col}: unterminated /* comment') from None
+        raise _err(f'{path}:{line}:{col}: unterminated /* comment') from None
+    try:
+        data = _json_loads(stripped, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as e:
+        raise _err(f'{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}') from None
+    except RecursionError:
+        raise _err(f'{path}: invalid JSON: nested too deeply (at most {MAX_DEPTH} levels)') from None
     if not isinstance(data, dict):
-        raise OptionsError(f'{path}: the top level must be a JSON object')
+        raise _err(f'{path}: the top level must be a JSON object')
+    bad = _check_values(data)
+    if bad:
+        raise _err(f'{path}: {bad[0]}: {bad[1]}')
     return data
 
 
 def parse_override(text: str) -> Tuple[List[str], Any]:
     """`a.b.c=value` → (['a','b','c'], value); value parsed as JSON, else kept as a string."""
     if '=' not in text:
-        raise OptionsError(f'--set {text}: expected KEY.PATH=VALUE')
+        shown = REDACTED if _SECRET_KEY.search(text) else text
+        raise _err(f'--set {shown}: expected KEY.PATH=VALUE')
     key, raw = text.split('=', 1)
     parts = key.strip().split('.')
     if not all(parts):
-        raise OptionsError(f'--set {text}: empty key in "{key}"')
+        raise _err(f'--set {key}: empty key in "{key}"')
     try:
-        value = json.loads(raw)
+        value = _json_loads(raw)
     except json.JSONDecodeError:
         value = raw
+    except RecursionError:
+        raise _err(f'--set {key}: value nested too deeply (at most {MAX_DEPTH} levels)') from None
+    bad = _check_values(value, '.'.join(parts), depth=len(parts) + 1)
+    if bad:
+        raise _err(f'--set {bad[0]}: {bad[1]}')
     return parts, value
 
 
@@ -237,7 +399,7 @@ def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> None:
             if nxt is None:
                 nxt = node[p] = {}
             if not isinstance(nxt, dict):
-                raise OptionsError(f'--set {text}: "{".".join(parts[:depth + 1])}" is not a section')
+                raise _err(f'--set {text.split("=", 1)[0]}: "{".".join(parts[:depth + 1])}" is not a section')
             node = nxt
         node[parts[-1]] = value
 
@@ -258,7 +420,7 @@ def _check_type(where: str, value: Any, types: Optional[Tuple[type, ...]]) -> No
     else:
         ok = isinstance(value, types)
     if not ok:
-        raise OptionsError(f'{where}: expected {_type_name(types)}, got {json.dumps(value)}')
+        raise OptionsError(f'{where}: expected {_type_name(types)}, got {_show(value, where.rsplit(".", 1)[-1])}')
 
 
 def _inferred_types(default: Any) -> Optional[Tuple[type, ...]]:
@@ -280,7 +442,7 @@ class _Validator:
         self.source = source
 
     def fail(self, where: str, msg: str) -> None:
-        raise OptionsError(f'{self.source}: {where}: {msg}')
+        raise _err(f'{self.source}: {where}: {msg}')
 
     def unknown(self, where: str, key: str, allowed: Iterable[str]) -> None:
         allowed = list(allowed)
@@ -288,7 +450,8 @@ class _Validator:
 
     def section(self, data: Any, schema: Dict[str, Any], where: str) -> Dict[str, Any]:
         if not isinstance(data, dict):
-            self.fail(where.rstrip('.') or 'top level', f'expected an object, got {json.dumps(data)}')
+            name = where.rstrip('.')
+            self.fail(name or 'top level', f'expected an object, got {_show(data, name.rsplit(".", 1)[-1])}')
         out: Dict[str, Any] = {}
         for key in data:
             if key not in schema:
@@ -309,7 +472,7 @@ class _Validator:
                 self.fail(f'{where}{key}', str(e).split(': ', 1)[1])
             problem = spec.check(value) if spec.check else None
             if problem:
-                self.fail(f'{where}{key}', f'{json.dumps(value)} {problem}')
+                self.fail(f'{where}{key}', f'{_show(value, key)} {problem}')
             out[key] = value
         return out
 
@@ -349,6 +512,9 @@ def _network_defaults(net_type: str) -> Dict[str, Any]:
 def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
     """Check `data` and return a new dict with every schema key present (defaults filled)."""
     v = _Validator(source)
+    bad = _check_values(data)
+    if bad:
+        v.fail(*bad)
     for key in data:
         if key not in _TOP_LEVEL_KEYS:
             v.unknown('', key, _TOP_LEVEL_KEYS)
@@ -359,7 +525,7 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
     if not isinstance(netG['net_type'], str):
-        v.fail('netG.net_type', f'expected a string, got {json.dumps(netG["net_type"])}')
+        v.fail('netG.net_type', f'expected a string, got {_show(netG["net_type"], "net_type")}')
     try:
         defaults = _network_defaults(netG['net_type'])
     except UserError as e:
@@ -379,7 +545,7 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
         if not isinstance(section, dict) or 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
         if not isinstance(section['dataset_type'], str):
-            v.fail(f'{where}dataset_type', f'expected a string, got {json.dumps(section["dataset_type"])}')
+            v.fail(f'{where}dataset_type', f'expected a string, got {_show(section["dataset_type"], "dataset_type")}')
         try:
             cls = dataset_class(section['dataset_type'])
         except UserError as e:
@@ -389,6 +555,10 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
         for inherited in ('scale', 'n_channels'):  # KAIR propagates these top-level keys into datasets
             if inherited in defaults and inherited not in section:
                 section[inherited] = opt[inherited]
+        if 'scale' in defaults and section['scale'] != opt['scale']:
+            v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
+                   f'the network works at scale {opt["scale"]}, so its output would not match these images '
+                   f'(leave {where}scale out to inherit it)')
         checked = v.loose_section(section, defaults, where)
         if checked['dataloader_batch_size'] < 1:
             v.fail(f'{where}dataloader_batch_size', 'must be >= 1')
@@ -405,13 +575,50 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
     betas = t['G_optimizer_betas']
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                                   for b in betas):
-        v.fail('train.G_optimizer_betas', f'expected two numbers in [0, 1), got {json.dumps(betas)}')
+        v.fail('train.G_optimizer_betas', f'expected two numbers in [0, 1), got {_show(betas, "G_optimizer_betas")}')
     return opt
 
 
-def derive_paths(opt: Dict[str, Any]) -> None:
-    """Add the run folders (KAIR layout) under `path`: <root>/<task>/{models,images,options,tb_logger}."""
+def _run_dir_problem(root: str, task: str) -> Optional[Tuple[str, str]]:
+    """(key, message) when `<root>/<task>` is not a folder strictly inside `root` that can be created.
+
+    Only looks: `os.stat`/`os.lstat` on `root`, its parents and the run folder; nothing is created.
+    """
+    root_abs = os.path.abspath(root)
+    run_dir = os.path.normpath(os.path.join(root_abs, task))
+    if os.path.commonpath([root_abs, run_dir]) != root_abs or run_dir == root_abs:
+        return 'task', f'{json.dumps(task)}: the run folder {run_dir} is not inside path.root {root_abs}'
+    try:
+        existing = root_abs
+        while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if os.path.lexists(existing) and not os.path.isdir(existing):
+            kind = ('is a file, not a folder' if os.path.isfile(existing) else
+                    'is a broken symbolic link' if os.path.islink(existing) else 'is not a folder')
+            where = '' if existing == root_abs else f' cannot be created: {existing}'
+            return 'path.root', f'{root}{where} {kind}'
+        real_root = os.path.realpath(root_abs)
+        real_run = os.path.realpath(run_dir)
+        if os.path.commonpath([real_root, real_run]) != real_root or real_run == real_root:
+            return 'task', (f'the run folder {run_dir} leads to {real_run} (a symbolic link?), '
+                            f'which is not inside path.root {real_root}')
+        if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+            return 'task', f'the run folder {run_dir} exists and is not a folder'
+    except (OSError, ValueError) as e:
+        return 'path.root', f'{root} cannot be checked: {getattr(e, "strerror", None) or e}'
+    return None
+
+
+def derive_paths(opt: Dict[str, Any], source: str = '<options>') -> None:
+    """Add the run folders (KAIR layout) under `path`: <root>/<task>/{models,images,options,tb_logger}.
+
+    The run folder must lie strictly inside `path.root` (also after resolving symbolic links) and
+    `path.root` must be a folder or creatable as one: an OptionsError otherwise, before any write.
+    """
     p = opt['path']
+    problem = _run_dir_problem(p['root'], opt['task'])
+    if problem:
+        raise _err(f'{source}: {problem[0]}: {problem[1]}')
     task_dir = os.path.join(p['root'], opt['task'])
     p.update(task=task_dir, log=task_dir, models=os.path.join(task_dir, 'models'),
              images=os.path.join(task_dir, 'images'), options=os.path.join(task_dir, 'options'),
@@ -424,7 +631,7 @@ def load_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     apply_overrides(data, overrides)
     opt = validate(data, source=path)
     opt['opt_path'] = path
-    derive_paths(opt)
+    derive_paths(opt, source=path)
     return opt
 
 
