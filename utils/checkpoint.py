@@ -3,13 +3,15 @@
 Layout (KAIR-compatible weights): `models/{iter}_G.pth` and `models/{iter}_E.pth` are plain
 state_dicts; `models/{iter}_state.pth` holds the rest of the training state and is written last,
 so its presence marks a complete save. `models/latest` names the newest complete save and is
-updated after it. Pruning only ever removes saves older than a complete newer one.
+updated after it. Pruning only ever removes saves older than the one just written and older than
+the newest `keep_last` intact ones; saves a run does not continue are moved aside, never deleted.
 """
 import os
 import pickle
 import re
 import tempfile
 import time
+import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -63,6 +65,22 @@ def _looks_like_checkpoint(path: str) -> bool:
     with open(path, 'rb') as f:
         head = f.read(4)
     return head.startswith(b'PK\x03\x04') or head[:1] == b'\x80'
+
+
+def _intact(path: str) -> bool:
+    """Cheap structural check, no unpickling: the header of a torch file and, for the zip format
+    (torch >= 1.6), a readable central directory at the end. Catches truncated and overwritten files."""
+    try:
+        with open(path, 'rb') as f:
+            head = f.read(4)
+        if head[:1] == b'\x80':  # legacy pickle format: the header is all there is to check cheaply
+            return True
+        if not head.startswith(b'PK\x03\x04'):
+            return False
+        with zipfile.ZipFile(path) as z:
+            return bool(z.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return False
 
 
 def load(path: str, allow_unsafe: bool = False) -> Any:
@@ -134,7 +152,7 @@ class CheckpointDir:
                 os.unlink(path)
             raise
         atomic_write_text(os.path.join(self.folder, 'latest'), f'{step}\n')
-        self.prune()
+        self.prune(written=step)
 
     def remove_incomplete(self) -> List[str]:
         """Files of saves that never got their state file (killed or failed mid-save): never resumable."""
@@ -151,20 +169,48 @@ class CheckpointDir:
         does not continue (a damaged newest save it fell back from, or the later saves of a run
         resumed from an explicit older `path.resume_state`). Afterwards the folder holds one
         history, so iteration order is recency order for pruning and for the next auto-resume.
-        Nothing is deleted. Returns the folder the saves went to, or None.
+        Nothing is deleted and nothing is overwritten (a second set-aside in the same second gets
+        its own folder). `latest` is corrected first, and state files move before the other files
+        of their save: a run killed half-way leaves no marker and no complete save pointing into
+        the abandoned history, and the next start finishes the move. Returns the folder or None.
         """
-        newer = sorted(n for n in self._names() if (m := _SAVE_FILE.match(n)) and int(m.group(1)) > step)
-        best = self.read_best()
-        if best is not None and best[0] > step:
-            newer += [n for n in self._names() if n.startswith('best')]
+        self._correct_latest(step)
+        newer = [n for n in self._names() if (m := _SAVE_FILE.match(n)) and int(m.group(1)) > step]
         if not newer:
             return None
-        dest = os.path.join(self.folder, f'abandoned_{time.strftime("%y%m%d_%H%M%S")}')
-        os.makedirs(dest, exist_ok=True)
+        newer.sort(key=lambda n: (not STATE_FILE.match(n), n))  # state files first
+        best = self.read_best()
+        if best is not None and best[0] > step:
+            newer += sorted(n for n in self._names() if n.startswith('best'))
+        dest = self._new_folder(f'abandoned_{time.strftime("%y%m%d_%H%M%S")}')
         for name in newer:
             os.replace(os.path.join(self.folder, name), os.path.join(dest, name))
-        atomic_write_text(os.path.join(self.folder, 'latest'), f'{step}\n')
         return dest
+
+    def _correct_latest(self, step: int) -> None:
+        """`latest` names the newest complete save up to `step`, or is removed when there is none."""
+        marker = os.path.join(self.folder, 'latest')
+        try:
+            with open(marker) as f:
+                current: Optional[str] = f.read().strip()
+        except OSError:
+            current = None
+        kept = [s for s in self.complete_steps() if s <= step]
+        if kept and current != str(kept[-1]):
+            atomic_write_text(marker, f'{kept[-1]}\n')
+        elif not kept and current is not None:
+            os.unlink(marker)
+
+    def _new_folder(self, name: str) -> str:
+        """`name`, or `name_2`, `name_3`, ... : a folder created now, never an existing one."""
+        for i in range(1, 1000):
+            path = os.path.join(self.folder, name if i == 1 else f'{name}_{i}')
+            try:
+                os.mkdir(path)
+                return path
+            except FileExistsError:
+                continue
+        raise OSError(f'{self.folder}: cannot create a new folder named {name}_<n>')
 
     def read_best(self) -> Optional[Tuple[int, float]]:
         """(iteration, PSNR) of `best_*.pth` from the `best` note, or None."""
@@ -188,12 +234,35 @@ class CheckpointDir:
             os.unlink(os.path.join(self.folder, name))
         return stale
 
-    def prune(self) -> List[int]:
-        """Remove all but the newest `keep_last` complete saves (0 keeps everything)."""
+    def intact(self, step: int) -> bool:
+        """The G and state files of `step` exist and every file of it passes the cheap check."""
+        names = [n for n in self._names() if (m := _SAVE_FILE.match(n)) and int(m.group(1)) == step]
+        if f'{step}_G.pth' not in names or f'{step}_state.pth' not in names:
+            return False
+        return all(_intact(os.path.join(self.folder, n)) for n in names)
+
+    def prune(self, written: Optional[int] = None) -> List[int]:
+        """Keep the newest `keep_last` intact saves (0 keeps everything); remove complete saves older than them.
+
+        `written`, the save just made, always stays and counts as intact. Saves newer than it are
+        not this run's history (they are set aside at the next start): never counted, never removed.
+        A damaged save does not count as kept, so it never costs a good one; damaged saves newer
+        than the oldest kept one are left in place, older ones go with the rest.
+        """
         steps = self.complete_steps()
-        if self.keep_last <= 0 or len(steps) <= self.keep_last:
+        if self.keep_last <= 0 or not steps:
             return []
-        removed = steps[:-self.keep_last]
+        if written is None:
+            written = steps[-1]
+        kept = []
+        for step in reversed([s for s in steps if s <= written]):
+            if step == written or self.intact(step):
+                kept.append(step)
+                if len(kept) == self.keep_last:
+                    break
+        if len(kept) < self.keep_last:
+            return []
+        removed = [s for s in steps if s < kept[-1]]
         for step in removed:
             os.unlink(self.path(step, 'state'))  # first: the save stops counting as complete
             for name in self._names():

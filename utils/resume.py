@@ -3,6 +3,10 @@
 An explicit `path.resume_state` wins; otherwise the newest complete save in the task's `models/`
 folder is used, falling back to older ones (with a warning) when the newest cannot be read.
 Rank 0 decides and broadcasts the choice so every rank loads the same iteration.
+
+Nothing is written here: a run that then fails its checks leaves the folder as it was. Once the
+run folder is its own, rank 0 calls `CheckpointDir.set_aside_after(<resumed iteration, or 0>)`,
+which moves the saves this run does not continue (newer than the resume point) out of the way.
 """
 import os
 from dataclasses import dataclass
@@ -14,6 +18,7 @@ from utils import dist
 from utils.checkpoint import STATE_FILE, CheckpointDir, load
 from utils.errors import UserError
 from utils.logger import get_logger
+
 
 @dataclass
 class ResumePoint:
