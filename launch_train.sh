@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Local multi-process training: ./launch_train.sh N [options/x.json] [extra main_train.py args]
 #   ./launch_train.sh 2 options/train_dncnn_demo.json --set train.total_iter=200
-# Runs `torchrun --standalone --nproc_per_node=N main_train.py --opt ...` (one process per GPU,
-# or N CPU processes with one thread each). Under a platform that already started one process per
-# GPU (WORLD_SIZE set) it refuses: nesting launchers would start N processes per process.
+# Runs `python -m utils.relaunch --nproc N main_train.py --opt ...`: N ranks on torch's elastic launch
+# API (what torchrun runs; standalone rendezvous, no restarts), one process per GPU, or N CPU processes
+# with one thread each. It exits with the documented code of the rank that failed first (2 user
+# error, 3 preempted with a checkpoint saved, 4 non-finite loss, 5 checkpoint write failed, 128+N
+# killed by signal N), where torchrun exits 1; SIGTERM/SIGUSR1 to it make the ranks save and exit 3.
+# For `--max-restarts`, call torchrun directly. Under a platform that already started one process
+# per GPU (WORLD_SIZE set) it refuses: nesting launchers would start N processes per process.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,4 +26,5 @@ if [ $# -ge 1 ] && [[ "$1" != -* ]]; then OPT=$1; shift; fi
 [ -f "$OPT" ] || { echo "launch_train.sh: option file not found: $OPT" >&2; exit 2; }
 
 PYTHON=${PYTHON:-python}
-exec "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$N" main_train.py --opt "$OPT" "$@"
+# exec: the launcher takes this shell's pid, so signals sent to the script reach it
+exec "$PYTHON" -m utils.relaunch --nproc "$N" main_train.py --opt "$OPT" "$@"

@@ -8,7 +8,9 @@
 # --ntasks-per-node must equal the GPUs per node in --gres (CPU-only partition: --gres=none).
 # Preemption: SLURM sends SIGUSR1 (--signal) before the time limit, or SIGTERM when it preempts;
 # every rank agrees on the stop, rank 0 saves a checkpoint, the ranks exit with code 3, and this
-# script requeues the job, which resumes from that checkpoint by itself.
+# script requeues the job, which resumes from that checkpoint by itself. Any other failure is not
+# requeued: the script exits with the ranks' code (2 user error, 4 non-finite loss, 5 checkpoint
+# write failed, 128+N killed by signal N).
 #SBATCH --job-name=restoration
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -35,12 +37,25 @@ PYTHON=${PYTHON:-python}
 
 echo "job ${SLURM_JOB_ID} (restart ${SLURM_RESTART_COUNT:-0}) on ${SLURM_JOB_NODELIST}: ${OPT}" \
      "master ${MASTER_ADDR}:${MASTER_PORT}"
+# Exit codes. srun exits with the highest exit code of its tasks, but a task ended by a signal wins
+# (128+N); observed on SLURM 22.05. With --kill-on-bad-exit=1 the first rank to exit non-zero gets
+# the others SIGTERMed, and a rank a moment slower to leave (a user error found at start-up) turned
+# code 2 into 143. So the ranks get RANK_EXIT_WAIT_S to end by themselves (they stop together for
+# codes 2-5), then srun kills the rest (a crashed rank: the others fail at their next collective or
+# are killed then). The ranks' codes reach this script: 0 done, 2 user error, 3 stopped for
+# preemption (checkpoint saved), 4 non-finite loss, 5 checkpoint write failed, 128+N a rank killed
+# by signal N. Only 3 is requeued; any other code becomes the job's exit code (ExitCode in
+# `scontrol show job`).
+RANK_EXIT_WAIT_S=60
 # shellcheck disable=SC2086  # EXTRA_ARGS is a list of words on purpose
-srun --kill-on-bad-exit=1 "$PYTHON" -u main_train.py --opt "$OPT" ${EXTRA_ARGS:-} "$@"
+srun --kill-on-bad-exit=0 --wait="$RANK_EXIT_WAIT_S" "$PYTHON" -u main_train.py --opt "$OPT" ${EXTRA_ARGS:-} "$@"
 rc=$?
 if [ "$rc" -eq "$EXIT_PREEMPTED" ]; then
   echo "job ${SLURM_JOB_ID}: stopped for preemption, checkpoint saved; requeueing"
-  scontrol requeue "${SLURM_JOB_ID}"
-  exit 0
+  if scontrol requeue "${SLURM_JOB_ID}"; then
+    exit 0
+  fi
+  echo "job ${SLURM_JOB_ID}: scontrol requeue failed; resubmit this script to resume" >&2
 fi
+echo "job ${SLURM_JOB_ID}: training exited with code ${rc}"
 exit "$rc"

@@ -1,24 +1,50 @@
-"""One plain command uses every listed GPU: `python main_train.py` with several `gpu_ids` re-launches
-itself as that many DDP processes through torch's elastic launch API (what torchrun runs), instead
-of falling back to the slower single-process DataParallel.
+"""Local multi-process launches on torch's elastic launch API (what torchrun runs), with exit codes a
+job script can act on.
 
-Only a plain process relaunches (launch mode 'single'); the children carry WORLD_SIZE/RANK, are
-detected as mode 'env' and so never relaunch again. Without CUDA, `gpu_ids` is ignored as before,
-unless RESTORATION_CPU_PROCS_FROM_GPU_IDS=1 makes it count CPU processes: the test mode that lets
-this path run for real on a machine without GPUs.
+Two entry points share `launch_local`:
+- `python -m utils.relaunch --nproc N main_train.py --opt x.json ...` (what `launch_train.sh N` runs):
+  N ranks of `python -u main_train.py ...` on this node, standalone c10d rendezvous;
+- `python main_train.py` with several `gpu_ids` (`maybe_relaunch`): the plain process re-launches
+  itself as one DDP process per listed GPU instead of the slower single-process DataParallel.
+  Only a plain process relaunches (launch mode 'single'); the children carry WORLD_SIZE/RANK, are
+  detected as mode 'env' and so never relaunch again. Without CUDA, `gpu_ids` is ignored as before,
+  unless RESTORATION_CPU_PROCS_FROM_GPU_IDS=1 makes it count CPU processes: the test mode that lets
+  this path run for real on a machine without GPUs.
+
+Exit codes. torchrun exits 1 with a traceback whenever a rank fails, so a job script cannot tell
+"requeue me" from "broken". Here the launcher exits with the code of the rank that failed first
+(earliest by the launcher's clock; 128+N for a rank killed by signal N) and prints one line naming
+that rank; the ranks print their own error. Codes: 2 user error, 3 stopped for preemption
+(checkpoint saved), 4 non-finite loss/gradients, 5 checkpoint write failed.
+
+Signals. SIGTERM and SIGUSR1 to the launcher are passed on to the ranks (they are started in sessions
+of their own, so a signal to the launcher's process group does not reach them): the ranks agree to
+stop at the next iteration boundary, rank 0 saves, every rank exits 3 and so does the launcher. A
+second SIGTERM, or SIGINT/SIGHUP/SIGQUIT, stops the ranks at once as torchrun does (that signal,
+SIGKILL after 30 s) and the launcher exits 128+N. There are no restarts (`max_restarts=0`): use
+torchrun directly for `--max-restarts`, whose exit code is 1 for any failure.
 """
+import argparse
+import logging
 import os
 import signal
 import sys
+import threading
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from utils.dist import DistState
 from utils.errors import UserError
+from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
 
 CPU_TEST_MODE = 'RESTORATION_CPU_PROCS_FROM_GPU_IDS'
+EXIT_USER_ERROR = 2  # main_train.py's code for a user mistake
+MEANING = {EXIT_USER_ERROR: 'user error', EXIT_PREEMPTED: 'stopped for preemption, checkpoint saved',
+           EXIT_NONFINITE: 'non-finite loss or gradients', EXIT_SAVE_FAILED: 'checkpoint write failed'}
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1)  # the ranks' stop signals (utils/stop.py)
+AGENT_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'       # left to the elastic agent: stop the ranks at once
 
 
 def relaunch_count(gpu_ids: Optional[Sequence[int]], state: DistState, cuda: bool,
@@ -47,13 +73,137 @@ def _check_gpus(gpu_ids: Sequence[int], env: Dict[str, str]) -> None:
     env['CUDA_VISIBLE_DEVICES'] = ','.join(str(g) for g in gpu_ids)
 
 
-def _exit_code(err: BaseException) -> int:
-    """The exit code a shell would report for the first failed child (128+N for a signal)."""
+def shell_code(exitcode: int) -> int:
+    """A child's exit status as a shell reports it: 128+N for a child killed by signal N."""
+    return 128 - exitcode if exitcode < 0 else exitcode or 1
+
+
+def describe(code: int) -> str:
+    """`code` with its meaning, e.g. `code 4 (non-finite loss or gradients)`."""
+    if code > 128:
+        try:
+            return f'code {code} (killed by {signal.Signals(code - 128).name})'
+        except ValueError:
+            pass
+    return f'code {code} ({MEANING[code]})' if code in MEANING else f'code {code}'
+
+
+def root_cause(err: BaseException) -> Tuple[Optional[int], int]:
+    """(rank, shell exit code) of the rank that failed first in a ChildFailedError.
+
+    Failures carry the launcher's time of noticing them (whole seconds); on a tie the one recorded
+    first wins: ranks that had already failed are recorded before those the agent then stopped.
+    """
     failures = getattr(err, 'failures', None) or {}
-    for _, failure in sorted(failures.items()):
-        code = failure.exitcode
-        return 128 - code if code < 0 else code or 1
-    return 1
+    if not failures:
+        return None, 1
+    rank = min(failures, key=lambda r: failures[r].timestamp)
+    return rank, shell_code(failures[rank].exitcode)
+
+
+def _rank_pids() -> List[int]:
+    """The running ranks: children of this process that lead their own session (the elastic agent
+    starts each rank with `start_new_session`). Linux /proc; elsewhere none are found."""
+    me, pids = os.getpid(), []
+    try:
+        entries = os.listdir('/proc')
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f'/proc/{entry}/stat', 'rb') as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b')') + 2:].split()  # state ppid pgrp session ...
+        if len(fields) > 3 and int(fields[1]) == me and int(fields[3]) == int(entry):
+            pids.append(int(entry))
+    return pids
+
+
+class _ForwardStopSignals:
+    """While the ranks run, SIGTERM/SIGUSR1 to the launcher ask them to stop (they save and exit 3)
+    and the launcher keeps waiting for their exit codes. Before any rank exists, or on a second
+    SIGTERM, the signal goes to the elastic agent as with torchrun: it stops the ranks at once."""
+
+    def __init__(self) -> None:
+        self._previous: Dict[int, Any] = {}
+        self._forwarded: set = set()
+
+    def __enter__(self) -> '_ForwardStopSignals':
+        if threading.current_thread() is threading.main_thread():
+            for sig in FORWARDED:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        sig = signal.Signals(signum)
+        pids = _rank_pids()
+        if not pids or (sig == signal.SIGTERM and sig in self._forwarded):
+            raise SignalException(f'Process {os.getpid()} got signal: {signum}', sigval=sig)
+        self._forwarded.add(sig)
+        for pid in pids:  # the rank only, not its group: its loader workers end with it
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        again = ' (SIGTERM again stops them at once)' if sig == signal.SIGTERM else ''
+        # os.write, not print: a handler may interrupt a print of the main thread
+        os.write(2, f'launcher: {sig.name} passed on to {len(pids)} rank(s): they stop together at the next '
+                    f'iteration and save{again}\n'.encode())
+
+
+class _DropFailureLog(logging.Filter):
+    """The agent logs `failed (exitcode: N) local_rank: ...`; the launcher prints its own line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith('failed (exitcode')
+
+
+def launch_local(nproc: int, script: str, argv: Sequence[str]) -> int:
+    """Run `python -u script *argv` as `nproc` DDP ranks on this node and return the exit code for the shell.
+
+    0 when every rank succeeded; else the code of the rank that failed first (128+N if killed by
+    signal N), named in one line on stderr. The ranks inherit os.environ plus the DDP variables.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend='c10d', rdzv_endpoint='localhost:0', max_restarts=0,
+                          signals_to_handle=AGENT_SIGNALS)
+    args: List[str] = ['-u', os.path.abspath(script), *argv]
+    agent_log = logging.getLogger('torch.distributed.elastic.multiprocessing.api')
+    quiet = _DropFailureLog()
+    agent_log.addFilter(quiet)
+    saved = os.environ.get('TORCHELASTIC_SIGNALS_TO_HANDLE')  # the launch API sets it for good
+    try:
+        with _ForwardStopSignals():
+            elastic_launch(config, sys.executable)(*args)
+    except ChildFailedError as e:
+        rank, code = root_cause(e)
+        who = f'rank {rank}' if rank is not None else 'a rank'
+        print(f'launcher: {who} of {nproc} ended first, with exit {describe(code)}; exiting with {code}',
+              file=sys.stderr, flush=True)
+        return code
+    except SignalException as e:  # the ranks were stopped at once (see _ForwardStopSignals)
+        return 128 + int(e.sigval)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    finally:
+        agent_log.removeFilter(quiet)
+        os.environ.pop('TORCHELASTIC_SIGNALS_TO_HANDLE', None)
+        if saved is not None:
+            os.environ['TORCHELASTIC_SIGNALS_TO_HANDLE'] = saved
+    return 0
 
 
 def maybe_relaunch(opt: Dict[str, Any], state: DistState, script: str, argv: Sequence[str],
@@ -70,21 +220,28 @@ def maybe_relaunch(opt: Dict[str, Any], state: DistState, script: str, argv: Seq
         return None
     if cuda:
         _check_gpus(opt['gpu_ids'], env)
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     where = f'one per GPU (CUDA_VISIBLE_DEVICES={env["CUDA_VISIBLE_DEVICES"]})' if cuda else \
         f'on CPU (test mode {CPU_TEST_MODE}=1)'
     print(f'gpu_ids {list(opt["gpu_ids"])}: relaunching as {n} DDP processes {where}', flush=True)
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=str(uuid.uuid4()),
-                          rdzv_backend='c10d', rdzv_endpoint='localhost:0', max_restarts=0)
-    args: List[str] = ['-u', os.path.abspath(script), *argv]
-    try:
-        elastic_launch(config, sys.executable)(*args)
-    except ChildFailedError as e:
-        return _exit_code(e)
-    except SignalException as e:  # SIGTERM/SIGHUP to this process: the children were stopped too
-        return 128 + int(e.sigval)
-    except KeyboardInterrupt:
-        return 128 + signal.SIGINT
-    return 0
+    return launch_local(n, script, argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog='python -m utils.relaunch', allow_abbrev=False,
+        description='Run `python -u SCRIPT ARGS...` as N DDP ranks on this node (torch elastic launch, '
+                    'standalone rendezvous, no restarts) and exit with the first failing rank\'s exit code.')
+    parser.add_argument('--nproc', type=int, required=True, help='number of ranks (one per GPU, or CPU processes)')
+    parser.add_argument('script', help='the training script, e.g. main_train.py')
+    parser.add_argument('args', nargs=argparse.REMAINDER, help='arguments for the script')
+    a = parser.parse_args(argv)
+    if a.nproc < 1:
+        parser.error(f'--nproc must be a positive integer, got {a.nproc}')
+    if not os.path.isfile(a.script):
+        print(f'python -m utils.relaunch: script not found: {a.script}', file=sys.stderr)
+        return EXIT_USER_ERROR
+    return launch_local(a.nproc, a.script, a.args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
