@@ -23,13 +23,14 @@ from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader
 from data.registry import build_dataset
 from models.registry import model_class
-from utils import dist
+from utils import dist, parent_watch
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger
 from utils.options import dumps, load_options
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
+from utils.runlock import RunLock
 from utils.seed import rng_state, seed_everything, set_rng_state
 from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
 
@@ -432,20 +433,41 @@ def _hms(seconds: float) -> str:
     return f'{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}'
 
 
-def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
-    """Rank 0: archive for --fresh, create folders, start the log file and save the resolved options."""
+def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> Optional[RunLock]:
+    """Rank 0: lock the run folder, archive for --fresh, create folders, start the log file, save the options.
+
+    The lock comes first, before anything is written: a second job on the same folder ends on every
+    rank with one line naming the holder (exit 2) and leaves no trace. Rank 0 gets the lock back and
+    holds it until the process ends.
+    """
     task_dir = opt['path']['task']
-    archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
-    dist.barrier()
+    lock, error = None, None
     if dist.is_main_process():
-        for key in ('task', 'models', 'options'):
-            os.makedirs(opt['path'][key], exist_ok=True)
-        log_to_file(task_dir)
-        name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
-        atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
-                          dumps(opt) + '\n')
+        try:
+            lock = RunLock.acquire(task_dir)
+        except UserError as e:
+            error = str(e)
+    if dist.agree_any([error is not None])[0]:
+        raise UserError(error or f'{task_dir} is in use by another job (rank 0 found its lock held)')
+    try:
+        archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
+        dist.barrier()
+        if dist.is_main_process():
+            for key in ('task', 'models', 'options'):
+                os.makedirs(opt['path'][key], exist_ok=True)
+            log_to_file(task_dir)
+            name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
+            atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
+                              dumps(opt) + '\n')
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if lock is not None and lock.warning:
+        get_logger().warning(lock.warning)
     if archived:
         get_logger().info(f'--fresh: previous run moved to {archived}')
+    return lock
 
 
 def is_restart(env: Mapping[str, str]) -> bool:
@@ -460,7 +482,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
     log = setup_logger(state.rank)
-    trainer = None
+    trainer, lock = None, None
     ok = False
     try:
         log.info(dist.banner(state, device))
@@ -473,7 +495,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
             opt['dist'] = state.distributed
         trainer = Trainer(opt, state, device, args)
         trainer.build()
-        prepare_run_dir(opt, state, args)
+        lock = prepare_run_dir(opt, state, args)
         trainer.start()
         trainer.run()
         ok = True
@@ -484,6 +506,8 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         if trainer is not None:
             trainer.close()
         dist.cleanup(together=ok)
+        if lock is not None:
+            lock.release()
 
 
 def one_line(message: str) -> str:
@@ -494,6 +518,7 @@ def one_line(message: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    parent_watch.install()  # first: the parent pid it records must be the launcher's
     args = parse_args(argv)
     try:
         opt = load_options(args.opt, args.set)
