@@ -83,6 +83,7 @@ class Trainer:
         self.log = get_logger()
         self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
         self.best = {'psnr': float('-inf'), 'iter': 0}
+        self.skipped_in_a_row = 0
         self.signals = StopSignals()
 
     def build(self) -> None:
@@ -153,8 +154,14 @@ class Trainer:
 
     def start(self) -> None:
         """Once the run folder is ours: tidy `models/`, restore the resume point, open reporters."""
+        error = None
         if self.main:
-            self.tidy_checkpoints(self.point.training['iter'] if self.point is not None else 0)
+            try:
+                self.tidy_checkpoints(self.point.training['iter'] if self.point is not None else 0)
+            except OSError as e:
+                error = f'tidying {self.ckpt.folder} failed: {first_line(e)}'
+        if dist.agree_any([error is not None])[0]:
+            raise UserError(error or f'tidying {self.ckpt.folder} failed on rank 0')
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         wandb_id = None
         if self.point is not None:
@@ -170,12 +177,12 @@ class Trainer:
         """
         for name in self.ckpt.remove_stale_temp():
             self.log.warning(f'removed {name}: temporary file of an interrupted checkpoint write')
-        for name in self.ckpt.remove_incomplete():
-            self.log.warning(f'removed {name}: part of a checkpoint whose write did not complete')
-        aside = self.ckpt.set_aside_after(start_iter)
+        aside = self.ckpt.set_aside_after(start_iter)  # first: newer saves are moved, never deleted
         if aside:
             self.log.warning(f'saves newer than iteration {start_iter}, which this run does not continue, moved '
                              f'to {aside}: {", ".join(sorted(os.listdir(aside)))}')
+        for name in self.ckpt.remove_incomplete():
+            self.log.warning(f'removed {name}: part of a checkpoint whose write did not complete')
 
     def restore(self, point: ResumePoint) -> Optional[str]:
         s = point.training
@@ -348,13 +355,20 @@ class Trainer:
         bad, stop = dist.agree_any([local_bad, self.signals.requested])
         if not bad:
             self.model.step(self.step, loss)
+            self.skipped_in_a_row = 0
             return stop
         where = 'this rank' if local_bad else 'another rank'
+        limit = self.train_opt['nan_skip_limit']
         if self.train_opt['nan_policy'] == 'skip':
             self.model.skip_step()
+            self.skipped_in_a_row += 1
             self.log.warning(f'iteration {self.step}: non-finite loss or gradients on {where}; step skipped '
-                             f'(train.nan_policy=skip)')
-            return stop
+                             f'(train.nan_policy=skip, {self.skipped_in_a_row} in a row)')
+            if self.skipped_in_a_row < limit:
+                return stop
+            raise TrainingStopped(f'iteration {self.step}: {limit} steps in a row skipped for non-finite loss or '
+                                  f'gradients (train.nan_skip_limit); the run is not recovering; '
+                                  f'{self.newest_save()}', EXIT_NONFINITE)
         raise TrainingStopped(f'iteration {self.step}: non-finite loss or gradients on {where} '
                               f'(train.nan_policy=stop); {self.newest_save()}', EXIT_NONFINITE)
 
@@ -384,7 +398,6 @@ class Trainer:
     def close(self) -> None:
         # Dropping the loaders shuts their (persistent) worker processes down now, not at exit.
         self.train_loader = self.val_loader = None
-        self.signals.restore()
         reporter = getattr(self, 'reporter', None)
         if reporter is not None:
             reporter.close()
@@ -506,6 +519,8 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         if trainer is not None:
             trainer.close()
         dist.cleanup(together=ok)
+        if trainer is not None:
+            trainer.signals.restore()  # only now: a late SIGTERM in the final barrier must not become 143
         if lock is not None:
             lock.release()
 

@@ -2,6 +2,7 @@
 
 The production code has no test hooks; this wrapper patches it from outside:
 - INJECT_NAN_AT=k [INJECT_NAN_RANK=r]: the loss of iteration k is NaN (on rank r only, if given);
+- INJECT_NAN_FROM=k: the loss of every iteration from k on is NaN (a run that does not recover);
 - SLOW_SAVE_SECONDS=s: every checkpoint file stays in its temporary file for s seconds before
   the rename, and `SAVING <path>` is printed while it waits (so a test can SIGKILL mid-write);
 - SAVE_FAIL_AT=k: writing checkpoint k fails like a full disk (OSError ENOSPC);
@@ -31,6 +32,7 @@ def _rank_matches(var: str) -> bool:
 
 def install() -> None:
     nan_at = int(os.environ.get('INJECT_NAN_AT', 0))
+    nan_from = int(os.environ.get('INJECT_NAN_FROM', 0))
     crash_at = int(os.environ.get('CRASH_AT', 0))
     slow = float(os.environ.get('SLOW_SAVE_SECONDS', 0))
     original_backward = ModelPlain.backward
@@ -43,7 +45,7 @@ def install() -> None:
         if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK') and first_attempt:
             print(f'CRASHING rank {dist.get_rank()}', flush=True)
             os._exit(17)
-        if nan_at and calls['n'] == nan_at and _rank_matches('INJECT_NAN_RANK'):
+        if (nan_at and calls['n'] == nan_at or nan_from and calls['n'] >= nan_from) and _rank_matches('INJECT_NAN_RANK'):
             return loss * torch.tensor(float('nan'))
         return loss
 

@@ -268,3 +268,20 @@ def test_weights_that_went_non_finite_are_never_saved_and_the_exit_names_the_new
     assert 'iteration 4: the network weights are not finite; no checkpoint written' in res.stderr
     assert str(_models(tmp_path) / '2_state.pth') in res.stderr
     assert _steps(tmp_path) == [2]
+
+
+def test_skipping_non_finite_steps_past_the_limit_stops_with_exit_4_naming_the_newest_save(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=20, checkpoint_save=2, checkpoint_test=100000,
+                nan_policy='skip', nan_skip_limit=3)
+    res = run([PY, PATCHED, '--opt', path], env=clean_env(INJECT_NAN_FROM='5'))
+    assert res.returncode == EXIT_NONFINITE, res.stderr[-2000:]
+    assert 'iteration 7: 3 steps in a row skipped' in res.stderr and res.stderr.count('\n') == 1, res.stderr
+    assert str(_models(tmp_path) / '6_state.pth') in res.stderr  # skipped steps leave the weights finite
+
+
+def test_isolated_skips_never_reach_the_limit(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=6, checkpoint_save=6, checkpoint_test=100000,
+                nan_policy='skip', nan_skip_limit=2)
+    res = run([PY, PATCHED, '--opt', path], env=clean_env(INJECT_NAN_AT='3'))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '(train.nan_policy=skip, 1 in a row)' in res.stdout
