@@ -1,4 +1,5 @@
-"""Start-up: every user mistake is found before the run folder is written, and `--fresh` acts once per run.
+"""Start-up: every user mistake is found before the run folder is written, and `--fresh` acts once per run
+(end to end with a torchrun restart in tests/test_run_folder.py).
 
 Runs are real `main_train.py` processes; evidence is the exit code, stderr and what exists on disk.
 """
@@ -8,10 +9,9 @@ import sys
 import pytest
 
 from main_train import is_restart
-from tests.conftest import clean_env, run, tiny_options, write_options
+from tests.conftest import run, tiny_options, write_options
 
 PY = sys.executable
-PATCHED = os.path.join('tests', 'patched_main.py')
 
 
 @pytest.mark.parametrize('override, message', [
@@ -58,21 +58,3 @@ def test_the_log_file_holds_what_was_logged_before_the_run_folder_existed(tmp_pa
 ])
 def test_a_torchrun_restart_or_a_slurm_requeue_is_recognised_as_a_restart(env, restart):
     assert is_restart(env) is restart
-
-
-def test_fresh_archives_once_and_a_torchrun_restart_resumes_instead_of_starting_over(tmp_path, demo_images):
-    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=8,
-                                                                checkpoint_save=2, checkpoint_test=100000))
-    earlier = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=2'])
-    assert earlier.returncode == 0, earlier.stderr[-2000:]
-
-    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '--max-restarts=1',
-               PATCHED, '--opt', path, '--fresh'], env=clean_env(CRASH_AT='5', CRASH_RANK='1'))
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert 'CRASHING rank 1' in res.stdout
-    assert '--fresh: ignored on this automatic restart' in res.stdout
-    assert 'at iteration 4 (epoch' in res.stdout  # the restart resumed from the fresh run's save
-    archived = [d for d in os.listdir(tmp_path / 'exp') if d.startswith('tiny_archived_')]
-    assert len(archived) == 1, archived  # the earlier run, moved aside once
-    assert os.path.exists(tmp_path / 'exp' / archived[0] / 'models' / '2_G.pth')
-    assert os.path.exists(tmp_path / 'exp' / 'tiny' / 'models' / '8_G.pth')
