@@ -122,15 +122,33 @@ def test_no_visible_gpu_is_a_user_error():
 def test_the_stop_agreement_group_under_nccl_gets_the_timeout_given_to_init(monkeypatch):
     """A dead node must not block the others for torch's 30-minute default."""
     import datetime
-    from utils import dist as d
+
+    import torch
+    import torch.distributed
+
+    from utils.dist import collectives, group
     created = []
-    monkeypatch.setattr(d, '_timeout_s', d._timeout_s)  # restored after the test
-    monkeypatch.setattr(d, '_control_group', None)
-    monkeypatch.setattr(d.torch.cuda, 'is_available', lambda: False)
-    d.init(DistState('single'), timeout_s=42)
-    monkeypatch.setattr(d, 'is_initialized', lambda: True)
-    monkeypatch.setattr(d.dist, 'get_backend', lambda group=None: 'nccl')
-    monkeypatch.setattr(d.dist, 'new_group', lambda **kw: created.append(kw) or 'group')
-    monkeypatch.setattr(d.dist, 'all_reduce', lambda t, op=None, group=None: None)
-    assert d.agree_any([False, True]) == [False, True]
+    monkeypatch.setattr(group, '_timeout_s', group._timeout_s)  # restored after the test
+    monkeypatch.setattr(group, '_control_group', None)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    group.init(DistState('single'), timeout_s=42)
+    monkeypatch.setattr(collectives, 'is_initialized', lambda: True)
+    monkeypatch.setattr(torch.distributed, 'get_backend', lambda group=None: 'nccl')
+    monkeypatch.setattr(torch.distributed, 'new_group', lambda **kw: created.append(kw) or 'group')
+    monkeypatch.setattr(torch.distributed, 'all_reduce', lambda t, op=None, group=None: None)
+    assert collectives.agree_any([False, True]) == [False, True]
     assert created == [{'backend': 'gloo', 'timeout': datetime.timedelta(seconds=42)}]
+
+
+def test_all_reduce_sum_and_max_pass_their_op_and_return_the_tensor(monkeypatch):
+    import torch
+    import torch.distributed
+
+    from utils.dist import collectives
+    ops = []
+    monkeypatch.setattr(collectives, 'is_initialized', lambda: True)
+    monkeypatch.setattr(torch.distributed, 'get_backend', lambda group=None: 'gloo')
+    monkeypatch.setattr(torch.distributed, 'all_reduce', lambda t, op=None, group=None: ops.append(op))
+    t = torch.zeros(2)
+    assert collectives.all_reduce_sum(t) is t and collectives.all_reduce_max(t) is t
+    assert ops == [torch.distributed.ReduceOp.SUM, torch.distributed.ReduceOp.MAX]

@@ -1,0 +1,94 @@
+"""Rank queries and collectives that also work in a plain process.
+
+Callers write one code path: without a process group every function here is the identity for a
+single rank (rank 0 of 1, sums of one, a list of one), so the training loop never asks whether
+it runs distributed.
+"""
+from typing import Any, List, Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from utils.dist.group import control_group, is_initialized
+
+T = TypeVar('T')
+
+
+def get_rank() -> int:
+    """This process's rank; 0 without a process group."""
+    return dist.get_rank() if is_initialized() else 0
+
+
+def get_world_size() -> int:
+    """Number of ranks; 1 without a process group."""
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def is_main_process() -> bool:
+    """Rank 0: the one rank that writes logs, checkpoints and images."""
+    return get_rank() == 0
+
+
+def barrier() -> None:
+    """Wait for every rank; nothing to wait for in a single process."""
+    if is_initialized():
+        dist.barrier()
+
+
+def _all_reduce(t: torch.Tensor, op: str) -> torch.Tensor:
+    """ReduceOp `op` over ranks, in place; identity in a single process.
+
+    Also takes CPU tensors under NCCL (metric sums live on the host). `op` is a name so that a
+    torch built without distributed support, which has no ReduceOp, still runs single-process.
+    """
+    if is_initialized():
+        reduce_op = getattr(dist.ReduceOp, op)
+        if dist.get_backend() == 'nccl' and not t.is_cuda:
+            tmp = t.cuda()
+            dist.all_reduce(tmp, op=reduce_op)
+            t.copy_(tmp.cpu())
+        else:
+            dist.all_reduce(t, op=reduce_op)
+    return t
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks, in place; identity in a single process."""
+    return _all_reduce(t, 'SUM')
+
+
+def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    """Max over ranks, in place (e.g. 'any rank saw a NaN / a stop signal')."""
+    return _all_reduce(t, 'MAX')
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Rank `src`'s `obj` on every rank (e.g. a seed drawn once)."""
+    if not is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_objects(obj: T) -> List[T]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not is_initialized():
+        return [obj]
+    out: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def agree_any(flags: Sequence[bool]) -> List[bool]:
+    """For each flag, True on every rank if it is True on any rank (one small collective).
+
+    Under NCCL it runs on the gloo control group over host memory, so it never waits for the GPU stream.
+    """
+    t = torch.tensor([1.0 if f else 0.0 for f in flags])
+    if is_initialized():
+        if dist.get_backend() == 'gloo':
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control_group())
+    return [bool(v) for v in t.tolist()]
