@@ -15,11 +15,15 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+# Parameter-free, but it sits inside nn.Sequential as in the official model, which fixes the indices of
+# the neighbouring LayerNorm/Linear in the state_dict (`reshape.1.weight`).
+from einops.layers.torch import Rearrange
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from models.deform_conv import deform_conv2d
-from models.registry import register_network
+from models.registry import NETWORKS
+from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 
 
@@ -31,52 +35,6 @@ class FrameConv3d(nn.Conv3d):
         y = F.conv2d(x.transpose(1, 2).reshape(n * d, c, h, w), self.weight.squeeze(2), self.bias,
                      self.stride[1:], self.padding[1:], self.dilation[1:], self.groups)
         return y.view(n, d, *y.shape[1:]).transpose(1, 2)
-
-
-class Rearrange(nn.Module):
-    """Minimal einops-style axis rearrangement (`'n c (h a) w -> n h w (a c)'`), parameter-free.
-
-    The official model puts einops' Rearrange inside nn.Sequential, which fixes the module indices
-    of the neighbouring LayerNorm/Linear (`reshape.1.weight`); this keeps those indices without
-    depending on einops.
-    """
-
-    def __init__(self, pattern: str, **sizes: int):
-        super().__init__()
-        self.pattern = pattern
-        self.sizes = sizes
-        lhs, rhs = pattern.split('->')
-        self.lhs, self.rhs = self._parse(lhs), self._parse(rhs)
-        lhs_axes = [a for g in self.lhs for a in g]
-        self.perm = [lhs_axes.index(a) for g in self.rhs for a in g]
-
-    @staticmethod
-    def _parse(side: str) -> List[List[str]]:
-        groups, current = [], None
-        for tok in side.replace('(', ' ( ').replace(')', ' ) ').split():
-            if tok == '(':
-                current = []
-            elif tok == ')':
-                groups.append(current)
-                current = None
-            elif current is not None:
-                current.append(tok)
-            else:
-                groups.append([tok])
-        return groups
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sizes = dict(self.sizes)
-        for group, dim in zip(self.lhs, x.shape):
-            known = math.prod(sizes[a] for a in group if a in sizes)
-            for a in group:
-                if a not in sizes:
-                    sizes[a] = dim // known
-        x = x.reshape([sizes[a] for g in self.lhs for a in g]).permute(self.perm)
-        return x.reshape([math.prod(sizes[a] for a in g) for g in self.rhs])
-
-    def extra_repr(self) -> str:
-        return repr(self.pattern)
 
 
 def flow_warp(x: torch.Tensor, flow: torch.Tensor, interp_mode: str = 'bilinear',
@@ -137,8 +95,11 @@ class SpyNet(nn.Module):
         """Load released SpyNet weights (which lack the mean/std buffers) or a saved SpyNet state_dict."""
         if not os.path.isfile(path):
             raise UserError(f'netG.spynet_path: file not found: {path}')
-        sd = torch.load(path, map_location='cpu', weights_only=True)
-        sd = sd.get('params', sd)
+        try:
+            sd = unwrap_params(load_checkpoint(path))
+        except UserError as e:
+            text = str(e) if str(e).startswith(path) else f'{path}: {e}'  # load() names the file itself
+            raise UserError(f'netG.spynet_path: {text}') from None
         missing, unexpected = self.load_state_dict(sd, strict=False)
         if unexpected or set(missing) - {'mean', 'std'}:
             raise UserError(f'netG.spynet_path: {path} is not a SpyNet checkpoint '
@@ -598,7 +559,7 @@ class Upsample(nn.Sequential):
         super().__init__(*m)
 
 
-@register_network('vrt')
+@NETWORKS.register('vrt')
 class VRT(nn.Module):
     """Video Restoration Transformer.
 
