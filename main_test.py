@@ -17,14 +17,14 @@ import torch
 from data.demo import ensure_demo_data
 from data.loader import build_val_loader
 from data.registry import build_dataset
-from models.model_plain import PSNR_CAP, item_metrics, load_weights
-from models.registry import model_class
+from main_train import read_options
+from models.registry import MODELS
+from models.restorer import PSNR_CAP, build_eval_network, item_metrics
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.errors import UserError
 from utils.image import imwrite
 from utils.logger import setup_logger
-from utils.options import load_options
 
 COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
 
@@ -74,27 +74,26 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     test_opt = opt['datasets']['test']
     log = setup_logger(state.rank, buffered=False)
     log.info(dist.banner(state, device))
+    for note in opt['_notes']:
+        log.warning(f'options: {note}')
     if dist.is_main_process():
         ensure_demo_data(test_opt)
     dist.barrier()
     loader = build_val_loader(build_dataset(test_opt), state.world_size, state.rank,
                               test_opt['dataloader_num_workers'])
-    opt['path']['pretrained_netG'] = opt['path']['pretrained_netE'] = None
-    opt['train']['E_decay'] = 0.0  # test with exactly the weights given
-    model = model_class(opt['model'])(opt, device, args.allow_unsafe_load)
     weights = args.weights or default_weights(opt)
-    load_weights(model.net_g, weights, True, 'params_ema' if weights.endswith('_E.pth') else 'params',
-                 '--weights', args.allow_unsafe_load)
+    net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load)
+    restorer = MODELS.get(opt['model'], 'model').restorer_class.from_options(net, opt, device)
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
 
-    border = model.metric_border
+    border = restorer.metric_border
     rows: List[List[Any]] = []
     local = iter(loader)
     rounds = -(-len(loader.dataset) // state.world_size)
     for _ in range(rounds):  # equal number of collectives on every rank, shards may differ by one
         batch = next(local, None)
-        items = model.restore(batch) if batch is not None else []
+        items = restorer.restore(batch) if batch is not None else []
         mine = [(name, item_metrics(E, H, border), None if args.no_images else E) for name, E, H in items]
         for part in dist.gather_objects(mine):
             for name, vals, frames in part:
@@ -113,7 +112,7 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
-        opt = load_options(args.opt, args.set)
+        opt = read_options(args.opt, args.set)
         state = dist.detect()
         dist.select_gpus(opt['gpu_ids'], state)
         device = dist.init(state, opt['dist_timeout'])

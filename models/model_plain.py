@@ -2,14 +2,12 @@
 
 The train loop talks only to this interface (`backward`, `finalize_gradients`, `step`, `skip_step`,
 `log_losses`, `validate`, `state_files`, `training_state`, `load_state`), so every network trains
-with the same loop. Video models subclass it.
+with the same loop. Video models subclass it. Evaluation is not here: `validate` hands the current
+eval network to the model's `restorer_class` (models/restorer.py), which main_test.py uses too.
 """
 import contextlib
-import os
-import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -19,15 +17,12 @@ from models.init import init_weights
 from models.losses import build_loss
 from models.optim import build_optimizer, build_scheduler, resume_optimizer
 from models.regularizers import apply_regularizers
-from models.registry import build_network, register_model
+from models.registry import MODELS
+from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
-from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError, first_line
-from utils.image import encode_image, tensor2uint
 from utils.logger import get_logger
-from utils.metrics import calculate_psnr, calculate_ssim
 
-PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
@@ -43,35 +38,11 @@ def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bo
     return AMP_DTYPES[amp], amp == 'fp16'
 
 
-def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
-                 allow_unsafe: bool = False) -> None:
-    """Load KAIR (bare) or BasicSR/VRT (`params`/`params_ema`) weights; mismatches are user errors."""
-    state = unwrap_params(load_checkpoint(path, allow_unsafe), prefer)
-    try:
-        result = net.load_state_dict(state, strict=strict)
-    except RuntimeError as e:
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        raise UserError(f'{where}: {path} does not fit netG: {" ".join(lines[1:3])[:300]}') from None
-    if not strict and (result.missing_keys or result.unexpected_keys):
-        get_logger().warning(f'{where}: loaded non-strictly; missing {len(result.missing_keys)}, '
-                             f'unexpected {len(result.unexpected_keys)} keys')
-
-
-def build_checked_network(netG: Dict[str, Any]) -> nn.Module:
-    """The network of `netG`; a parameter without elements (e.g. `nc: 0`) is a user error, not a warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='Initializing zero-element tensors')
-        net = build_network(netG)
-    empty = [name for name, p in net.named_parameters() if p.numel() == 0]
-    if empty:
-        raise UserError(f'netG ({netG["net_type"]}): parameter {empty[0]} has no elements '
-                        f'(a width or channel count of 0 in netG?)')
-    return net
-
-
-@register_model('plain')
+@MODELS.register('plain')
 class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
+
+    restorer_class = ImageRestorer  # how this model's networks are evaluated (validation and main_test)
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
         self.opt = opt
@@ -116,6 +87,7 @@ class ModelPlain:
         self._loss_steps = 0
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None
+        self.restorer = self.restorer_class.from_options(self.eval_net, opt, device)
 
     def _wrap(self, net: nn.Module) -> nn.Module:
         if not dist.is_initialized():
@@ -297,59 +269,13 @@ class ModelPlain:
         """The network used for testing: EMA weights when enabled (KAIR's netE), else netG."""
         return self.ema.module if self.ema is not None else self.net_g
 
-    @torch.no_grad()
-    def test(self, L: torch.Tensor) -> torch.Tensor:
-        net = self.eval_net
-        was_training = net.training
-        net.eval()
-        out = net(L.to(self.device))
-        net.train(was_training)
-        return out
-
-    def restore(self, batch: Dict[str, Any]) -> List[Tuple[str, List[np.ndarray], List[np.ndarray]]]:
-        """Restore one evaluation batch: (name, restored frames, ground-truth frames) per item.
-
-        Images are single-frame items; video models return whole clips. Frames are HWC uint8.
-        """
-        out = self.test(batch['L'])
-        return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
-                for j in range(out.shape[0])]
-
-    @property
-    def metric_border(self) -> int:
-        """Pixels cropped at each border before PSNR/SSIM: the scale, as KAIR does for images."""
-        return self.opt['scale']
-
-    log_items = False  # log every evaluated clip, not only the means (video models)
-
     def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
                  encode_all: bool = False) -> Dict[str, Any]:
-        """PSNR/SSIM (RGB and Y) per item, summed over all ranks; returns the means over items.
+        """PSNR/SSIM of the current eval network (EMA or netG) on `loader`: see ImageRestorer.validate.
 
-        Every rank must call this (the sums are a collective). Also returns up to `num_images`
-        restored images (middle frame for clips) of this rank's shard for logging, and with
-        `encode_all` every restored item of the shard as PNG bytes per frame (`val.save_img`):
-        compressed, so a rank holds its shard's images until rank 0 has written them.
+        A collective: every rank must call it.
         """
-        sums = torch.zeros(5, dtype=torch.float64)
-        images: Dict[str, Any] = {}
-        encoded: List[Tuple[str, List[bytes]]] = []
-        rows = []
-        for batch in loader:
-            for name, E, H in self.restore(batch):
-                m = item_metrics(E, H, self.metric_border)
-                rows.append((name, len(E), m))
-                sums += torch.tensor([*m, 1.0], dtype=torch.float64)
-                if len(images) < num_images:
-                    images[name] = E[len(E) // 2]
-                if encode_all:
-                    encoded.append((name, [encode_image(e) for e in E]))
-        if self.log_items:
-            log = get_logger()
-            for name, frames, m in sorted(r for part in dist.gather_objects(rows) for r in part):
-                log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
-                         f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
-        return {**metrics_from_sums(sums), 'images': images, 'encoded': encoded}
+        return self.restorer.validate(loader, num_images, encode_all)
 
     def state_files(self) -> Dict[str, Any]:
         """KAIR-compatible weight files; the training state is assembled by the loop."""
@@ -387,8 +313,10 @@ class ModelPlain:
                 log.warning('resume: the checkpoint has no EMA weights (_E.pth); train.E_decay > 0 now, so '
                             'the EMA starts from the resumed netG weights')
         t = self.train_opt
+        # checkpoints written before the optimizer type was recorded lack it: None, type unknown
+        saved_type = training['optimizer_type'] if 'optimizer_type' in training else None
         notes = resume_optimizer(self.optimizer, training['optimizer'], t['G_optimizer_reuse'],
-                                 training.get('optimizer_type'), t['G_optimizer_type'])
+                                 saved_type, t['G_optimizer_type'])
         notes += self.scheduler.differences(training['scheduler'])
         self.scheduler.load_state_dict(training['scheduler'])
         for note in notes:
@@ -410,37 +338,3 @@ def _load_exactly(net: nn.Module, state: Dict[str, Any], kind: str, net_type: st
         raise UserError(f'resume: the checkpoint\'s {kind} weights do not fit netG ({net_type}) as the options '
                         f'build it (were netG options changed?): {" ".join(lines[1:3])[:300]}; start a new task '
                         f'or use --fresh') from None
-
-
-def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:
-    """Metrics of one item (an image, or a clip: mean over its frames)."""
-    per_frame = np.array([image_metrics(e, h, border) for e, h in zip(E, H)], dtype=np.float64)
-    return per_frame.mean(axis=0).tolist()
-
-
-def image_metrics(E: np.ndarray, H: np.ndarray, border: int) -> List[float]:
-    """[psnr, ssim, psnr_y, ssim_y] of one restored image against its ground truth."""
-    psnr = min(calculate_psnr(E, H, border), PSNR_CAP)
-    ssim = calculate_ssim(E, H, border)
-    if E.ndim == 3 and E.shape[2] == 3:
-        psnr_y = min(calculate_psnr(E, H, border, test_y_channel=True), PSNR_CAP)
-        ssim_y = calculate_ssim(E, H, border, test_y_channel=True)
-    else:
-        psnr_y, ssim_y = psnr, ssim
-    return [psnr, ssim, psnr_y, ssim_y]
-
-
-def metrics_from_sums(sums: torch.Tensor) -> Dict[str, float]:
-    """Sum [psnr, ssim, psnr_y, ssim_y, count] over ranks and return the means."""
-    dist.all_reduce_sum(sums)
-    n = max(sums[4].item(), 1.0)
-    return {'psnr': sums[0].item() / n, 'ssim': sums[1].item() / n, 'psnr_y': sums[2].item() / n,
-            'ssim_y': sums[3].item() / n, 'count': int(sums[4].item())}
-
-
-def _image_name(batch: Dict[str, Any], j: int) -> str:
-    path = batch.get('L_path') or batch.get('H_path')
-    if isinstance(path, (list, tuple)) and path:
-        return os.path.splitext(os.path.basename(path[j]))[0]
-    return f'image_{j}'
-

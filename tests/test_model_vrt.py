@@ -12,12 +12,12 @@ from torch import nn
 
 from data.spike import representation_channels
 from data.synthetic_gopro import make_gopro_spike
-from models.model_plain import item_metrics
 from models.model_vrt import ModelVRT
 from models.registry import build_network
+from models.restorer import VideoRestorer, item_metrics
 from tests.conftest import ROOT, run, write_options
 from utils.errors import UserError
-from utils.options import load_options
+from main_train import read_options
 
 PY = sys.executable
 FULL = os.path.join(ROOT, 'options', 'vrt', '006_train_vrt_videodeblurring_gopro_rgbspike.json')
@@ -79,9 +79,13 @@ def micro_options(exp_root, data_root, val=None, **train):
     }
 
 
+def micro_opt(tmp_path, data_root, val=None, **train):
+    return read_options(write_options(str(tmp_path / 'o.json'), micro_options(str(tmp_path / 'exp'), data_root,
+                                                                             val, **train)))
+
+
 def build_model(tmp_path, data_root, val=None, **train):
-    opt = load_options(write_options(str(tmp_path / 'o.json'), micro_options(str(tmp_path / 'exp'), data_root,
-                                                                               val, **train)))
+    opt = micro_opt(tmp_path, data_root, val, **train)
     torch.manual_seed(0)
     return ModelVRT(opt, torch.device('cpu'))
 
@@ -244,10 +248,11 @@ class PositionNet(nn.Module):
         return x[:, :, :3] * (torch.arange(1, t + 1, dtype=x.dtype) / t).view(1, t, 1, 1, 1)
 
 
-def _with_net(model, net, **val):
-    model.net_g = net
-    model.opt['val'].update(val)
-    return model
+def video_restorer(tmp_path, data_root, net, **val):
+    """The micro options' VideoRestorer around `net`, with `val` changed from micro_options' chunks and tiles."""
+    opt = micro_opt(tmp_path, data_root, {'num_frame_testing': 2, 'num_frame_overlapping': 1,
+                                          'size_patch_testing': 40, **val})
+    return VideoRestorer.from_options(net, opt, torch.device('cpu'))
 
 
 def _clip(frames, h, w, seed=0):
@@ -256,14 +261,14 @@ def _clip(frames, h, w, seed=0):
 
 
 def test_chunked_and_tiled_testing_equals_whole_clip_testing_for_a_per_pixel_network(tmp_path, gopro):
-    model = build_model(tmp_path, gopro)
     torch.manual_seed(0)
     net = PixelNet(3 + SPIKE_CHANS)
     L = _clip(8, 64, 72)
-    whole = _with_net(model, net, num_frame_testing=0, size_patch_testing=0).test_video(L)
+    whole = video_restorer(tmp_path, gopro, net, num_frame_testing=0, size_patch_testing=0).test_video(L)
     assert net.calls == [(1, 8, 5, 64, 72)]  # every channel reaches the network
     net.calls.clear()
-    tiled = _with_net(model, net, num_frame_testing=3, num_frame_overlapping=1, size_patch_testing=40).test_video(L)
+    tiled = video_restorer(tmp_path, gopro, net, num_frame_testing=3, num_frame_overlapping=1,
+                           size_patch_testing=40).test_video(L)
     # frames: chunks at 0, 2, 4, 5; rows at 0, 20, 24; columns at 0, 20, 32
     assert net.calls == [(1, 3, 5, 40, 40)] * 36
     assert tiled.shape == whole.shape == (1, 8, 3, 64, 72)
@@ -284,8 +289,8 @@ class CallCountNet(nn.Module):
 
 
 def test_tiles_drop_their_inner_10_pixel_borders_and_average_only_what_remains_as_kair_does(tmp_path, gopro):
-    model = _with_net(build_model(tmp_path, gopro), CallCountNet(), num_frame_testing=0, size_patch_testing=40)
-    out = model.test_video(_clip(2, 40, 72))
+    restorer = video_restorer(tmp_path, gopro, CallCountNet(), num_frame_testing=0, size_patch_testing=40)
+    out = restorer.test_video(_clip(2, 40, 72))
     # tiles at columns 0, 20, 32 (overlap 20): tile 1 keeps 30..49, tile 2 keeps 42..71
     row = out[0, 0, 0, 0]
     assert torch.allclose(row[:30], torch.tensor(0.1)) and torch.allclose(row[30:42], torch.tensor(0.2))
@@ -294,21 +299,20 @@ def test_tiles_drop_their_inner_10_pixel_borders_and_average_only_what_remains_a
 
 
 def test_frames_not_divisible_by_8_are_mirror_padded_for_the_network_and_cropped_back(tmp_path, gopro):
-    model = build_model(tmp_path, gopro)
     net = PixelNet(3 + SPIKE_CHANS)
     L = _clip(3, 42, 45)
-    out = _with_net(model, net, num_frame_testing=0, size_patch_testing=0).test_video(L)
+    out = video_restorer(tmp_path, gopro, net, num_frame_testing=0, size_patch_testing=0).test_video(L)
     # 3 frames -> 4 (window_size[0] = 2), 42x45 -> 48x48 (VRT's multiple of 8)
     assert net.calls == [(1, 4, 5, 48, 48)]
     assert torch.allclose(out, net(L), atol=1e-6, rtol=0)
 
 
 def test_flip_seq_averages_each_frame_with_its_own_output_in_the_time_reversed_clip(tmp_path, gopro):
-    model = _with_net(build_model(tmp_path, gopro), PositionNet(), num_frame_testing=0, size_patch_testing=0,
-                      flip_seq=True)
+    restorer = video_restorer(tmp_path, gopro, PositionNet(), num_frame_testing=0, size_patch_testing=0,
+                              flip_seq=True)
     n = 4
     L = _clip(n, 40, 40)
-    (name, E, H), = model.restore({'L': L, 'H': L[:, :, :3], 'folder': ['clip_a']})
+    (name, E, H), = restorer.restore({'L': L, 'H': L[:, :, :3], 'folder': ['clip_a']})
     assert name == 'clip_a' and len(E) == len(H) == n
     # clip + reversed clip = 2n frames; frame t sits at positions t and 2n-1-t: weight (2n+1)/(4n)
     expected = L[0, :, :3] * (2 * n + 1) / (4 * n)
@@ -317,33 +321,32 @@ def test_flip_seq_averages_each_frame_with_its_own_output_in_the_time_reversed_c
 
 
 def test_pad_seq_appends_one_frame_and_drops_its_output(tmp_path, gopro):
-    model = _with_net(build_model(tmp_path, gopro), PositionNet(), num_frame_testing=0, size_patch_testing=0,
-                      pad_seq=True)
+    restorer = video_restorer(tmp_path, gopro, PositionNet(), num_frame_testing=0, size_patch_testing=0,
+                              pad_seq=True)
     n = 3  # + 1 padded frame = 4: no temporal mirror padding on top
     L = _clip(n, 40, 40)
-    (_, E, H), = model.restore({'L': L, 'H': L[:, :, :3], 'folder': ['c']})
+    (_, E, H), = restorer.restore({'L': L, 'H': L[:, :, :3], 'folder': ['c']})
     assert len(E) == len(H) == n
     for t in range(n):
         assert np.abs(E[t].astype(int) - _uint8(L[0, t, :3] * (t + 1) / (n + 1)).astype(int)).max() <= 1
 
 
 def test_center_frame_only_returns_and_compares_only_the_centre_frame(tmp_path, gopro):
-    model = build_model(tmp_path, gopro)
     net = PixelNet(3 + SPIKE_CHANS)
+    whole = video_restorer(tmp_path, gopro, net, num_frame_testing=0, size_patch_testing=0)
+    centre = video_restorer(tmp_path, gopro, net, num_frame_testing=0, size_patch_testing=0, center_frame_only=True)
     L, Hs = _clip(5, 40, 40), _clip(5, 40, 40, seed=1)[:, :, :3]
-    (_, E_all, H_all), = _with_net(model, net, num_frame_testing=0, size_patch_testing=0).restore(
-        {'L': L, 'H': Hs, 'folder': ['c']})
-    (_, E, H), = _with_net(model, net, center_frame_only=True).restore({'L': L, 'H': Hs, 'folder': ['c']})
+    (_, E_all, H_all), = whole.restore({'L': L, 'H': Hs, 'folder': ['c']})
+    (_, E, H), = centre.restore({'L': L, 'H': Hs, 'folder': ['c']})
     assert len(E) == len(H) == 1
     assert np.array_equal(E[0], E_all[2]) and np.array_equal(H[0], H_all[2])
-    (_, E1, H1), = model.restore({'L': L, 'H': Hs[:, 2:3], 'folder': ['c']})  # GT given as the centre frame only
+    (_, E1, H1), = centre.restore({'L': L, 'H': Hs[:, 2:3], 'folder': ['c']})  # GT given as the centre frame only
     assert np.array_equal(H1[0], H_all[2]) and np.array_equal(E1[0], E_all[2])
 
 
 def test_time_reversal_also_reverses_the_spike_channels_within_each_frame(tmp_path, gopro):
-    model = build_model(tmp_path, gopro)
     L = _clip(3, 8, 8)
-    R = model._reverse_time(L)
+    R = video_restorer(tmp_path, gopro, nn.Identity())._reverse_time(L)
     for t in range(3):
         assert torch.equal(R[0, t, :3], L[0, 2 - t, :3])
         assert torch.equal(R[0, t, 3:], L[0, 2 - t, 3:].flip(0))
@@ -351,7 +354,7 @@ def test_time_reversal_also_reverses_the_spike_channels_within_each_frame(tmp_pa
 
 def test_validation_reports_the_mean_over_clips_of_each_clips_mean_over_frames(tmp_path, gopro):
     """Clips of 2 and 4 frames with different errors: a mean over all frames would differ."""
-    model = _with_net(build_model(tmp_path, gopro), PositionNet(), num_frame_testing=0, size_patch_testing=0)
+    restorer = video_restorer(tmp_path, gopro, PositionNet(), num_frame_testing=0, size_patch_testing=0)
     batches = []
     for name, frames, seed in (('a', 2, 0), ('b', 4, 1)):
         L = _clip(frames, 40, 40, seed)
@@ -359,15 +362,36 @@ def test_validation_reports_the_mean_over_clips_of_each_clips_mean_over_frames(t
              + 0.02 * (seed + 1) * torch.randn(1, frames, 3, 40, 40, generator=torch.Generator().manual_seed(9))
              ).clamp(0, 1)
         batches.append({'L': L, 'H': H, 'folder': [name]})
-    per_clip = [item_metrics(E, H, 0) for b in batches for _, E, H in model.restore(b)]
+    per_clip = [item_metrics(E, H, 0) for b in batches for _, E, H in restorer.restore(b)]
     frame_counts = [2, 4]
-    res = model.validate(batches, num_images=1)
+    res = restorer.validate(batches, num_images=1)
     assert res['count'] == 2
     assert res['psnr'] == pytest.approx((per_clip[0][0] + per_clip[1][0]) / 2)
     assert res['ssim_y'] == pytest.approx((per_clip[0][3] + per_clip[1][3]) / 2)
     by_frame = (per_clip[0][0] * frame_counts[0] + per_clip[1][0] * frame_counts[1]) / 6
     assert abs(res['psnr'] - by_frame) > 0.1
     assert list(res['images']) == ['a'] and res['images']['a'].shape == (40, 40, 3)
+
+
+def test_the_model_validates_through_a_video_restorer_of_its_eval_network(tmp_path, gopro):
+    model = build_model(tmp_path, gopro)
+    assert isinstance(model.restorer, VideoRestorer) and model.restorer.net is model.eval_net is model.net_g
+    assert model.restorer.metric_border == 0 and model.restorer.log_items
+    assert model.restorer.window_size == tuple(MICRO_VRT['window_size'])
+    assert model.restorer.spike_chans == SPIKE_CHANS
+
+
+def test_a_clip_network_without_windows_or_spikes_gets_no_temporal_padding_and_no_spike_reversal(tmp_path, gopro):
+    opt = micro_opt(tmp_path, gopro, {'num_frame_testing': 0, 'size_patch_testing': 0})
+    for key in ('window_size', 'spike_chans'):
+        del opt['netG'][key]
+    net = PixelNet(3 + SPIKE_CHANS)
+    restorer = VideoRestorer.from_options(net, opt, torch.device('cpu'))
+    assert restorer.window_size == (1, 8, 8) and restorer.spike_chans == 0
+    L = _clip(3, 42, 45)
+    restorer.test_video(L)
+    assert net.calls == [(1, 3, 5, 48, 48)]
+    assert torch.equal(restorer._reverse_time(L), L.flip(1))
 
 
 def test_impossible_tile_and_chunk_sizes_are_user_errors(tmp_path, gopro):
@@ -387,7 +411,7 @@ def _uint8(t):
 
 @pytest.mark.parametrize('path', [FULL, TINY], ids=['full', 'tiny'])
 def test_vrt_option_files_load_with_spike_chans_matching_the_spike_representation(path):
-    opt = load_options(path)
+    opt = read_options(path)
     assert opt['model'] == 'vrt' and opt['use_static_graph'] and not opt['find_unused_parameters']
     assert opt['netG']['use_checkpoint_attn'] and opt['netG']['use_checkpoint_ffn']
     assert opt['train']['fix_keys'] == FIX_KEYS and 0 < opt['train']['fix_iter'] < opt['train']['total_iter']
@@ -404,7 +428,7 @@ PUBLISHED_006 = {'upscale': 1, 'img_size': [6, 192, 192], 'window_size': [6, 8, 
 
 
 def test_full_option_file_is_the_published_gopro_configuration_plus_spike_channels():
-    opt = load_options(FULL, ['netG.spynet_path=null'])
+    opt = read_options(FULL, ['netG.spynet_path=null'])
     assert {k: opt['netG'][k] for k in PUBLISHED_006} == PUBLISHED_006
     with torch.device('meta'):
         net = build_network(opt['netG'])

@@ -1,0 +1,320 @@
+"""Inference: a network built for evaluation, the restorers that run it, and the PSNR/SSIM they report.
+
+Nothing here knows about training. `main_test.py` builds the network with `build_eval_network` and
+wraps it in its model's `restorer_class`; the training models hand their current eval network
+(EMA or netG) to the same restorer, so testing and validation are one code path.
+"""
+import math
+import os
+import warnings
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from models.registry import build_network
+from utils import dist
+from utils.checkpoint import load as load_checkpoint, unwrap_params
+from utils.errors import UserError
+from utils.image import encode_image, tensor2uint
+from utils.logger import get_logger
+from utils.metrics import calculate_psnr, calculate_ssim
+
+PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
+
+Item = Tuple[str, List[np.ndarray], List[np.ndarray]]  # (name, restored frames, GT frames), HWC uint8
+
+
+def build_checked_network(netG: Dict[str, Any]) -> nn.Module:
+    """The network of `netG`; a parameter without elements (e.g. `nc: 0`) is a user error, not a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='Initializing zero-element tensors')
+        net = build_network(netG)
+    empty = [name for name, p in net.named_parameters() if p.numel() == 0]
+    if empty:
+        raise UserError(f'netG ({netG["net_type"]}): parameter {empty[0]} has no elements '
+                        f'(a width or channel count of 0 in netG?)')
+    return net
+
+
+def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
+                 allow_unsafe: bool = False) -> None:
+    """Load KAIR (bare) or BasicSR/VRT (`params`/`params_ema`) weights; mismatches are user errors."""
+    state = unwrap_params(load_checkpoint(path, allow_unsafe), prefer)
+    try:
+        result = net.load_state_dict(state, strict=strict)
+    except RuntimeError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise UserError(f'{where}: {path} does not fit netG: {" ".join(lines[1:3])[:300]}') from None
+    if not strict and (result.missing_keys or result.unexpected_keys):
+        get_logger().warning(f'{where}: loaded non-strictly; missing {len(result.missing_keys)}, '
+                             f'unexpected {len(result.unexpected_keys)} keys')
+
+
+def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device, where: str,
+                       allow_unsafe_load: bool = False) -> nn.Module:
+    """netG with exactly the weights of `weights` (strict), in eval mode on `device`.
+
+    No initialisation, optimizer, loss, DDP or EMA: testing needs only the trained weights. From a
+    BasicSR/VRT file holding both, an `_E.pth` name takes `params_ema`, any other name `params`.
+    """
+    net = build_checked_network(netG)
+    prefer = 'params_ema' if weights.endswith('_E.pth') else 'params'
+    load_weights(net, weights, True, prefer, where, allow_unsafe_load)
+    return net.to(device).eval()
+
+
+class ImageRestorer:
+    """Runs an eval network on whole images and scores the results (one item per image)."""
+
+    log_items = False  # log every evaluated item, not only the means (video restorers)
+
+    def __init__(self, net: nn.Module, device: torch.device, metric_border: int):
+        self.net = net
+        self.device = device
+        self.metric_border = metric_border  # pixels cropped at each border before PSNR/SSIM
+
+    @classmethod
+    def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
+        """The restorer the options ask for: KAIR crops `scale` pixels at each border for images."""
+        return cls(net, device, metric_border=opt['scale'])
+
+    @torch.no_grad()
+    def test(self, L: torch.Tensor) -> torch.Tensor:
+        """One forward pass in eval mode; the network's train/eval mode is left as it was."""
+        net = self.net
+        was_training = net.training
+        net.eval()
+        out = net(L.to(self.device))
+        net.train(was_training)
+        return out
+
+    def restore(self, batch: Dict[str, Any]) -> List[Item]:
+        """Restore one evaluation batch: (name, restored frames, ground-truth frames) per item.
+
+        Images are single-frame items; video restorers return whole clips. Frames are HWC uint8.
+        """
+        out = self.test(batch['L'])
+        return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
+                for j in range(out.shape[0])]
+
+    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
+                 encode_all: bool = False) -> Dict[str, Any]:
+        """PSNR/SSIM (RGB and Y) per item, summed over all ranks; returns the means over items.
+
+        Every rank must call this (the sums are a collective). Also returns up to `num_images`
+        restored images (middle frame for clips) of this rank's shard for logging, and with
+        `encode_all` every restored item of the shard as PNG bytes per frame (`val.save_img`):
+        compressed, so a rank holds its shard's images until rank 0 has written them.
+        """
+        sums = torch.zeros(5, dtype=torch.float64)
+        images: Dict[str, Any] = {}
+        encoded: List[Tuple[str, List[bytes]]] = []
+        rows = []
+        for batch in loader:
+            for name, E, H in self.restore(batch):
+                m = item_metrics(E, H, self.metric_border)
+                rows.append((name, len(E), m))
+                sums += torch.tensor([*m, 1.0], dtype=torch.float64)
+                if len(images) < num_images:
+                    images[name] = E[len(E) // 2]
+                if encode_all:
+                    encoded.append((name, [encode_image(e) for e in E]))
+        if self.log_items:
+            log = get_logger()
+            for name, frames, m in sorted(r for part in dist.gather_objects(rows) for r in part):
+                log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
+                         f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
+        return {**metrics_from_sums(sums), 'images': images, 'encoded': encoded}
+
+
+class VideoRestorer(ImageRestorer):
+    """Whole clips (N×T×C×H×W) in temporal chunks and spatial tiles, scored per clip.
+
+    Follows KAIR's `test`/`_test_video`/`_test_clip` but reads its options from `val` (KAIR reads
+    pad_seq/flip_seq/center_frame_only from `train`):
+      - `num_frame_testing` > 0: chunks of that many frames overlapping by `num_frame_overlapping`,
+        averaged where they overlap; 0: the whole clip, mirror-padded in time to a multiple of
+        window_size[0];
+      - `size_patch_testing` > 0: tiles of that size overlapping by TILE_OVERLAP pixels, each
+        tile's inner borders (TILE_OVERLAP/2 output pixels) dropped, the rest averaged; 0: whole
+        frames. Inputs are mirror-padded only where needed to a multiple of lcm(8, window size)
+        (VRT's main_test pads only when needed; KAIR always adds at least one pixel);
+      - `pad_seq`: the last frame is repeated once before testing and its output dropped;
+      - `flip_seq`: the clip is tested together with its time reversal and the two are averaged;
+      - `center_frame_only`: only the centre frame is returned (and compared).
+    Time reversal (flip_seq, temporal mirror padding) also reverses the order of the spike
+    channels within each frame, since every spike representation lists them in exposure order.
+    All input channels (RGB, noise map, spikes) go to the network; the output and GT are RGB.
+    """
+
+    TILE_OVERLAP = 20  # KAIR's fixed spatial tile overlap (VRT's main_test default --tile_overlap 20)
+    NO_WINDOW = (1, 8, 8)  # a network without attention windows: any length, VRT's multiple of 8 pixels
+    log_items = True  # per-clip PSNR/SSIM, as the reference logs them
+
+    def __init__(self, net: nn.Module, device: torch.device, val: Dict[str, Any], window_size: Sequence[int],
+                 spike_chans: int):
+        # KAIR's main_train_vrt and VRT's main_test_vrt compare whole frames
+        super().__init__(net, device, metric_border=0)
+        self.val = val
+        self.window_size = (int(window_size[0]), int(window_size[1]), int(window_size[2]))
+        self.spike_chans = int(spike_chans)
+        self._check_val_options()
+
+    @classmethod
+    def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'VideoRestorer':
+        """Testing options from `val`; window size and spike channels from `netG`, for networks that have them."""
+        netG = opt['netG']
+        window_size = netG['window_size'] if 'window_size' in netG else cls.NO_WINDOW
+        spike_chans = netG['spike_chans'] if 'spike_chans' in netG else 0
+        return cls(net, device, opt['val'], window_size, spike_chans)
+
+    def _check_val_options(self) -> None:
+        v, ws = self.val, self.window_size
+        nft, nfo, tile = v['num_frame_testing'], v['num_frame_overlapping'], v['size_patch_testing']
+        if nft and nfo >= nft:
+            raise UserError(f'val.num_frame_overlapping: {nfo} must be smaller than val.num_frame_testing {nft}')
+        if tile and tile <= self.TILE_OVERLAP:
+            raise UserError(f'val.size_patch_testing: {tile} must be larger than the tile overlap '
+                            f'{self.TILE_OVERLAP} (or 0 for whole frames)')
+        if tile and tile % ws[2]:
+            raise UserError(f'val.size_patch_testing: {tile} must be a multiple of netG.window_size[-1] = {ws[2]}')
+
+    def _reverse_time(self, clip: torch.Tensor) -> torch.Tensor:
+        """N×T×C×H×W played backwards: frames reversed, and the spike channels within each frame."""
+        clip = clip.flip(1)
+        if self.spike_chans:
+            c = clip.shape[2] - self.spike_chans
+            clip = torch.cat([clip[:, :, :c], clip[:, :, c:].flip(2)], 2)
+        return clip
+
+    def restore(self, batch: Dict[str, Any]) -> List[Item]:
+        """(clip name, restored frames, GT frames) per clip of the batch; frames are HWC uint8."""
+        v = self.val
+        L, H = batch['L'], batch['H']
+        n = L.shape[1]
+        if v['pad_seq']:
+            L = torch.cat([L, L[:, -1:]], 1)
+        if v['flip_seq']:
+            L = torch.cat([L, self._reverse_time(L)], 1)
+        E = self.test_video(L)
+        if v['flip_seq']:
+            half = E.shape[1] // 2
+            E = 0.5 * (E[:, :half] + E[:, half:].flip(1))
+        E = E[:, :n]
+        if v['center_frame_only']:
+            E = E[:, n // 2:n // 2 + 1]
+            if H.shape[1] == n:
+                H = H[:, n // 2:n // 2 + 1]
+        if H.shape[1] != E.shape[1]:
+            raise UserError(f'datasets.test: clips have {n} input but {H.shape[1]} ground-truth frames')
+        names = batch.get('folder') or [f'clip_{j}' for j in range(L.shape[0])]
+        return [(str(names[j]), [tensor2uint(E[j, t]) for t in range(E.shape[1])],
+                 [tensor2uint(H[j, t]) for t in range(H.shape[1])]) for j in range(L.shape[0])]
+
+    def test_video(self, L: torch.Tensor) -> torch.Tensor:
+        """Restore a whole N×T×C×H×W clip, in temporal chunks if `val.num_frame_testing`; output on CPU."""
+        v = self.val
+        nft = v['num_frame_testing']
+        d = L.shape[1]
+        if not nft:
+            ws0 = self.window_size[0]
+            pad = (ws0 - d % ws0) % ws0
+            if pad:
+                L = torch.cat([L, self._reverse_time(L[:, -pad:])], 1)
+            return self.test_clip(L)[:, :d]
+        stride = nft - v['num_frame_overlapping']
+        starts = list(range(0, d - nft, stride)) + [max(0, d - nft)]
+        E = W = None
+        for s in starts:
+            out = self.test_clip(L[:, s:s + nft])
+            if out.shape[1] != min(nft, d):
+                raise UserError(f'model "vrt": the network returns {out.shape[1]} frames for {min(nft, d)}; video '
+                                f'testing needs one output frame per input frame')
+            if E is None:
+                E = out.new_zeros(L.shape[0], d, *out.shape[2:])
+                W = out.new_zeros(L.shape[0], d, 1, 1, 1)
+            E[:, s:s + nft] += out
+            W[:, s:s + nft] += 1
+        return E / W
+
+    def test_clip(self, L: torch.Tensor) -> torch.Tensor:
+        """Restore a chunk, in spatial tiles if `val.size_patch_testing` (KAIR's border handling)."""
+        tile = self.val['size_patch_testing']
+        h, w = L.shape[-2:]
+        if not tile:
+            return self._run(L)
+        overlap, half = self.TILE_OVERLAP, self.TILE_OVERLAP // 2
+        stride = tile - overlap
+        hs = list(range(0, h - tile, stride)) + [max(0, h - tile)]
+        ws = list(range(0, w - tile, stride)) + [max(0, w - tile)]
+        E = W = None
+        for hi in hs:
+            for wi in ws:
+                out = self._run(L[..., hi:hi + tile, wi:wi + tile])
+                sf = out.shape[-1] // min(tile, w)
+                mask = out.new_ones(*out.shape[:2], 1, *out.shape[-2:])
+                # drop each tile's inner borders (KAIR's not_overlap_border), in output pixels
+                if hi < hs[-1]:
+                    mask[..., -half:, :] = 0
+                if wi < ws[-1]:
+                    mask[..., :, -half:] = 0
+                if hi > hs[0]:
+                    mask[..., :half, :] = 0
+                if wi > ws[0]:
+                    mask[..., :, :half] = 0
+                if E is None:
+                    E = out.new_zeros(*out.shape[:3], h * sf, w * sf)
+                    W = out.new_zeros(*out.shape[:2], 1, h * sf, w * sf)
+                region = (..., slice(hi * sf, hi * sf + out.shape[-2]), slice(wi * sf, wi * sf + out.shape[-1]))
+                E[region] += out * mask
+                W[region] += mask
+        return E / W
+
+    def _run(self, L: torch.Tensor) -> torch.Tensor:
+        """One network call (eval mode, no grad) on a mirror-padded input; float32 output on CPU."""
+        _, wh, ww = self.window_size
+        h, w = L.shape[-2:]
+        mh, mw = math.lcm(8, wh), math.lcm(8, ww)
+        ph, pw = (mh - h % mh) % mh, (mw - w % mw) % mw
+        if ph:
+            L = torch.cat([L, L[..., -ph:, :].flip(-2)], -2)
+        if pw:
+            L = torch.cat([L, L[..., -pw:].flip(-1)], -1)
+        out = self.test(L).float().cpu()
+        sf = out.shape[-1] // L.shape[-1]
+        return out[..., :h * sf, :w * sf]
+
+
+def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:
+    """Metrics of one item (an image, or a clip: mean over its frames)."""
+    per_frame = np.array([image_metrics(e, h, border) for e, h in zip(E, H)], dtype=np.float64)
+    return per_frame.mean(axis=0).tolist()
+
+
+def image_metrics(E: np.ndarray, H: np.ndarray, border: int) -> List[float]:
+    """[psnr, ssim, psnr_y, ssim_y] of one restored image against its ground truth."""
+    psnr = min(calculate_psnr(E, H, border), PSNR_CAP)
+    ssim = calculate_ssim(E, H, border)
+    if E.ndim == 3 and E.shape[2] == 3:
+        psnr_y = min(calculate_psnr(E, H, border, test_y_channel=True), PSNR_CAP)
+        ssim_y = calculate_ssim(E, H, border, test_y_channel=True)
+    else:
+        psnr_y, ssim_y = psnr, ssim
+    return [psnr, ssim, psnr_y, ssim_y]
+
+
+def metrics_from_sums(sums: torch.Tensor) -> Dict[str, float]:
+    """Sum [psnr, ssim, psnr_y, ssim_y, count] over ranks and return the means."""
+    dist.all_reduce_sum(sums)
+    n = max(sums[4].item(), 1.0)
+    return {'psnr': sums[0].item() / n, 'ssim': sums[1].item() / n, 'psnr_y': sums[2].item() / n,
+            'ssim_y': sums[3].item() / n, 'count': int(sums[4].item())}
+
+
+def _image_name(batch: Dict[str, Any], j: int) -> str:
+    path = batch.get('L_path') or batch.get('H_path')
+    if isinstance(path, (list, tuple)) and path:
+        return os.path.splitext(os.path.basename(path[j]))[0]
+    return f'image_{j}'

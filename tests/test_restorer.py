@@ -1,0 +1,68 @@
+"""Inference apart from training: the network main_test builds, and validation through the same restorer."""
+import pytest
+import torch
+
+from main_train import read_options
+from models.model_plain import ModelPlain
+from models.restorer import ImageRestorer, build_eval_network
+from tests.conftest import tiny_options, write_options
+from utils.errors import UserError
+
+CPU = torch.device('cpu')
+
+
+def _opt(tmp_path, **train):
+    return read_options(write_options(str(tmp_path / 'o.json'),
+                                      tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), **train)))
+
+
+def _batches(n=2, size=24):
+    out = []
+    for i in range(n):
+        g = torch.Generator().manual_seed(i)
+        H = torch.rand(2, 3, size, size, generator=g)
+        out.append({'L': (H + 0.1 * torch.randn(H.shape, generator=g)).clamp(0, 1), 'H': H,
+                    'L_path': [f'/x/{i}_{j}.png' for j in range(2)]})
+    return out
+
+
+def _trained(opt, steps=2):
+    torch.manual_seed(0)
+    model = ModelPlain(opt, CPU)
+    for step, batch in enumerate(_batches(steps), 1):
+        model.step(step, model.backward([batch]))
+    return model
+
+
+def _scores(res):
+    return {k: v for k, v in res.items() if k not in ('images', 'encoded')}
+
+
+def test_validation_uses_the_ema_network_when_there_is_one_else_netg(tmp_path):
+    with_ema = ModelPlain(_opt(tmp_path, E_decay=0.9), CPU)
+    assert type(with_ema.restorer) is ModelPlain.restorer_class is ImageRestorer
+    assert with_ema.restorer.net is with_ema.ema.module and with_ema.restorer.metric_border == 1
+    without = ModelPlain(_opt(tmp_path, E_decay=0.0), CPU)
+    assert without.restorer.net is without.net_g
+
+
+@pytest.mark.parametrize('kind', ['E', 'G'])
+def test_the_saved_weights_restored_for_testing_score_exactly_as_validation_did(tmp_path, kind):
+    opt = _opt(tmp_path, E_decay=0.9)
+    model = _trained(opt)
+    path = str(tmp_path / f'2_{kind}.pth')
+    torch.save(model.state_files()[kind], path)
+    net = build_eval_network(opt['netG'], path, CPU, '--weights')
+    assert not net.training and not any(m.training for m in net.modules())
+    restorer = ModelPlain.restorer_class.from_options(net, opt, CPU)
+    expected = model.validate(_batches()) if kind == 'E' else ImageRestorer(model.net_g, CPU, 1).validate(_batches())
+    assert _scores(restorer.validate(_batches())) == _scores(expected)
+    assert model.net_g.training  # validation leaves the training network in train mode
+
+
+def test_weights_of_another_network_are_a_user_error(tmp_path):
+    opt = _opt(tmp_path)
+    path = str(tmp_path / 'other_G.pth')
+    torch.save({'conv.weight': torch.zeros(1)}, path)
+    with pytest.raises(UserError, match=r'--weights: .*other_G.pth does not fit netG'):
+        build_eval_network(opt['netG'], path, CPU, '--weights')
