@@ -21,13 +21,16 @@ import torch  # noqa: E402
 
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader
-from data.registry import build_dataset
-from models.registry import model_class
+from data.registry import build_dataset, dataset_options
+from models.init import BN_INITS, WEIGHT_INITS
+from models.losses import LOSSES
+from models.optim import OPTIMIZERS, SCHEDULERS
+from models.registry import MODELS, network_options
 from utils import dist, parent_watch
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger
-from utils.options import dumps, load_options
+from utils.options import Rules, dumps, load_options
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
@@ -35,6 +38,19 @@ from utils.seed import rng_state, seed_everything, set_rng_state
 from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
 
 EXIT_USER_ERROR = 2
+
+
+def option_rules() -> Rules:
+    """What models/ and data/ require of the options: utils/options.py knows neither."""
+    return Rules(network=network_options, dataset=dataset_options,
+                 names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
+                        'train.G_lossfn_type': LOSSES.get, 'train.G_optimizer_type': OPTIMIZERS.get,
+                        'train.G_scheduler_type': SCHEDULERS.get})
+
+
+def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
+    """The option file at `path` with `--set` overrides, validated and completed."""
+    return load_options(path, option_rules(), overrides)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -95,9 +111,9 @@ class Trainer:
         """
         opt, t = self.opt, self.train_opt
         self.ensure_demo_data()
-        train_opt_ds = opt['datasets'].get('train')
-        if train_opt_ds is None:
+        if 'train' not in opt['datasets']:
             raise UserError(f'{opt["opt_path"]}: datasets.train: required section is missing')
+        train_opt_ds = opt['datasets']['train']
         self.train_set = build_dataset(train_opt_ds)
         val_set = build_dataset(opt['datasets']['test']) if 'test' in opt['datasets'] else None
 
@@ -124,7 +140,7 @@ class Trainer:
                       f'batch {per_proc} per process x {self.state.world_size} processes x {self.accum} '
                       f'accumulation = effective batch {self.effective_batch}')
 
-        self.model = model_class(opt['model'])(opt, self.device, self.args.allow_unsafe_load)
+        self.model = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
         self.model.check_sample(self.train_set[(0, 0)], train_opt_ds['_where'])
 
@@ -193,7 +209,7 @@ class Trainer:
         if noted is not None and self.best['iter'] < noted[0] <= self.step:
             self.best = {'psnr': noted[1], 'iter': noted[0]}  # validated right after this save was written
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
-        saved = (s['world_size'], s.get('batch_size', layout[1]), s.get('accumulate_steps', layout[2]))
+        saved = (s['world_size'], s['batch_size'], s['accumulate_steps'])
         if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch:
             self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
         else:
@@ -207,7 +223,7 @@ class Trainer:
         set_rng_state(rngs[self.state.rank] if self.state.rank < len(rngs) else rngs[0])
         self.log.info(f'resumed from {point.path} at iteration {self.step} (epoch {self.epoch}, '
                       f'{self.epoch_step} iterations into it)')
-        return s.get('wandb_id')
+        return s['wandb_id']
 
     def save(self) -> bool:
         """Rank 0 writes; all ranks gather the random states before and learn the outcome after.
@@ -499,6 +515,8 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     ok = False
     try:
         log.info(dist.banner(state, device))
+        for note in opt['_notes']:
+            log.warning(f'options: {note}')
         if args.fresh and is_restart(os.environ):
             log.info('--fresh: ignored on this automatic restart of the job (it applied to the first start); resuming')
             args.fresh = False
@@ -536,7 +554,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parent_watch.install()  # first: the parent pid it records must be the launcher's
     args = parse_args(argv)
     try:
-        opt = load_options(args.opt, args.set)
+        opt = read_options(args.opt, args.set)
         state = dist.detect()
         code = maybe_relaunch(opt, state, __file__, sys.argv[1:] if argv is None else argv)
         if code is not None:  # this process only launched the ranks

@@ -34,7 +34,6 @@ from models.model_plain import ModelPlain  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from utils import dist  # noqa: E402
 from utils.logger import Reporter  # noqa: E402
-from utils.options import load_options  # noqa: E402
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
 
@@ -59,7 +58,7 @@ def machine() -> str:
 def demo_options(root: str, *overrides: str) -> Dict[str, Any]:
     """The demo options with outputs under `root`, no TensorBoard, no EMA (unless overridden)."""
     base = [f'path.root={root}', 'logging.use_tensorboard=false', 'train.E_decay=0']
-    return load_options(DEMO, base + list(overrides))
+    return main_train.read_options(DEMO, base + list(overrides))
 
 
 def make_batches(opt: Dict[str, Any], n: int, seed: int = 0) -> List[Dict[str, torch.Tensor]]:

@@ -70,15 +70,14 @@ def main(argv: Sequence[str] = None) -> None:
     sys.path.insert(0, os.path.join(ROOT, 'tests'))
     sys.path.insert(0, HERE)
     from bench_loop import machine
-    from conftest import clean_env, tiny_options, write_options
+    from conftest import clean_env, dataset_options, tiny_options, write_options
     from data.demo import ensure_demo_data
     print(machine())
     env = clean_env()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, 'data')
         for name in ('train', 'test'):
-            ensure_demo_data({'generate_demo': 'images', 'name': f'{name}_dataset',
-                              'dataroot_H': os.path.join(data, name)})
+            ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(data, name)))
 
         def options(root: str, total: int) -> str:
             opt = tiny_options(root, data, total_iter=total, checkpoint_save=4, checkpoint_test=4)

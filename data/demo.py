@@ -6,13 +6,13 @@ root(s) before the dataset is built. Generators must be
 - atomic: they write into a temporary sibling folder and rename it into place, so a killed run
   never leaves a half-written data root that looks complete;
 - deterministic: fixed seeds, so every run (and every machine) sees the same bytes.
-`write_atomically` implements the first two; register new generators with `register_demo`.
+`write_atomically` implements the first two. Generators register with `@DEMO_DATA.register(name)`,
+here or in a module `data/synthetic_<name>.py`.
 
 Generator 'images' fills `dataroot_H` with 128x128 RGB PNGs (smooth gradients, filled shapes,
-lines and stripe textures, lightly blurred): 64 images when the section's `name` starts with
-'train' (e.g. 'train', 'train_dataset'), else 8 images from a different seed (validation).
+lines and stripe textures, lightly blurred): 64 images for the training section, else 8 images
+from a different seed (validation).
 """
-import importlib
 import os
 import shutil
 import uuid
@@ -23,48 +23,26 @@ import numpy as np
 
 from utils.errors import UserError
 from utils.image import imwrite
-from utils.suggest import did_you_mean
+from utils.registry import Registry
 
-DEMO_GENERATORS: Dict[str, Callable[[Dict[str, Any]], None]] = {}
+DEMO_DATA = Registry('demo', 'data', 'synthetic_*')
 
 COMPLETE_MARKER = '.demo_complete'
-
-# Modules that may register further generators (imported lazily; missing ones are skipped).
-_DEMO_MODULES = ('data.synthetic_gopro',)
-
-
-def register_demo(name: str) -> Callable[[Callable[[Dict[str, Any]], None]], Callable[[Dict[str, Any]], None]]:
-    def deco(fn: Callable[[Dict[str, Any]], None]) -> Callable[[Dict[str, Any]], None]:
-        if name in DEMO_GENERATORS:
-            raise ValueError(f'demo generator {name!r} registered twice')
-        DEMO_GENERATORS[name] = fn
-        return fn
-    return deco
-
-
-def _where(opt: Dict[str, Any]) -> str:
-    if opt.get('_where'):
-        return str(opt['_where'])
-    return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
 
 
 def ensure_demo_data(dataset_opt: Dict[str, Any]) -> None:
     """Generate the demo data named by `generate_demo` unless it is already complete."""
-    name = dataset_opt.get('generate_demo')
-    if not name:
-        return
-    for mod in _DEMO_MODULES:
-        if name in DEMO_GENERATORS:
-            break
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
-    if name not in DEMO_GENERATORS:
-        raise UserError(f'{_where(dataset_opt)}.generate_demo: unknown demo "{name}"'
-                        f'{did_you_mean(name, DEMO_GENERATORS)}; known: {", ".join(sorted(DEMO_GENERATORS))}')
-    DEMO_GENERATORS[name](dataset_opt)
+    name = dataset_opt['generate_demo']
+    if name:
+        DEMO_DATA.get(name, f'{dataset_opt["_where"]}.generate_demo')(dataset_opt)
+
+
+def dataset_key(dataset_opt: Dict[str, Any], key: str, demo: str) -> Any:
+    """`dataset_opt[key]`, or a one-line error when this dataset type has no such key."""
+    if key not in dataset_opt:
+        raise UserError(f'{dataset_opt["_where"]}.generate_demo: "{demo}" writes {key}, which dataset type '
+                        f'"{dataset_opt["dataset_type"]}" does not have')
+    return dataset_opt[key]
 
 
 def is_complete(folder: str) -> bool:
@@ -160,14 +138,13 @@ def synthetic_image(rng: np.random.Generator, size: int = 128) -> np.ndarray:
     return cv2.GaussianBlur(img, (0, 0), 0.7)
 
 
-@register_demo('images')
+@DEMO_DATA.register('images')
 def generate_images(dataset_opt: Dict[str, Any]) -> None:
-    where = _where(dataset_opt)
-    target = dataset_opt.get('dataroot_H')
+    where = dataset_opt['_where']
+    target = dataset_key(dataset_opt, 'dataroot_H', 'images')
     if not isinstance(target, str) or not target:
         raise UserError(f'{where}.dataroot_H: generate_demo "images" needs a folder path, got {target!r}')
-    train = str(dataset_opt.get('name') or '').startswith('train')
-    count, seed = (64, 20240) if train else (8, 20241)
+    count, seed = (64, 20240) if dataset_opt['phase'] == 'train' else (8, 20241)
 
     def write(folder: str) -> None:
         for i in range(count):

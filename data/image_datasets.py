@@ -18,28 +18,16 @@ import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
-from data.registry import REQUIRED, register_dataset
+from data.registry import DATASETS
+from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
 from utils.errors import UserError
 from utils.image import IMG_EXTENSIONS, imread_uint, imresize_bicubic, list_images, uint2tensor
+from utils.options import REQUIRED
 
 Key = Any  # int (evaluation) or (index, seed) tuple (training)
 
 PATCH_PROBLEM = 'smaller than the training patch'
-
-
-def _where(opt: Dict[str, Any]) -> str:
-    """Option path used in error messages, e.g. 'datasets.train'."""
-    if opt.get('_where'):
-        return str(opt['_where'])
-    return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
-
-
-def phase(opt: Dict[str, Any]) -> str:
-    """'train' or 'test': the options set `phase`; without it the section path or name decides."""
-    if opt.get('phase') in ('train', 'test'):
-        return opt['phase']
-    return 'train' if _where(opt).rsplit('.', 1)[-1].startswith('train') else 'test'
 
 
 def int_option(opt: Dict[str, Any], where: str, key: str, minimum: int = 1) -> int:
@@ -56,17 +44,10 @@ def bool_option(opt: Dict[str, Any], where: str, key: str) -> bool:
     return bool(value)
 
 
-def parse_key(key: Key) -> Tuple[int, Optional[int]]:
-    """(index, seed) for a training key, (index, None) for an evaluation key."""
-    if isinstance(key, (tuple, list)):
-        return int(key[0]), int(key[1])
-    return int(key), None
-
-
 def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
     """Sorted image paths of the folder in option `key`; UserError if missing or empty."""
-    where = f'{_where(opt)}.{key}'
-    folder = opt.get(key)
+    where = f'{opt["_where"]}.{key}'
+    folder = opt[key]
     if not isinstance(folder, str) or not folder:
         raise UserError(f'{where}: expected a folder path, got {folder!r}')
     if not os.path.isdir(folder):
@@ -82,19 +63,19 @@ class _ImageDataset(Dataset):
 
     What the files must satisfy depends on the phase: training crops `H_size` patches (H_size/scale
     from low-quality images), evaluation scores whole images with PSNR and SSIM after cropping
-    `scale` pixels at each border (models/model_plain.py `metric_border`).
+    `scale` pixels at each border (models/restorer.py `metric_border`).
     """
 
     needs_L = False  # dataroot_L is required (paired folders)
 
     def __init__(self, opt: Dict[str, Any]) -> None:
         self.opt = opt
-        self.where = _where(opt)
-        self.train = phase(opt) == 'train'
+        self.where = opt['_where']
+        self.train = opt['phase'] == 'train'
         self.check_options()
         self.paths_H = list_folder(opt, 'dataroot_H')
         self.paths_L: Optional[List[str]] = None
-        if opt.get('dataroot_L') or self.needs_L:
+        if opt['dataroot_L'] or self.needs_L:
             self.paths_L = list_folder(opt, 'dataroot_L')
             if len(self.paths_L) != len(self.paths_H):
                 raise UserError(f'{self.where}.dataroot_L: {len(self.paths_L)} images in '
@@ -213,6 +194,30 @@ class _ImageDataset(Dataset):
     def _read(self, path: str) -> np.ndarray:
         return imread_uint(path, self.n_channels)
 
+    def __getitem__(self, key: Key) -> Dict[str, Any]:
+        index, seed = parse_key(key)
+        if self.paths_L is not None:
+            return self._paired_item(index, seed)
+        path_H, img_H, rng = self._read_H(index, seed)
+        return self._synthesized_item(index, seed, path_H, img_H, rng)
+
+    def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
+                          rng: Optional[random.Random]) -> Dict[str, Any]:
+        """The item whose L is made from H (noise, downscaling): datasets without dataroot_L define it."""
+        raise NotImplementedError(f'{type(self).__name__} needs dataroot_L')
+
+    def _read_H(self, index: int, seed: Optional[int]) -> Tuple[str, np.ndarray, Optional[random.Random]]:
+        """Path and image H of item `index`; for a training key (a seed) cropped to the patch, with the
+        sample's random generator returned for the augmentation that follows (None for evaluation)."""
+        path_H = self.paths_H[index]
+        img_H = self._read(path_H)
+        if seed is None:
+            return path_H, img_H, None
+        rng = random.Random(seed)
+        self._check_patch_options()
+        (img_H,) = random_crop([img_H], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
+        return path_H, img_H, rng
+
     def _augment(self, imgs: List[np.ndarray], rng: random.Random) -> List[np.ndarray]:
         return augment(imgs, bool(self.opt['use_hflip']), bool(self.opt['use_rot']), rng)
 
@@ -248,7 +253,7 @@ class _ImageDataset(Dataset):
         return {'L': L, 'H': uint2tensor(img_H), 'L_path': path_L, 'H_path': path_H}
 
 
-@register_dataset('plain')
+@DATASETS.register('plain')
 class DatasetPlain(_ImageDataset):
     """Paired H/L folders of equal-size images (or H = scale x L)."""
 
@@ -264,11 +269,8 @@ class DatasetPlain(_ImageDataset):
 
     needs_L = True
 
-    def __getitem__(self, key: Key) -> Dict[str, Any]:
-        return self._paired_item(*parse_key(key))
 
-
-@register_dataset('dncnn', 'denoising')
+@DATASETS.register('dncnn', 'denoising')
 class DatasetDnCNN(_ImageDataset):
     """Clean images + additive white gaussian noise of std `sigma` (0..255 scale).
 
@@ -290,7 +292,7 @@ class DatasetDnCNN(_ImageDataset):
 
     def check_options(self) -> None:
         super().check_options()
-        values = {'sigma': self.opt['sigma'], 'sigma_test': self.opt.get('sigma_test')}
+        values = {'sigma': self.opt['sigma'], 'sigma_test': self.opt['sigma_test']}
         if values['sigma_test'] is None:
             values['sigma_test'] = values['sigma']
         for key, value in values.items():
@@ -300,16 +302,9 @@ class DatasetDnCNN(_ImageDataset):
                                 f'got {value!r}')
         self.sigma, self.sigma_test = float(values['sigma']), float(values['sigma_test'])
 
-    def __getitem__(self, key: Key) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        if self.paths_L is not None:
-            return self._paired_item(index, seed)
-        path_H = self.paths_H[index]
-        img_H = self._read(path_H)
-        if seed is not None:
-            rng = random.Random(seed)
-            self._check_patch_options()
-            (img_H,) = random_crop([img_H], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
+    def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
+                          rng: Optional[random.Random]) -> Dict[str, Any]:
+        if rng is not None:
             (img_H,) = self._augment([img_H], rng)
             sigma, noise_seed = self.sigma, seed
         else:
@@ -320,7 +315,7 @@ class DatasetDnCNN(_ImageDataset):
         return {'L': L, 'H': H, 'L_path': path_H, 'H_path': path_H}
 
 
-@register_dataset('sr')
+@DATASETS.register('sr')
 class DatasetSR(_ImageDataset):
     """Super-resolution: L from `dataroot_L`, else MATLAB-bicubic x1/scale of H (rounded to uint8)."""
 
@@ -339,16 +334,9 @@ class DatasetSR(_ImageDataset):
         h, w = size[0] - size[0] % self.scale, size[1] - size[1] % self.scale
         return (h, w) if h and w else None
 
-    def __getitem__(self, key: Key) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        if self.paths_L is not None:
-            return self._paired_item(index, seed)
-        path_H = self.paths_H[index]
-        img_H = self._read(path_H)
-        if seed is not None:
-            rng = random.Random(seed)
-            self._check_patch_options()
-            (img_H,) = random_crop([img_H], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
+    def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
+                          rng: Optional[random.Random]) -> Dict[str, Any]:
+        if rng is not None:
             img_L = imresize_bicubic(img_H, 1.0 / self.scale)
             img_H, img_L = self._augment([img_H, img_L], rng)
         else:

@@ -7,10 +7,17 @@ sees exactly the samples (and crops, flips, noise) the interrupted run would hav
 """
 import hashlib
 import math
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
+
+
+def parse_key(key: Any) -> Tuple[int, Optional[int]]:
+    """A dataset key as (index, seed): training keys are (index, seed) pairs, evaluation keys bare indices."""
+    if isinstance(key, (tuple, list)):
+        return int(key[0]), int(key[1])
+    return int(key), None
 
 
 def sample_seed(seed: int, epoch: int, position: int) -> int:

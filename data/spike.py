@@ -118,7 +118,7 @@ def _resolve_params(kind: str, params: Mapping[str, Any]) -> Dict[str, Any]:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f'spike_repr_params.{key}: must be a positive integer, got {value!r}')
-    if resolved.get('window') is not None and resolved['num_bins'] > resolved['window']:
+    if 'window' in resolved and resolved['window'] is not None and resolved['num_bins'] > resolved['window']:
         raise UserError(f'spike_repr_params.num_bins: {resolved["num_bins"]} bins need a window of at least '
                         f'{resolved["num_bins"]} planes, got window {resolved["window"]}')
     return resolved

@@ -21,19 +21,13 @@ from typing import Any, Dict, List, Tuple
 import cv2
 import numpy as np
 
-from data.demo import register_demo, synthetic_image, write_atomically
+from data.demo import DEMO_DATA, dataset_key, synthetic_image, write_atomically
 from data.spike import encode_spike_dat
 from utils.errors import UserError
 from utils.image import imwrite
 
 SEED = 20250
 SPLITS = ('train', 'test')
-
-
-def _where(opt: Dict[str, Any]) -> str:
-    if opt.get('_where'):
-        return str(opt['_where'])
-    return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
 
 
 def luminance(rgb_uint8: np.ndarray) -> np.ndarray:
@@ -143,16 +137,16 @@ def make_gopro_spike(root: str, train_clips: int = 4, train_frames: int = 12, te
 
 
 def _expect(opt: Dict[str, Any], key: str, expected: str, where: str) -> None:
-    value = opt.get(key)
+    value = opt[key] if key in opt else None  # the test dataset type has no meta_info_file
     if value and os.path.abspath(value) != os.path.abspath(expected):
         raise UserError(f'{where}.{key}: generate_demo "gopro_spike" writes {expected}, but {key} is {value}')
 
 
-@register_demo('gopro_spike')
+@DEMO_DATA.register('gopro_spike')
 def generate_gopro_spike(dataset_opt: Dict[str, Any]) -> None:
     """Generator for sections whose dataroot_gt is `<root>/train_GT` or `<root>/test_GT`."""
-    where = _where(dataset_opt)
-    gt = dataset_opt.get('dataroot_gt')
+    where = dataset_opt['_where']
+    gt = dataset_key(dataset_opt, 'dataroot_gt', 'gopro_spike')
     if not isinstance(gt, str) or os.path.basename(os.path.normpath(gt)) not in ('train_GT', 'test_GT'):
         raise UserError(f'{where}.dataroot_gt: generate_demo "gopro_spike" needs a path ending in '
                         f'train_GT or test_GT, got {gt!r}')
@@ -161,4 +155,4 @@ def generate_gopro_spike(dataset_opt: Dict[str, Any]) -> None:
     _expect(dataset_opt, 'dataroot_lq', os.path.join(root, f'{split}_GT_blurred'), where)
     _expect(dataset_opt, 'dataroot_spike', os.path.join(root, f'{split}_spike'), where)
     _expect(dataset_opt, 'meta_info_file', os.path.join(root, f'meta_info_GoPro_{split}_GT.txt'), where)
-    make_gopro_spike(root, spike_format=dataset_opt.get('spike_format') or 'npy', where=f'{where}.dataroot_gt')
+    make_gopro_spike(root, spike_format=dataset_key(dataset_opt, 'spike_format', 'gopro_spike'), where=f'{where}.dataroot_gt')

@@ -26,12 +26,14 @@ from torch.utils.data import Dataset
 
 from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
-from data.registry import REQUIRED, register_dataset
+from data.registry import DATASETS
+from data.sampler import parse_key
 from data.spike import (decode_spike_dat, min_planes, read_spike_dat, read_spike_npy, representation_channels,
                         spike_to_representation)
 from data.transforms import augment, paired_random_crop
 from utils.errors import UserError
 from utils.image import imread_uint, list_images
+from utils.options import REQUIRED
 
 SPIKE_OPTIONS: Dict[str, Any] = {
     'dataroot_spike': None,        # <root>/<clip>/<frame>.npy|.dat, one file per RGB frame
@@ -45,13 +47,6 @@ REDS_VAL_PARTITIONS = {
     'REDS4': ['000', '011', '015', '020'],
     'official': [f'{v:03d}' for v in range(240, 270)],
 }
-
-
-def _prefix(opt: Dict[str, Any]) -> str:
-    """Option path for user errors, e.g. 'datasets.train' (the options loader sets `_where`)."""
-    if opt.get('_where'):
-        return str(opt['_where'])
-    return f"datasets.{opt['name']}" if opt.get('name') else 'datasets'
 
 
 def _to_float(img: np.ndarray) -> np.ndarray:
@@ -227,7 +222,7 @@ def _parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[
     return clips
 
 
-@register_dataset('VideoRecurrentTrainDataset', 'video_train')
+@DATASETS.register('VideoRecurrentTrainDataset', 'video_train')
 class VideoRecurrentTrainDataset(Dataset):
     """Random `num_frame`-frame crops around every frame of the listed clips (GoPro/REDS training).
 
@@ -257,7 +252,7 @@ class VideoRecurrentTrainDataset(Dataset):
     def __init__(self, opt: Dict[str, Any]):
         super().__init__()
         self.opt = opt
-        p = self.prefix = _prefix(opt)
+        p = self.prefix = opt['_where']
         self.scale, self.gt_size, self.num_frame = opt['scale'], opt['gt_size'], opt['num_frame']
         for key in ('scale', 'gt_size', 'num_frame'):
             if not isinstance(opt[key], int) or isinstance(opt[key], bool) or opt[key] < 1:
@@ -390,8 +385,8 @@ class VideoRecurrentTrainDataset(Dataset):
         return self.spike.decode(str(path), lq_hw, str(path))
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
-        index, seed = (int(key[0]), int(key[1])) if isinstance(key, (tuple, list)) else (int(key), int(key))
-        rng = random.Random(seed)
+        index, seed = parse_key(key)
+        rng = random.Random(index if seed is None else seed)
         clip, first = self.keys[index]
         num, start = self.clips[clip]
 
@@ -423,7 +418,7 @@ class VideoRecurrentTrainDataset(Dataset):
         return {'L': _stack_tensor(out[:n]), 'H': _stack_tensor(out[n:]), 'key': item_key, 'folder': clip}
 
 
-@register_dataset('VideoRecurrentTestDataset', 'video_test')
+@DATASETS.register('VideoRecurrentTestDataset', 'video_test')
 class VideoRecurrentTestDataset(Dataset):
     """One whole clip per index: every clip folder of dataroot_lq with its GT (and spike) frames.
 
@@ -444,7 +439,7 @@ class VideoRecurrentTestDataset(Dataset):
     def __init__(self, opt: Dict[str, Any]):
         super().__init__()
         self.opt = opt
-        p = self.prefix = _prefix(opt)
+        p = self.prefix = opt['_where']
         _check_io_backend(opt, p, ('disk',))
         num_frame = opt['num_frame']
         if not isinstance(num_frame, int) or not (num_frame == -1 or num_frame > 0):

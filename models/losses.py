@@ -4,10 +4,10 @@ from typing import Any, Dict
 import torch
 from torch import nn
 
-from utils.errors import UserError
-from utils.suggest import did_you_mean
+from utils.registry import Registry
 
-LOSS_TYPES = ('l1', 'l2', 'l2sum', 'charbonnier')
+# name → function(train options) → unweighted loss module
+LOSSES = Registry('loss')
 
 
 class CharbonnierLoss(nn.Module):
@@ -35,20 +35,13 @@ class WeightedLoss(nn.Module):
         return loss if self.loss_weight == 1.0 else loss * self.loss_weight
 
 
+LOSSES.register('l1')(lambda train_opt: nn.L1Loss())
+LOSSES.register('l2')(lambda train_opt: nn.MSELoss())
+LOSSES.register('l2sum')(lambda train_opt: nn.MSELoss(reduction='sum'))
+LOSSES.register('charbonnier')(lambda train_opt: CharbonnierLoss(float(train_opt['G_charbonnier_eps'])))
+
+
 def build_loss(train_opt: Dict[str, Any]) -> nn.Module:
     """The weighted loss module for `train_opt` ('l2' is mean squared error, 'l2sum' its sum)."""
-    kind = train_opt.get('G_lossfn_type', 'l1')
-    if kind == 'l1':
-        base: nn.Module = nn.L1Loss()
-    elif kind == 'l2':
-        base = nn.MSELoss()
-    elif kind == 'l2sum':
-        base = nn.MSELoss(reduction='sum')
-    elif kind == 'charbonnier':
-        eps = train_opt.get('G_charbonnier_eps')
-        base = CharbonnierLoss(1e-9 if eps is None else float(eps))
-    else:
-        raise UserError(f'train.G_lossfn_type: unknown loss "{kind}"{did_you_mean(kind, LOSS_TYPES)}; '
-                        f'known: {", ".join(LOSS_TYPES)}')
-    weight = train_opt.get('G_lossfn_weight')
-    return WeightedLoss(base, 1.0 if weight is None else weight)
+    base = LOSSES.get(train_opt['G_lossfn_type'], 'train.G_lossfn_type')(train_opt)
+    return WeightedLoss(base, train_opt['G_lossfn_weight'])

@@ -9,7 +9,7 @@ from typing import List
 import torch
 from torch import nn
 
-from models.registry import register_network
+from models.registry import NETWORKS
 from utils.errors import UserError
 
 
@@ -29,7 +29,7 @@ def _layers(in_nc: int, out_nc: int, mode: str) -> List[nn.Module]:
     return layers
 
 
-@register_network('dncnn')
+@NETWORKS.register('dncnn')
 class DnCNN(nn.Module):
     """Predicts the noise and subtracts it from the input (residual learning)."""
 

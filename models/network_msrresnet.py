@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.registry import register_network
+from models.registry import NETWORKS
 from utils.errors import UserError
 
 
@@ -32,7 +32,7 @@ class ResidualBlockNoBN(nn.Module):
         return x + self.conv2(F.relu(self.conv1(x), inplace=True))
 
 
-@register_network('msrresnet1')
+@NETWORKS.register('msrresnet1')
 class MSRResNet(nn.Module):
     """Super-resolution by `upscale` in {2, 3, 4}; the network learns the residual over bilinear upsampling."""
 

@@ -12,32 +12,23 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from utils.errors import UserError
-from utils.suggest import did_you_mean
+from utils.registry import Registry
 
-OPTIMIZERS = {'adam': torch.optim.Adam, 'adamw': torch.optim.AdamW}
+OPTIMIZERS = Registry('optimizer')
+OPTIMIZERS.register('adam')(torch.optim.Adam)
+OPTIMIZERS.register('adamw')(torch.optim.AdamW)
 
-# Accepted `G_scheduler_type` spellings → schedule kind.
-SCHEDULER_TYPES = {
-    'MultiStepLR': 'multistep', 'multistep': 'multistep',
-    'CosineAnnealingWarmRestarts': 'cosine', 'cosine_restart': 'cosine',
-    'none': 'constant',
-}
+# `G_scheduler_type` (KAIR's and BasicSR's spellings) → function(train options) → IterationLR kwargs
+SCHEDULERS = Registry('scheduler')
 
 
 def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch.Tensor]],
                     train_opt: Dict[str, Any]) -> torch.optim.Optimizer:
     """Adam/AdamW over `param_groups`; a group's own 'lr' wins over `G_optimizer_lr`."""
-    kind = train_opt.get('G_optimizer_type', 'adam')
-    if kind not in OPTIMIZERS:
-        raise UserError(f'train.G_optimizer_type: unknown optimizer "{kind}"{did_you_mean(kind, OPTIMIZERS)}; '
-                        f'known: {", ".join(OPTIMIZERS)}')
-    betas = train_opt.get('G_optimizer_betas') or [0.9, 0.999]
-    if len(betas) != 2:
-        raise UserError(f'train.G_optimizer_betas: expected two numbers, got {betas!r}')
-    lr = train_opt.get('G_optimizer_lr')
-    return OPTIMIZERS[kind](param_groups, lr=1e-4 if lr is None else float(lr),
-                            betas=(float(betas[0]), float(betas[1])),
-                            weight_decay=float(train_opt.get('G_optimizer_wd') or 0.0))
+    cls = OPTIMIZERS.get(train_opt['G_optimizer_type'], 'train.G_optimizer_type')
+    betas = train_opt['G_optimizer_betas']
+    return cls(param_groups, lr=float(train_opt['G_optimizer_lr']), betas=(float(betas[0]), float(betas[1])),
+               weight_decay=float(train_opt['G_optimizer_wd']))
 
 
 class IterationLR(LRScheduler):
@@ -115,7 +106,7 @@ class IterationLR(LRScheduler):
         before resuming takes effect at the resumed iteration.
         """
         self.last_epoch = int(state_dict['last_epoch'])
-        self._step_count = int(state_dict.get('_step_count', self.last_epoch + 1))
+        self._step_count = int(state_dict['_step_count'])
         lrs = self.get_lr()
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group['lr'] = lr
@@ -172,36 +163,34 @@ def _int_list(key: str, value: Any) -> List[int]:
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any]) -> IterationLR:
-    """The lr schedule for `train_opt`; call `step()` once per training iteration."""
-    raw: Optional[str] = train_opt.get('G_scheduler_type')
-    name = 'none' if raw is None else raw
-    if name not in SCHEDULER_TYPES:
-        raise UserError(f'train.G_scheduler_type: unknown scheduler "{name}"'
-                        f'{did_you_mean(name, SCHEDULER_TYPES)}; known: {", ".join(SCHEDULER_TYPES)}')
-    kind = SCHEDULER_TYPES[name]
-    warmup = train_opt.get('G_scheduler_warmup_iter') or 0
-    if not isinstance(warmup, int) or warmup < 0:
-        raise UserError(f'train.G_scheduler_warmup_iter: expected a non-negative integer, got {warmup!r}')
-    kwargs: Dict[str, Any] = {'warmup_iter': warmup}
-    if kind == 'multistep':
-        gamma = train_opt.get('G_scheduler_gamma')
-        kwargs.update(milestones=_int_list('G_scheduler_milestones', train_opt.get('G_scheduler_milestones') or []),
-                      gamma=0.5 if gamma is None else gamma)
-    elif kind == 'cosine':
-        kwargs.update(_cosine_kwargs(train_opt))
-    return IterationLR(optimizer, kind, **kwargs)
+    """The lr schedule for `train_opt` (null type: constant); call `step()` once per training iteration."""
+    name = train_opt['G_scheduler_type']
+    kwargs = SCHEDULERS.get('none' if name is None else name, 'train.G_scheduler_type')(train_opt)
+    return IterationLR(optimizer, warmup_iter=train_opt['G_scheduler_warmup_iter'], **kwargs)
 
 
-def _cosine_kwargs(train_opt: Dict[str, Any]) -> Dict[str, Any]:
-    periods = train_opt.get('G_scheduler_periods')
-    weights = train_opt.get('G_scheduler_restart_weights')
-    eta_min = train_opt.get('G_scheduler_eta_min') or 0.0
+@SCHEDULERS.register('MultiStepLR', 'multistep')
+def _multistep(train_opt: Dict[str, Any]) -> Dict[str, Any]:
+    return {'kind': 'multistep', 'gamma': train_opt['G_scheduler_gamma'],
+            'milestones': _int_list('G_scheduler_milestones', train_opt['G_scheduler_milestones'])}
+
+
+@SCHEDULERS.register('none')
+def _constant(train_opt: Dict[str, Any]) -> Dict[str, Any]:
+    return {'kind': 'constant'}
+
+
+@SCHEDULERS.register('CosineAnnealingWarmRestarts', 'cosine_restart')
+def _cosine(train_opt: Dict[str, Any]) -> Dict[str, Any]:
+    periods = train_opt['G_scheduler_periods']
+    weights = train_opt['G_scheduler_restart_weights']
+    eta_min = train_opt['G_scheduler_eta_min']
     if isinstance(periods, int) and not isinstance(periods, bool) and periods > 0:
         # KAIR passes restart_weights to torch as T_mult; only T_mult=1 (a plain repeat) is supported.
         if weights not in (None, 1, [1]):
             raise UserError(f'train.G_scheduler_restart_weights: {weights!r} is not supported with a single '
                             f'integer G_scheduler_periods; give G_scheduler_periods as a list to weight restarts')
-        return {'periods': periods, 'eta_min': eta_min}
+        return {'kind': 'cosine', 'periods': periods, 'eta_min': eta_min}
     if not isinstance(periods, (list, tuple)) or not periods or not all(
             isinstance(p, int) and p > 0 for p in periods):
         raise UserError(f'train.G_scheduler_periods: expected a positive integer or a list of them, got {periods!r}')
@@ -212,4 +201,4 @@ def _cosine_kwargs(train_opt: Dict[str, Any]) -> Dict[str, Any]:
     if len(weights) != len(periods):
         raise UserError(f'train.G_scheduler_restart_weights: needs one weight per period '
                         f'({len(periods)}), got {weights!r}')
-    return {'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}
+    return {'kind': 'cosine', 'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}

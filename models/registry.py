@@ -1,81 +1,51 @@
-"""Name → class registries for networks and models.
+"""The registries of networks (`netG.net_type`) and models (`model`), and what they require of options.
 
-Network kwargs come straight from the `netG` options: every key except `net_type` and the
-`init_*` keys is passed to the constructor, so a new network needs no mapping code here.
+Networks live in `models/network_<name>.py` and models in `models/model_<name>.py`, each
+registering itself with `@NETWORKS.register(...)` / `@MODELS.register(...)`: adding one is one new
+file. Network kwargs come straight from the `netG` options: every key except `net_type` and the
+`init_*` keys is passed to the constructor, and the constructor's signature is the list of
+accepted keys (with its defaults), so a new network needs no mapping code anywhere.
 """
-import importlib
 import inspect
-from typing import Any, Callable, Dict, Type
+from typing import Any, Dict
 
 from torch import nn
 
-from utils.errors import UserError
-from utils.suggest import did_you_mean
+from utils.options import IGNORED, REQUIRED
+from utils.registry import Registry
 
-NETWORKS: Dict[str, Type[nn.Module]] = {}
-MODELS: Dict[str, type] = {}
+NETWORKS = Registry('network', 'models', 'network_*')
+MODELS = Registry('model', 'models', 'model_*')
 
-# Where each registered name lives, so that building one network imports only its module (VRT's
-# pulls in torchvision, ~3 s per rank); an unknown name imports them all for the did-you-mean.
-_NETWORK_MODULES = {'dncnn': 'models.network_dncnn', 'msrresnet1': 'models.network_msrresnet',
-                    'vrt': 'models.network_vrt'}
-_MODEL_MODULES = {'plain': 'models.model_plain', 'vrt': 'models.model_vrt'}
+# netG keys that configure weight initialisation rather than the constructor, with their defaults.
+INIT_OPTIONS: Dict[str, Any] = {'init_type': 'default', 'init_bn_type': 'uniform', 'init_gain': 1.0}
 
-# netG keys that configure weight initialisation rather than the constructor.
-INIT_KEYS = ('init_type', 'init_bn_type', 'init_gain')
-
-
-def register_network(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        if name in NETWORKS:
-            raise ValueError(f'network {name!r} registered twice')
-        NETWORKS[name] = cls
-        return cls
-    return deco
-
-
-def register_model(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        if name in MODELS:
-            raise ValueError(f'model {name!r} registered twice')
-        MODELS[name] = cls
-        return cls
-    return deco
-
-
-def _load(modules: Dict[str, str], name: str) -> None:
-    """Import the module registering `name`, or every known module when `name` is not listed."""
-    for mod in ([modules[name]] if name in modules else sorted(set(modules.values()))):
-        importlib.import_module(mod)
-
-
-def network_class(net_type: str) -> Type[nn.Module]:
-    _load(_NETWORK_MODULES, net_type)
-    if net_type not in NETWORKS:
-        raise UserError(f'netG.net_type: unknown network "{net_type}"{did_you_mean(net_type, NETWORKS)}; '
-                        f'known: {", ".join(sorted(NETWORKS))}')
-    return NETWORKS[net_type]
-
-
-def model_class(name: str) -> type:
-    _load(_MODEL_MODULES, name)
-    if name not in MODELS:
-        raise UserError(f'model: unknown model "{name}"{did_you_mean(name, MODELS)}; '
-                        f'known: {", ".join(sorted(MODELS))}')
-    return MODELS[name]
+# netG keys KAIR's option files write for every convolutional network; KAIR's builder passes each
+# network only the ones it takes. A network whose constructor lacks one accepts it with a warning.
+KAIR_SHARED_KEYS = ('in_nc', 'out_nc', 'nc', 'nf', 'nb', 'gc', 'ng', 'reduction', 'act_mode', 'upsample_mode',
+                    'downsample_mode', 'bias')
 
 
 def network_kwargs(netG: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in netG.items() if k != 'net_type' and k not in INIT_KEYS}
+    return {k: v for k, v in netG.items() if k != 'net_type' and k not in INIT_OPTIONS}
 
 
 def build_network(netG: Dict[str, Any]) -> nn.Module:
     """Build the network named by `netG.net_type` with the remaining `netG` keys as kwargs."""
-    return network_class(netG['net_type'])(**network_kwargs(netG))
+    return NETWORKS.get(netG['net_type'], 'netG.net_type')(**network_kwargs(netG))
 
 
-def constructor_defaults(cls: type) -> Dict[str, Any]:
-    """Keyword parameters of `cls.__init__` with their defaults (`inspect.Parameter.empty` if required)."""
+def network_options(net_type: str, where: str = 'netG.net_type') -> Dict[str, Any]:
+    """The keys `netG` accepts for `net_type` with their defaults (REQUIRED when the constructor has none).
+
+    KAIR's shared keys that the constructor does not take are IGNORED: accepted with a warning.
+    """
+    cls = NETWORKS.get(net_type, where)
     params = inspect.signature(cls.__init__).parameters
-    return {n: p.default for n, p in params.items()
-            if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    options: Dict[str, Any] = {'net_type': net_type, **{k: IGNORED for k in KAIR_SHARED_KEYS}}
+    for name, p in params.items():
+        if name != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            options[name] = REQUIRED if p.default is inspect.Parameter.empty else p.default
+    options.update(INIT_OPTIONS)
+    return options
+

@@ -44,7 +44,7 @@ def apply_regularizers(net: nn.Module, step: int, train_opt: Dict[str, Any]) -> 
     done = []
     for key, fn, name in (('G_regularizer_orthstep', regularize_orth, 'orth'),
                           ('G_regularizer_clipstep', regularize_clip, 'clip')):
-        every = train_opt.get(key)
+        every = train_opt[key]
         if every and step % every == 0:
             fn(net)
             done.append(name)

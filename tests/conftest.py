@@ -52,6 +52,35 @@ def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
     }
 
 
+def train_options(**given: Any) -> Dict[str, Any]:
+    """The `train` section as the options loader completes it: its defaults with `given` on top."""
+    from main_train import option_rules
+    from utils.options import validate
+    return validate({'task': 't', 'netG': {'net_type': 'dncnn'}, 'train': given}, option_rules())['train']
+
+
+def dataset_options(dataset_type: str, phase: str = 'train', **given: Any) -> Dict[str, Any]:
+    """A `datasets.<phase>` section as the options loader completes it (defaults, `_where`, `phase`).
+
+    The top-level `scale` follows the section's, so that any scale can be given here.
+    """
+    from main_train import option_rules
+    from utils.options import validate
+    raw = {'task': 't', 'netG': {'net_type': 'dncnn'}, 'datasets': {phase: {'dataset_type': dataset_type, **given}}}
+    if 'scale' in given:
+        raw['scale'] = given['scale']
+    return validate(raw, option_rules())['datasets'][phase]
+
+
+def unchecked_section(cls: type, phase: str = 'train', **given: Any) -> Dict[str, Any]:
+    """A dataset section made by hand from the class's defaults, not validated: for the dataset's own checks."""
+    from data.registry import LOADER_OPTIONS
+    from utils.options import Key
+    defaults = {k: v.default if isinstance(v, Key) else v for k, v in {**LOADER_OPTIONS, **cls.OPTIONS}.items()}
+    return {**defaults, 'name': f'{phase}_dataset', '_where': f'datasets.{phase}', 'phase': phase,
+            'dataset_type': 'x', **given}
+
+
 def write_options(path: str, opt: Dict[str, Any]) -> str:
     with open(path, 'w') as f:
         json.dump(opt, f, indent=1)
@@ -70,8 +99,7 @@ def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
     from data.demo import ensure_demo_data
     root = str(tmp_path_factory.mktemp('demo_images'))
     for name in ('train', 'test'):
-        ensure_demo_data({'generate_demo': 'images', 'name': f'{name}_dataset',
-                          'dataroot_H': os.path.join(root, name)})
+        ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(root, name)))
     return root
 
 

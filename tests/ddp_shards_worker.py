@@ -27,9 +27,9 @@ class Indices(Dataset):
 def main() -> None:
     state = dist.detect()
     device = dist.init(state, timeout_s=60)
-    loader, sampler = build_train_loader(Indices(), {'dataloader_batch_size': 2, 'dataloader_num_workers': 1,
-                                                     'dataloader_shuffle': True, '_where': 'datasets.train'},
-                                         state.world_size, state.rank, seed=11, device=device)
+    loader_opt = {'dataloader_batch_size': 2, 'dataloader_num_workers': 1, 'dataloader_prefetch_factor': 2,
+                  'dataloader_persistent_workers': True, 'dataloader_shuffle': True, '_where': 'datasets.train'}
+    loader, sampler = build_train_loader(Indices(), loader_opt, state.world_size, state.rank, seed=11, device=device)
     mine = {}
     for epoch in range(2):
         sampler.set_epoch(epoch)

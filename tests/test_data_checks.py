@@ -13,13 +13,11 @@ import zlib
 import cv2
 import numpy as np
 import pytest
-import torch
 
 from data import checks
 from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
-from data.loader import build_train_loader
-from data.registry import LOADER_OPTIONS, build_dataset
-from tests.conftest import run, tiny_options, write_options
+from data.registry import build_dataset
+from tests.conftest import dataset_options, run, tiny_options, unchecked_section, write_options
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite, list_images
 from utils.image_header import ImageFileError, decode_limit_problem, read_image_size
@@ -50,10 +48,7 @@ def oversized_png(path, height=40000, width=40000):
 
 
 def _opt(cls, phase='train', **kw):
-    opt = {**LOADER_OPTIONS, **cls.OPTIONS, 'name': f'{phase}_dataset', '_where': f'datasets.{phase}',
-           'phase': phase, 'dataset_type': 'x'}
-    opt.update(kw)
-    return opt
+    return unchecked_section(cls, phase, **kw)
 
 
 def _error(fn, *args):
@@ -255,12 +250,11 @@ def test_dataset_option_values_are_one_line_errors_at_construction(tmp_path, cls
     assert _error(cls, opt) == message
 
 
-def test_a_prefetch_factor_below_one_is_refused_before_the_first_batch(tmp_path):
-    h = _folder(tmp_path / 'H', 4, shape=(32, 32, 3))
-    ds = DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=h, H_size=16))
-    opt = {**LOADER_OPTIONS, '_where': 'datasets.train', 'dataloader_num_workers': 1, 'dataloader_prefetch_factor': 0}
-    with pytest.raises(UserError, match=r'^datasets\.train\.dataloader_prefetch_factor: must be an integer >= 1, got 0$'):
-        build_train_loader(ds, opt, 1, 0, 0, torch.device('cpu'))
+@pytest.mark.parametrize('key, value', [('dataloader_prefetch_factor', 0), ('dataloader_batch_size', 0),
+                                        ('dataloader_num_workers', -1)])
+def test_loader_values_out_of_range_are_refused_with_the_options(tmp_path, key, value):
+    with pytest.raises(UserError, match=rf'^<options>: datasets\.train\.{key}: {value} must be >= {value + 1}$'):
+        dataset_options('dncnn', dataroot_H=str(tmp_path), **{key: value})
 
 
 # ---- end to end: main_train.py ----------------------------------------------------------------------

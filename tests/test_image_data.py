@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from conftest import unchecked_section
 from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.loader import build_train_loader, build_val_loader
@@ -200,20 +201,17 @@ def test_augment_with_flags_off_is_the_identity():
 # ---- datasets ------------------------------------------------------------------------------------
 
 def _opt(cls, **kw):
-    opt = {'name': 'train', 'dataset_type': 'x', '_where': 'datasets.train'}
-    opt.update({k: v for k, v in cls.OPTIONS.items()})
-    opt.update(kw)
-    return opt
+    return unchecked_section(cls, 'train', **kw)
 
 
 def _test_opt(cls, **kw):
     """A `datasets.test` section: evaluation, so H_size does not constrain the images."""
-    return _opt(cls, name='test', _where='datasets.test', phase='test', **kw)
+    return unchecked_section(cls, 'test', **kw)
 
 
 def test_dataset_types_are_registered():
-    assert DATASETS['plain'] is DatasetPlain and DATASETS['sr'] is DatasetSR
-    assert DATASETS['dncnn'] is DatasetDnCNN and DATASETS['denoising'] is DatasetDnCNN
+    assert DATASETS.get('plain', '') is DatasetPlain and DATASETS.get('sr', '') is DatasetSR
+    assert DATASETS.get('dncnn', '') is DatasetDnCNN and DATASETS.get('denoising', '') is DatasetDnCNN
 
 
 def test_missing_or_empty_folder_is_a_user_error_naming_the_option(tmp_path):
@@ -222,13 +220,6 @@ def test_missing_or_empty_folder_is_a_user_error_naming_the_option(tmp_path):
     (tmp_path / 'empty').mkdir()
     with pytest.raises(UserError, match=r'^datasets\.train\.dataroot_H: no images'):
         DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=str(tmp_path / 'empty')))
-
-
-def test_error_prefix_falls_back_to_the_section_name_without_where(tmp_path):
-    opt = _opt(DatasetSR, dataroot_H=str(tmp_path / 'nope'), name='val')
-    del opt['_where']
-    with pytest.raises(UserError, match=r'^datasets\.val\.dataroot_H'):
-        DatasetSR(opt)
 
 
 def test_paired_folders_must_have_the_same_number_of_images(tmp_path):
@@ -413,11 +404,15 @@ def _digest(folder):
     return h.hexdigest()
 
 
-def test_demo_images_are_deterministic_and_sized_by_section_name(tmp_path):
+def _demo(generator, phase, target):
+    return unchecked_section(DatasetDnCNN, phase, generate_demo=generator, dataroot_H=target)
+
+
+def test_demo_images_are_deterministic_and_sized_by_phase(tmp_path):
     a, b, v = str(tmp_path / 'a'), str(tmp_path / 'b'), str(tmp_path / 'v')
-    ensure_demo_data({'generate_demo': 'images', 'name': 'train', 'dataroot_H': a})
-    ensure_demo_data({'generate_demo': 'images', 'name': 'train', 'dataroot_H': b})
-    ensure_demo_data({'generate_demo': 'images', 'name': 'test', 'dataroot_H': v})
+    ensure_demo_data(_demo('images', 'train', a))
+    ensure_demo_data(_demo('images', 'train', b))
+    ensure_demo_data(_demo('images', 'test', v))
     assert len(list_images(a)) == 64 and len(list_images(v)) == 8
     assert _digest(a) == _digest(b)
     assert imread_uint(list_images(v)[0]).shape == (128, 128, 3)
@@ -426,7 +421,7 @@ def test_demo_images_are_deterministic_and_sized_by_section_name(tmp_path):
 
 
 def test_demo_images_are_not_flat(tmp_path):
-    ensure_demo_data({'generate_demo': 'images', 'name': 'val', 'dataroot_H': str(tmp_path / 'v')})
+    ensure_demo_data(_demo('images', 'test', str(tmp_path / 'v')))
     for p in list_images(str(tmp_path / 'v')):
         img = imread_uint(p).astype(float)
         assert img.std() > 20
@@ -435,7 +430,7 @@ def test_demo_images_are_not_flat(tmp_path):
 
 def test_complete_demo_folder_is_not_regenerated(tmp_path):
     target = str(tmp_path / 'v')
-    opt = {'generate_demo': 'images', 'name': 'val', 'dataroot_H': target}
+    opt = _demo('images', 'test', target)
     ensure_demo_data(opt)
     first = list_images(target)[0]
     os.remove(first)
@@ -448,7 +443,7 @@ def test_partial_temp_folder_of_a_killed_run_does_not_count_as_complete(tmp_path
     stale = tmp_path / 'v.tmp-999999999-deadbeef'  # pid that cannot exist
     stale.mkdir()
     imwrite(str(stale / '0000.png'), _rand((8, 8, 3)))
-    ensure_demo_data({'generate_demo': 'images', 'name': 'val', 'dataroot_H': target})
+    ensure_demo_data(_demo('images', 'test', target))
     assert len(list_images(target)) == 8
     assert os.path.isfile(os.path.join(target, COMPLETE_MARKER))
     assert not stale.exists()  # cleaned up
@@ -459,19 +454,17 @@ def test_demo_refuses_to_overwrite_a_folder_that_is_not_a_finished_demo(tmp_path
     target.mkdir()
     (target / 'photo.png').write_bytes(b'x')
     with pytest.raises(UserError, match='not a complete generated demo folder'):
-        ensure_demo_data({'generate_demo': 'images', 'name': 'val', 'dataroot_H': str(target),
-                          '_where': 'datasets.test'})
+        ensure_demo_data(_demo('images', 'test', str(target)))
     assert os.listdir(target) == ['photo.png']
 
 
 def test_unknown_demo_generator_is_a_user_error_with_a_hint(tmp_path):
     with pytest.raises(UserError, match=r'datasets\.train\.generate_demo: unknown demo "image" \(did you mean "images"\?\)'):
-        ensure_demo_data({'generate_demo': 'image', 'name': 'train', 'dataroot_H': str(tmp_path),
-                          '_where': 'datasets.train'})
+        ensure_demo_data(_demo('image', 'train', str(tmp_path)))
 
 
 def test_demo_images_train_a_dataset(tmp_path):
     target = str(tmp_path / 'v')
-    ensure_demo_data({'generate_demo': 'images', 'name': 'val', 'dataroot_H': target})
+    ensure_demo_data(_demo('images', 'test', target))
     ds = DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=target, H_size=64))
     assert len(ds) == 8 and ds[(3, 5)]['L'].shape == (3, 64, 64)

@@ -27,7 +27,7 @@ HANG_S = 120  # a scenario still running after this long (from its start) is kil
 LOADED_THEN_MAIN = """import sys, time
 import main_train
 args = main_train.parse_args(sys.argv[2:])
-main_train.load_options(args.opt, args.set)
+main_train.read_options(args.opt, args.set)
 with open(sys.argv[1], 'w') as f:
     f.write(repr(time.monotonic()))
 sys.exit(main_train.main(sys.argv[2:]))

@@ -6,7 +6,8 @@ import pytest
 
 from tests.conftest import ROOT, tiny_options, write_options
 from utils.errors import OptionsError
-from utils.options import dumps, load_options, strip_json_comments, validate
+from main_train import option_rules, read_options
+from utils.options import dumps, strip_json_comments, validate
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
 
@@ -41,11 +42,11 @@ def test_escaped_quote_does_not_end_a_string():
 def test_comment_stripping_keeps_line_and_column_of_later_errors(tmp_path):
     path = _write(tmp_path, '{\n  /* a\n  comment */ "a": 1,\n  "b": [1, 2,, 3]\n}')
     with pytest.raises(OptionsError, match=r'opt\.json:4:14: invalid JSON'):
-        load_options(path)
+        read_options(path)
 
 
 def test_demo_option_file_loads_with_defaults_filled():
-    opt = load_options(DEMO)
+    opt = read_options(DEMO)
     assert opt['netG']['net_type'] == 'dncnn'
     assert opt['train']['G_optimizer_betas'] == [0.9, 0.999]           # default filled in
     assert opt['datasets']['train']['dataloader_batch_size'] == 16
@@ -54,59 +55,59 @@ def test_demo_option_file_loads_with_defaults_filled():
 
 def test_unknown_key_is_an_error_with_did_you_mean(tmp_path):
     with pytest.raises(OptionsError, match=r'train\.G_optimizer_lrr: unknown key \(did you mean "G_optimizer_lr"\?\)'):
-        load_options(_opts(tmp_path, train__G_optimizer_lrr=1e-3))
+        read_options(_opts(tmp_path, train__G_optimizer_lrr=1e-3))
 
 
 def test_unknown_top_level_section_suggests_the_right_one(tmp_path):
     opt = tiny_options(str(tmp_path), str(tmp_path))
     opt['netg'] = opt.pop('netG')
     with pytest.raises(OptionsError, match=r'netg: unknown key \(did you mean "netG"\?\)'):
-        load_options(write_options(str(tmp_path / 'o.json'), opt))
+        read_options(write_options(str(tmp_path / 'o.json'), opt))
 
 
 def test_unknown_network_kwarg_is_checked_against_the_constructor(tmp_path):
     with pytest.raises(OptionsError, match=r'netG\.nbb: unknown key \(did you mean "nb"\?\)'):
-        load_options(_opts(tmp_path, netG__nbb=4))
+        read_options(_opts(tmp_path, netG__nbb=4))
 
 
 def test_unknown_dataset_key_names_the_phase(tmp_path):
     with pytest.raises(OptionsError, match=r'datasets\.train\.dataroot_h: unknown key \(did you mean "dataroot_H"\?\)'):
-        load_options(_opts(tmp_path, datasets__train__dataroot_h='x'))
+        read_options(_opts(tmp_path, datasets__train__dataroot_h='x'))
 
 
 def test_unknown_network_and_dataset_types_suggest_names(tmp_path):
     with pytest.raises(OptionsError, match=r'netG\.net_type: unknown network "dncn" \(did you mean "dncnn"\?\)'):
-        load_options(_opts(tmp_path, netG__net_type='dncn'))
+        read_options(_opts(tmp_path, netG__net_type='dncn'))
     with pytest.raises(OptionsError, match=r'datasets\.train\.dataset_type: unknown dataset type "plian"'):
-        load_options(_opts(tmp_path, datasets__train__dataset_type='plian'))
+        read_options(_opts(tmp_path, datasets__train__dataset_type='plian'))
 
 
 def test_wrong_type_and_impossible_value_name_file_and_key(tmp_path):
     with pytest.raises(OptionsError, match=r'opt\.json: train\.total_iter: expected an integer, got "100"'):
-        load_options(_opts(tmp_path, train__total_iter='100'))
+        read_options(_opts(tmp_path, train__total_iter='100'))
     with pytest.raises(OptionsError, match=r'opt\.json: train\.E_decay: 1\.5 must be in \[0, 1\)'):
-        load_options(_opts(tmp_path, train__E_decay=1.5))
+        read_options(_opts(tmp_path, train__E_decay=1.5))
     with pytest.raises(OptionsError, match=r'train\.checkpoint_save: 0 must be > 0'):
-        load_options(_opts(tmp_path, train__checkpoint_save=0))
+        read_options(_opts(tmp_path, train__checkpoint_save=0))
     with pytest.raises(OptionsError, match=r'datasets\.train\.dataloader_batch_size: expected an integer'):
-        load_options(_opts(tmp_path, datasets__train__dataloader_batch_size=True))
+        read_options(_opts(tmp_path, datasets__train__dataloader_batch_size=True))
 
 
 def test_missing_required_key_is_reported(tmp_path):
     opt = tiny_options(str(tmp_path), str(tmp_path))
     del opt['task']
     with pytest.raises(OptionsError, match=r'task: required key is missing'):
-        load_options(write_options(str(tmp_path / 'o.json'), opt))
+        read_options(write_options(str(tmp_path / 'o.json'), opt))
 
 
 def test_duplicate_keys_are_rejected(tmp_path):
     with pytest.raises(OptionsError, match=r'duplicate key "task"'):
-        load_options(_write(tmp_path, '{"task": "a", "task": "b"}'))
+        read_options(_write(tmp_path, '{"task": "a", "task": "b"}'))
 
 
 def test_overrides_parse_json_values_and_fall_back_to_strings(tmp_path):
     path = _opts(tmp_path)
-    opt = load_options(path, ['train.total_iter=100', 'task=other_run', 'train.G_scheduler_milestones=[1, 2]',
+    opt = read_options(path, ['train.total_iter=100', 'task=other_run', 'train.G_scheduler_milestones=[1, 2]',
                               'datasets.train.sigma=15', 'logging.wandb_name=null'])
     assert opt['train']['total_iter'] == 100
     assert opt['task'] == 'other_run'
@@ -117,12 +118,12 @@ def test_overrides_parse_json_values_and_fall_back_to_strings(tmp_path):
 
 def test_override_of_an_unknown_key_is_an_error(tmp_path):
     with pytest.raises(OptionsError, match=r'train\.totl_iter: unknown key \(did you mean "total_iter"\?\)'):
-        load_options(_opts(tmp_path), ['train.totl_iter=5'])
+        read_options(_opts(tmp_path), ['train.totl_iter=5'])
 
 
 def test_override_without_equals_is_an_error(tmp_path):
     with pytest.raises(OptionsError, match=r'--set train.total_iter: expected KEY.PATH=VALUE'):
-        load_options(_opts(tmp_path), ['train.total_iter'])
+        read_options(_opts(tmp_path), ['train.total_iter'])
 
 
 def test_top_level_scale_propagates_into_datasets_like_kair(tmp_path):
@@ -130,12 +131,12 @@ def test_top_level_scale_propagates_into_datasets_like_kair(tmp_path):
     opt['scale'] = 2
     opt['datasets']['train'].update(dataset_type='sr', H_size=24)
     del opt['datasets']['train']['sigma']
-    loaded = load_options(write_options(str(tmp_path / 'o.json'), opt))
+    loaded = read_options(write_options(str(tmp_path / 'o.json'), opt))
     assert loaded['datasets']['train']['scale'] == 2
 
 
 def test_saved_options_redact_secrets_and_drop_internal_keys(tmp_path):
-    opt = load_options(_opts(tmp_path))
+    opt = read_options(_opts(tmp_path))
     opt['logging']['wandb_api_key_note'] = 'abc123'   # anything that looks like a secret
     text = dumps(opt)
     assert 'abc123' not in text and '***redacted***' in text
@@ -155,20 +156,20 @@ def test_cli_reports_option_errors_in_one_line_and_exits_2(tmp_path):
 
 def test_null_is_refused_where_the_default_is_not_null(tmp_path):
     with pytest.raises(OptionsError, match=r'datasets\.train\.dataloader_batch_size: expected an integer, got null'):
-        load_options(_opts(tmp_path, datasets__train__dataloader_batch_size=None))
+        read_options(_opts(tmp_path, datasets__train__dataloader_batch_size=None))
     with pytest.raises(OptionsError, match=r'netG\.nc: expected an integer, got null'):
-        load_options(_opts(tmp_path, netG__nc=None))
+        read_options(_opts(tmp_path, netG__nc=None))
 
 
 def test_malformed_types_and_sections_are_one_line_errors(tmp_path):
     with pytest.raises(OptionsError, match=r'netG\.net_type: expected a string, got \["dncnn"\]'):
-        load_options(_opts(tmp_path, netG__net_type=['dncnn']))
-    with pytest.raises(OptionsError, match=r'train\.G_optimizer_betas: expected two numbers'):
-        load_options(_opts(tmp_path, train__G_optimizer_betas=[0.9, 'x']))
+        read_options(_opts(tmp_path, netG__net_type=['dncnn']))
+    with pytest.raises(OptionsError, match=r'train\.G_optimizer_betas: \[0\.9, "x"\] must be two numbers in \[0, 1\)'):
+        read_options(_opts(tmp_path, train__G_optimizer_betas=[0.9, 'x']))
     opt = tiny_options(str(tmp_path), str(tmp_path))
     opt['train'] = []
     with pytest.raises(OptionsError, match=r'train: expected an object, got \[\]'):
-        load_options(write_options(str(tmp_path / 'o.json'), opt))
+        read_options(write_options(str(tmp_path / 'o.json'), opt))
 
 
 def test_a_dataset_scale_that_contradicts_the_top_level_scale_is_refused(tmp_path):
@@ -177,10 +178,10 @@ def test_a_dataset_scale_that_contradicts_the_top_level_scale_is_refused(tmp_pat
     raw['datasets']['test'].update(dataset_type='sr', scale=4)
     raw['datasets']['test'].pop('sigma_test')
     with pytest.raises(OptionsError, match=r'datasets\.test\.scale: 4 differs from the top-level "scale": 2'):
-        validate(raw)
+        validate(raw, option_rules())
 
 
 def test_nan_skip_limit_must_be_positive(tmp_path):
     raw = tiny_options(str(tmp_path), str(tmp_path), nan_skip_limit=0)
     with pytest.raises(OptionsError, match=r'train\.nan_skip_limit'):
-        validate(raw)
+        validate(raw, option_rules())

@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import run, tiny_options, write_options
 from utils.errors import OptionsError
-from utils.options import MAX_DEPTH, REDACTED, SCHEMA, Key, load_options, validate
+from main_train import option_rules, read_options
+from utils.options import MAX_DEPTH, REDACTED, SCHEMA, Key, validate
 
 
 def _opts(tmp_path, **changes):
@@ -48,7 +49,7 @@ def test_task_that_is_not_one_safe_folder_name_is_refused_before_anything_is_wri
     if task == 'ABSOLUTE':
         task = str(tmp_path / 'elsewhere')
     with pytest.raises(OptionsError, match=r'opt\.json: task: .*use one folder name of letters, digits and') as e:
-        load_options(_opts(tmp_path, task=task))
+        read_options(_opts(tmp_path, task=task))
     _one_line(e)
     assert sorted(os.listdir(tmp_path)) == ['opt.json']
 
@@ -56,30 +57,30 @@ def test_task_that_is_not_one_safe_folder_name_is_refused_before_anything_is_wri
 @pytest.mark.parametrize('task', ['../x', '', '.', '/', '..'], ids=repr)
 def test_task_override_is_checked_like_the_file(tmp_path, task):
     with pytest.raises(OptionsError, match=r'opt\.json: task: '):
-        load_options(_opts(tmp_path), [f'task={task}'])
+        read_options(_opts(tmp_path), [f'task={task}'])
 
 
 def test_safe_task_names_are_accepted_and_stay_inside_the_root(tmp_path):
     for task in ('dncnn_color-s25', 'a.b+c', '...', '0', 'x' * 255):
-        opt = load_options(_opts(tmp_path, task=task))
+        opt = read_options(_opts(tmp_path, task=task))
         assert opt['path']['task'] == os.path.join(str(tmp_path / 'exp'), task)
     assert not (tmp_path / 'exp').exists()   # loading options creates nothing
 
 
 def test_empty_path_root_is_refused_in_the_file_and_as_override(tmp_path):
     with pytest.raises(OptionsError, match=r'opt\.json: path\.root: "" must not be empty'):
-        load_options(_opts(tmp_path, path__root=''))
+        read_options(_opts(tmp_path, path__root=''))
     with pytest.raises(OptionsError, match=r'opt\.json: path\.root: "" must not be empty'):
-        load_options(_opts(tmp_path), ['path.root='])
+        read_options(_opts(tmp_path), ['path.root='])
 
 
 def test_path_root_that_is_a_file_is_refused_naming_it(tmp_path):
     (tmp_path / 'afile').write_text('keep')
     with pytest.raises(OptionsError, match=r'opt\.json: path\.root: .*afile is a file, not a folder') as e:
-        load_options(_opts(tmp_path, path__root=str(tmp_path / 'afile')))
+        read_options(_opts(tmp_path, path__root=str(tmp_path / 'afile')))
     _one_line(e)
     with pytest.raises(OptionsError, match=r'path\.root: .*afile/sub cannot be created: .*afile is a file'):
-        load_options(_opts(tmp_path), [f'path.root={tmp_path / "afile" / "sub"}'])
+        read_options(_opts(tmp_path), [f'path.root={tmp_path / "afile" / "sub"}'])
     assert (tmp_path / 'afile').read_text() == 'keep'
 
 
@@ -89,16 +90,16 @@ def test_run_folder_that_is_a_symlink_leading_outside_the_root_is_refused(tmp_pa
     os.symlink(str(tmp_path / 'outside'), str(tmp_path / 'exp' / 'tiny'))
     with pytest.raises(OptionsError, match=r'opt\.json: task: the run folder .*tiny leads to .*outside '
                                            r'\(a symbolic link\?\), which is not inside path\.root'):
-        load_options(_opts(tmp_path))
+        read_options(_opts(tmp_path))
     os.symlink(str(tmp_path / 'exp'), str(tmp_path / 'exp' / 'self'))   # the root itself
     with pytest.raises(OptionsError, match=r'task: the run folder .*self leads to'):
-        load_options(_opts(tmp_path, task='self'))
+        read_options(_opts(tmp_path, task='self'))
 
 
 def test_symlinked_root_and_a_run_folder_inside_it_are_fine(tmp_path):
     (tmp_path / 'real').mkdir()
     os.symlink(str(tmp_path / 'real'), str(tmp_path / 'exp'))
-    opt = load_options(_opts(tmp_path))
+    opt = read_options(_opts(tmp_path))
     assert opt['path']['task'] == os.path.join(str(tmp_path / 'exp'), 'tiny')
 
 
@@ -106,7 +107,7 @@ def test_run_folder_that_exists_as_a_file_is_refused(tmp_path):
     (tmp_path / 'exp').mkdir()
     (tmp_path / 'exp' / 'tiny').write_text('not a folder')
     with pytest.raises(OptionsError, match=r'opt\.json: task: the run folder .*tiny exists and is not a folder'):
-        load_options(_opts(tmp_path))
+        read_options(_opts(tmp_path))
 
 
 def test_cli_fresh_with_an_empty_task_exits_2_and_leaves_the_root_where_it_is(tmp_path):
@@ -123,11 +124,11 @@ def test_cli_fresh_with_an_empty_task_exits_2_and_leaves_the_root_where_it_is(tm
 
 def test_control_characters_in_keys_and_paths_are_escaped_so_the_error_stays_one_line(tmp_path):
     with pytest.raises(OptionsError, match=r'opt\.json: train\.bad\\nkey: unknown key') as e:
-        load_options(_opts(tmp_path, **{'train__bad\nkey': 1}))
+        read_options(_opts(tmp_path, **{'train__bad\nkey': 1}))
     _one_line(e)
     (tmp_path / 'a\nfile').write_text('')
     with pytest.raises(OptionsError, match=r'path\.root: .*a\\nfile is a file, not a folder') as e:
-        load_options(_opts(tmp_path, path__root=str(tmp_path / 'a\nfile')))
+        read_options(_opts(tmp_path, path__root=str(tmp_path / 'a\nfile')))
     _one_line(e)
 
 
@@ -141,13 +142,13 @@ def test_nan_and_infinity_in_the_file_are_refused_naming_the_key(tmp_path, const
     assert constant in open(path).read()
     message = rf'opt\.json: {key}: {constant} is not allowed: numbers must be finite'
     with pytest.raises(OptionsError, match=message) as e:
-        load_options(path)
+        read_options(path)
     _one_line(e)
 
 
 def test_non_finite_number_inside_a_list_names_its_index(tmp_path):
     with pytest.raises(OptionsError, match=r'opt\.json: train\.G_optimizer_betas\[1\]: NaN is not allowed'):
-        load_options(_opts(tmp_path, train__G_optimizer_betas=[0.9, float('nan')]))
+        read_options(_opts(tmp_path, train__G_optimizer_betas=[0.9, float('nan')]))
 
 
 @pytest.mark.parametrize('number', ['1e400', '-1e400', '1' + '0' * 400])
@@ -155,14 +156,14 @@ def test_numbers_that_overflow_to_infinity_are_refused_naming_the_key(tmp_path, 
     text = open(_opts(tmp_path, train__G_optimizer_lr=12345.5)).read().replace('12345.5', number)
     with pytest.raises(OptionsError, match=r'opt\.json: train\.G_optimizer_lr: .* is out of range: numbers must be '
                                            r'finite \(this one overflows to infinity\)'):
-        load_options(_raw(tmp_path, text))
+        read_options(_raw(tmp_path, text))
 
 
 def test_integer_with_thousands_of_digits_is_a_one_line_error(tmp_path):
     text = open(_opts(tmp_path, train__total_iter=12345)).read().replace('12345', '9' * 5000)
     with pytest.raises(OptionsError, match=r'opt\.json: train\.total_iter: 9999999999999999\.\.\. \(5000 characters\) '
                                            r'is out of range') as e:
-        load_options(_raw(tmp_path, text))
+        read_options(_raw(tmp_path, text))
     assert len(_one_line(e)) < 300
 
 
@@ -174,13 +175,13 @@ def test_integer_with_thousands_of_digits_is_a_one_line_error(tmp_path):
 ])
 def test_non_finite_override_values_are_refused_naming_the_key(tmp_path, override, where):
     with pytest.raises(OptionsError, match=rf'--set {where}: .* numbers must be finite'):
-        load_options(_opts(tmp_path), [override])
+        read_options(_opts(tmp_path), [override])
 
 
 def test_validate_refuses_non_finite_floats_passed_in_directly(tmp_path):
     raw = tiny_options(str(tmp_path), str(tmp_path), G_optimizer_lr=float('inf'))
     with pytest.raises(OptionsError, match=r'<options>: train\.G_optimizer_lr: Infinity is not allowed'):
-        validate(raw)
+        validate(raw, option_rules())
 
 
 # 3. one-line errors instead of tracebacks ---------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_validate_refuses_non_finite_floats_passed_in_directly(tmp_path):
 def test_non_utf8_option_file_is_a_one_line_error_with_its_position(tmp_path):
     path = _raw(tmp_path, b'{\n  "task": "caf\xe9"\n}')
     with pytest.raises(OptionsError, match=r'opt\.json:2:15: not a UTF-8 text file \(byte 0xe9\)') as e:
-        load_options(path)
+        read_options(path)
     _one_line(e)
 
 
@@ -196,7 +197,7 @@ def test_non_utf8_option_file_is_a_one_line_error_with_its_position(tmp_path):
 def test_json_nested_100000_deep_is_a_one_line_error(tmp_path, opening, closing):
     path = _raw(tmp_path, '{"task": ' + opening * 100000 + '1' + closing * 100000 + '}')
     with pytest.raises(OptionsError, match=r'opt\.json: invalid JSON: nested too deeply') as e:
-        load_options(path)
+        read_options(path)
     _one_line(e)
 
 
@@ -206,41 +207,41 @@ def test_json_nested_deeper_than_the_limit_but_parsable_is_refused_naming_the_ke
         value = [value]
     message = rf'opt\.json: train\.fix_keys(\[0\])*.*: nested more than {MAX_DEPTH} levels'
     with pytest.raises(OptionsError, match=message):
-        load_options(_opts(tmp_path, train__fix_keys=value))
+        read_options(_opts(tmp_path, train__fix_keys=value))
 
 
 def test_deeply_nested_override_is_a_one_line_error(tmp_path):
     with pytest.raises(OptionsError, match=r'--set train\.fix_keys: value nested too deeply'):
-        load_options(_opts(tmp_path), ['train.fix_keys=' + '[' * 100000])
+        read_options(_opts(tmp_path), ['train.fix_keys=' + '[' * 100000])
     with pytest.raises(OptionsError, match=rf'--set train\.fix_keys(\[0\])*.*: nested more than {MAX_DEPTH} levels'):
-        load_options(_opts(tmp_path), ['train.fix_keys=' + '[' * 80 + ']' * 80])
+        read_options(_opts(tmp_path), ['train.fix_keys=' + '[' * 80 + ']' * 80])
 
 
 @pytest.mark.parametrize('seed', [2**70, 2**32, -1])
 def test_manual_seed_outside_0_to_2_pow_32_is_refused(tmp_path, seed):
     message = rf'opt\.json: train\.manual_seed: {seed} must be in \[0, 2\*\*32\)'
     with pytest.raises(OptionsError, match=message):
-        load_options(_opts(tmp_path, train__manual_seed=seed))
+        read_options(_opts(tmp_path, train__manual_seed=seed))
     with pytest.raises(OptionsError, match=message):
-        load_options(_opts(tmp_path), [f'train.manual_seed={seed}'])
+        read_options(_opts(tmp_path), [f'train.manual_seed={seed}'])
 
 
 def test_manual_seed_bounds_and_null_are_accepted(tmp_path):
     for seed in (0, 2**32 - 1, None):
-        assert load_options(_opts(tmp_path, train__manual_seed=seed))['train']['manual_seed'] == seed
+        assert read_options(_opts(tmp_path, train__manual_seed=seed))['train']['manual_seed'] == seed
 
 
 @pytest.mark.parametrize('timeout', [1e300, 604801, 0, -5])
 def test_dist_timeout_must_be_positive_and_at_most_7_days(tmp_path, timeout):
     message = r'opt\.json: dist_timeout: .* must be > 0 and at most 604800 seconds \(7 days\)'
     with pytest.raises(OptionsError, match=message):
-        load_options(_opts(tmp_path, dist_timeout=timeout))
+        read_options(_opts(tmp_path, dist_timeout=timeout))
     with pytest.raises(OptionsError, match=message):
-        load_options(_opts(tmp_path), [f'dist_timeout={timeout}'])
+        read_options(_opts(tmp_path), [f'dist_timeout={timeout}'])
 
 
 def test_dist_timeout_of_exactly_7_days_is_accepted(tmp_path):
-    assert load_options(_opts(tmp_path, dist_timeout=604800))['dist_timeout'] == 604800
+    assert read_options(_opts(tmp_path, dist_timeout=604800))['dist_timeout'] == 604800
 
 
 @pytest.mark.parametrize('case', ['non-utf8', 'nested', 'seed'])
@@ -271,16 +272,16 @@ def secret_key_in_schema(monkeypatch):
 def test_wrongly_typed_secret_value_is_redacted_in_the_error(tmp_path, secret_key_in_schema):
     message = r'logging\.wandb_api_key: expected a string or null, got \*\*\*redacted'
     with pytest.raises(OptionsError, match=message) as e:
-        load_options(_opts(tmp_path, logging__wandb_api_key=918273645))
+        read_options(_opts(tmp_path, logging__wandb_api_key=918273645))
     assert '918273645' not in str(e.value)
     with pytest.raises(OptionsError, match=r'logging\.wandb_api_key: \*\*\*redacted\*\*\* is never good') as e:
-        load_options(_opts(tmp_path), ['logging.wandb_api_key=s3cr3t-value'])
+        read_options(_opts(tmp_path), ['logging.wandb_api_key=s3cr3t-value'])
     assert 's3cr3t' not in str(e.value)
 
 
 def test_non_finite_secret_value_is_redacted_in_the_error(tmp_path):
     with pytest.raises(OptionsError, match=r'--set logging\.api_token: \*\*\*redacted\*\*\* is out of range') as e:
-        load_options(_opts(tmp_path), ['logging.api_token=1e999'])
+        read_options(_opts(tmp_path), ['logging.api_token=1e999'])
     assert '1e999' not in str(e.value)
 
 
@@ -293,13 +294,13 @@ def test_non_finite_secret_value_is_redacted_in_the_error(tmp_path):
 ], ids=['netG.net_type', 'dataset_type', 'train', 'betas', 'lr'])
 def test_secrets_nested_in_a_wrongly_typed_value_are_redacted(tmp_path, change):
     with pytest.raises(OptionsError) as e:
-        load_options(_opts(tmp_path, **change))
+        read_options(_opts(tmp_path, **change))
     assert 's3cr3t' not in str(e.value) and REDACTED in str(e.value), str(e.value)
 
 
 def test_unknown_secret_looking_key_is_reported_without_its_value(tmp_path):
     with pytest.raises(OptionsError, match=r'opt\.json: logging\.wandb_api_key: unknown key') as e:
-        load_options(_opts(tmp_path, logging__wandb_api_key='s3cr3t-value'))
+        read_options(_opts(tmp_path, logging__wandb_api_key='s3cr3t-value'))
     assert 's3cr3t' not in str(e.value)
 
 
@@ -307,7 +308,7 @@ def test_unknown_secret_looking_key_is_reported_without_its_value(tmp_path):
                                       'train.total_iter.token=s3cr3t-value'])
 def test_malformed_override_errors_do_not_echo_the_value(tmp_path, override):
     with pytest.raises(OptionsError, match=r'^--set ') as e:
-        load_options(_opts(tmp_path), [override])
+        read_options(_opts(tmp_path), [override])
     assert 's3cr3t' not in str(e.value), str(e.value)
 
 
@@ -315,6 +316,6 @@ def test_malformed_override_errors_do_not_echo_the_value(tmp_path, override):
 
 def test_loading_options_creates_no_file_or_folder(tmp_path):
     root = tmp_path / 'deep' / 'exp'
-    opt = load_options(_opts(tmp_path, path__root=str(root)))
+    opt = read_options(_opts(tmp_path, path__root=str(root)))
     assert opt['path']['models'] == os.path.join(str(root), 'tiny', 'models')
     assert sorted(os.listdir(tmp_path)) == ['opt.json']

@@ -3,14 +3,13 @@
 These pin down behaviour (dtypes, memory formats, saved state, gradients), not timings; the timings
 are in bench/.
 """
-import os
 import sys
 
 import pytest
 import torch
 
 from conftest import clean_env, run, tiny_options, write_options
-from main_train import micro_batches
+from main_train import micro_batches, option_rules
 from models.model_plain import ModelPlain, amp_setup
 from utils.errors import OptionsError, UserError
 from utils.options import validate
@@ -21,7 +20,7 @@ CPU = torch.device('cpu')
 def _opt(tmp_path, net=None, **train):
     raw = tiny_options(str(tmp_path), str(tmp_path / 'data'), E_decay=0.0, **train)
     raw['netG'] = net or {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 3, 'act_mode': 'R'}
-    return validate(raw)
+    return validate(raw, option_rules())
 
 
 def _model(tmp_path, seed=0, **train):

@@ -5,11 +5,17 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import train_options
 from models.ema import ModelEMA
 from models.losses import CharbonnierLoss, build_loss
 from models.optim import build_optimizer, build_scheduler
 from models.regularizers import apply_regularizers, regularize_clip, regularize_orth
 from utils.errors import UserError
+
+def t(given):
+    """The validated train defaults with `given` on top, unchecked (so that bad names reach the builders)."""
+    return {**train_options(), **given}
+
 
 X = torch.tensor([[0.0, 1.0], [2.0, 4.0]])
 Y = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # differences 1, 0, 2, 3
@@ -17,28 +23,28 @@ Y = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # differences 1, 0, 2, 3
 
 @pytest.mark.parametrize('kind, expected', [('l1', 6 / 4), ('l2', 14 / 4), ('l2sum', 14.0)])
 def test_pixel_losses_match_hand_computed_values(kind, expected):
-    assert build_loss({'G_lossfn_type': kind})(X, Y).item() == pytest.approx(expected)
+    assert build_loss(t({'G_lossfn_type': kind}))(X, Y).item() == pytest.approx(expected)
 
 
 def test_loss_weight_scales_the_loss():
-    assert build_loss({'G_lossfn_type': 'l1', 'G_lossfn_weight': 2.5})(X, Y).item() == pytest.approx(2.5 * 1.5)
+    assert build_loss(t({'G_lossfn_type': 'l1', 'G_lossfn_weight': 2.5}))(X, Y).item() == pytest.approx(2.5 * 1.5)
 
 
 def test_charbonnier_is_mean_sqrt_of_squared_diff_plus_eps():
     eps = 0.25
     expected = sum(math.sqrt(d * d + eps) for d in (1, 0, 2, 3)) / 4
     assert CharbonnierLoss(eps)(X, Y).item() == pytest.approx(expected)
-    loss = build_loss({'G_lossfn_type': 'charbonnier', 'G_charbonnier_eps': eps, 'G_lossfn_weight': 1.0})
+    loss = build_loss(t({'G_lossfn_type': 'charbonnier', 'G_charbonnier_eps': eps, 'G_lossfn_weight': 1.0}))
     assert loss(X, Y).item() == pytest.approx(expected)
 
 
 def test_charbonnier_default_eps_is_vrt_1e9():
-    assert build_loss({'G_lossfn_type': 'charbonnier'}).base.eps == 1e-9
+    assert build_loss(t({'G_lossfn_type': 'charbonnier'})).base.eps == 1e-9
 
 
 def test_unknown_loss_names_option_and_suggests():
     with pytest.raises(UserError, match=r'train.G_lossfn_type: unknown loss "charbonier" \(did you mean "charbonnier"\?\)'):
-        build_loss({'G_lossfn_type': 'charbonier'})
+        build_loss(t({'G_lossfn_type': 'charbonier'}))
 
 
 def _groups():
@@ -47,22 +53,22 @@ def _groups():
 
 
 def test_optimizer_reads_kair_keys_and_keeps_group_lr():
-    opt = build_optimizer(_groups(), {'G_optimizer_type': 'adamw', 'G_optimizer_lr': 2e-4,
-                                      'G_optimizer_betas': [0.8, 0.99], 'G_optimizer_wd': 0.05})
+    opt = build_optimizer(_groups(), t({'G_optimizer_type': 'adamw', 'G_optimizer_lr': 2e-4,
+                                      'G_optimizer_betas': [0.8, 0.99], 'G_optimizer_wd': 0.05}))
     assert isinstance(opt, torch.optim.AdamW)
     assert [g['lr'] for g in opt.param_groups] == [2e-4, 0.01]
     assert opt.param_groups[0]['betas'] == (0.8, 0.99) and opt.param_groups[0]['weight_decay'] == 0.05
 
 
 def test_adam_defaults_betas_and_zero_weight_decay():
-    opt = build_optimizer(_groups(), {'G_optimizer_type': 'adam', 'G_optimizer_lr': 1e-3})
+    opt = build_optimizer(_groups(), t({'G_optimizer_type': 'adam', 'G_optimizer_lr': 1e-3}))
     assert type(opt) is torch.optim.Adam
     assert opt.param_groups[0]['betas'] == (0.9, 0.999) and opt.param_groups[0]['weight_decay'] == 0
 
 
 def test_unknown_optimizer_is_a_user_error():
     with pytest.raises(UserError, match=r'train.G_optimizer_type: unknown optimizer "adan" \(did you mean'):
-        build_optimizer(_groups(), {'G_optimizer_type': 'adan'})
+        build_optimizer(_groups(), t({'G_optimizer_type': 'adan'}))
 
 
 def _opt(lrs=(1.0,)):
@@ -72,7 +78,7 @@ def _opt(lrs=(1.0,)):
 def lr_sequence(train_opt, n, lrs=(1.0,), group=0):
     """lr in force for iterations 0..n-1 when step() is called once after each iteration."""
     opt = _opt(lrs)
-    sched = build_scheduler(opt, train_opt)
+    sched = build_scheduler(opt, t(train_opt))
     seq = []
     for _ in range(n):
         seq.append(opt.param_groups[group]['lr'])
@@ -128,14 +134,14 @@ def test_cosine_restart_with_int_period_matches_torch_warm_restarts():
 
 def test_int_period_rejects_restart_weights_it_cannot_honour():
     with pytest.raises(UserError, match='G_scheduler_restart_weights'):
-        build_scheduler(_opt(), {'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': 5,
-                                 'G_scheduler_restart_weights': 2})
+        build_scheduler(_opt(), t({'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': 5,
+                                 'G_scheduler_restart_weights': 2}))
 
 
 def test_period_list_needs_one_weight_per_period():
     with pytest.raises(UserError, match='one weight per period'):
-        build_scheduler(_opt(), {'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': [3, 3],
-                                 'G_scheduler_restart_weights': [1]})
+        build_scheduler(_opt(), t({'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': [3, 3],
+                                 'G_scheduler_restart_weights': [1]}))
 
 
 def test_warmup_ramps_linearly_then_follows_schedule():
@@ -155,7 +161,7 @@ def test_no_scheduler_keeps_lr_constant():
 
 def test_unknown_scheduler_type_suggests_a_known_name():
     with pytest.raises(UserError, match=r'train.G_scheduler_type: unknown scheduler "MultiStepLr" \(did you mean'):
-        build_scheduler(_opt(), {'G_scheduler_type': 'MultiStepLr'})
+        build_scheduler(_opt(), t({'G_scheduler_type': 'MultiStepLr'}))
 
 
 @pytest.mark.parametrize('train_opt', [
@@ -170,14 +176,14 @@ def test_resumed_scheduler_continues_the_uninterrupted_lr_sequence(train_opt):
     full = [lr_sequence(train_opt, n, lrs, g) for g in (0, 1)]
 
     opt = _opt(lrs)
-    sched = build_scheduler(opt, train_opt)
+    sched = build_scheduler(opt, t(train_opt))
     for _ in range(split):
         opt.step()
         sched.step()
     state = sched.state_dict()
 
     opt2 = _opt(lrs)  # fresh run built from the same options, before any step
-    sched2 = build_scheduler(opt2, train_opt)
+    sched2 = build_scheduler(opt2, t(train_opt))
     sched2.load_state_dict(state)
     resumed = [[], []]
     for _ in range(n - split):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from conftest import tiny_options
+from main_train import option_rules
 from models.model_plain import ModelPlain
 from utils.options import validate
 
@@ -16,7 +17,7 @@ def _model(tmp_path, seed=0, **train):
     raw = tiny_options(str(tmp_path), str(tmp_path / 'data'), **{'E_decay': 0.0, **train})
     raw['netG']['act_mode'] = 'R'
     torch.manual_seed(seed)
-    return ModelPlain(validate(raw), CPU)
+    return ModelPlain(validate(raw, option_rules()), CPU)
 
 
 def _batch(n, seed, size=16):

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import unchecked_section
 from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data import lmdb_util
 from data.lmdb_util import make_lmdb_from_folder
-from data.registry import LOADER_OPTIONS, build_dataset
+from data.registry import build_dataset
 from data.spike import read_spike_npy, spike_to_representation
 from data.synthetic_gopro import luminance, make_gopro_spike, sharp_frames
 from data.video_datasets import VideoRecurrentTestDataset, VideoRecurrentTrainDataset
@@ -48,8 +49,7 @@ def pattern_root(tmp_path):
 
 
 def make_opt(cls, root, **over):
-    opt = {**LOADER_OPTIONS, **cls.OPTIONS, '_where': 'datasets.train', 'name': 'train_dataset',
-           'dataroot_gt': str(root / 'gt'), 'dataroot_lq': str(root / 'lq')}
+    opt = unchecked_section(cls, 'train', dataroot_gt=str(root / 'gt'), dataroot_lq=str(root / 'lq'))
     if cls is VideoRecurrentTrainDataset:
         opt.update(meta_info_file=str(root / 'meta.txt'), gt_size=16, num_frame=3)
         opt['dataset_type'] = 'VideoRecurrentTrainDataset'
@@ -271,9 +271,10 @@ def test_spike_frames_of_another_size_than_the_lq_frames_are_rejected(pattern_ro
 def gopro_root(tmp_path_factory):
     root = tmp_path_factory.mktemp('demo') / 'GoPro'
     for split in ('train', 'test'):
-        ensure_demo_data({'generate_demo': 'gopro_spike', '_where': f'datasets.{split}',
-                          'dataroot_gt': str(root / f'{split}_GT'), 'dataroot_lq': str(root / f'{split}_GT_blurred'),
-                          'dataroot_spike': str(root / f'{split}_spike')})
+        ensure_demo_data(unchecked_section(VideoRecurrentTestDataset, split, generate_demo='gopro_spike',
+                                           dataroot_gt=str(root / f'{split}_GT'),
+                                           dataroot_lq=str(root / f'{split}_GT_blurred'),
+                                           dataroot_spike=str(root / f'{split}_spike')))
     return root
 
 
@@ -330,10 +331,11 @@ def test_gopro_spike_demo_feeds_both_video_datasets(gopro_root):
 
 def test_gopro_spike_demo_rejects_a_layout_it_does_not_write(tmp_path):
     with pytest.raises(UserError, match='datasets.train.dataroot_gt: .*train_GT or test_GT'):
-        ensure_demo_data({'generate_demo': 'gopro_spike', '_where': 'datasets.train', 'dataroot_gt': str(tmp_path / 'gt')})
+        ensure_demo_data(unchecked_section(VideoRecurrentTestDataset, generate_demo='gopro_spike',
+                                           dataroot_gt=str(tmp_path / 'gt')))
     with pytest.raises(UserError, match='datasets.train.dataroot_lq: .*train_GT_blurred'):
-        ensure_demo_data({'generate_demo': 'gopro_spike', '_where': 'datasets.train',
-                          'dataroot_gt': str(tmp_path / 'train_GT'), 'dataroot_lq': str(tmp_path / 'blurred')})
+        ensure_demo_data(unchecked_section(VideoRecurrentTestDataset, generate_demo='gopro_spike',
+                                           dataroot_gt=str(tmp_path / 'train_GT'), dataroot_lq=str(tmp_path / 'blurred')))
 
 
 # ---- start-up checks: every frame's header, spike headers, option values ---------------------------

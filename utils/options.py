@@ -1,8 +1,9 @@
 """Option files: JSON with comments → validated plain dict with every key present.
 
 The file is parsed once, overrides from the command line are applied to the parsed data, and the
-result is validated against the schema below, the dataset classes' `OPTIONS` and the network
-constructor's signature. Unknown keys are errors with a did-you-mean, so a typo never silently falls
+result is validated against the schema below and against the rules of the layers above (`Rules`:
+the network constructor's signature, the dataset classes' `OPTIONS`, the registered names), which
+the entry point passes in: this module knows no network, dataset or model. Unknown keys are errors with a did-you-mean, so a typo never silently falls
 back to a default. The result is a plain dict: a key that does not exist raises KeyError instead of
 returning None. Nothing here touches the environment or the file system beyond reading the file
 and looking at `path.root` (whether it exists and is a directory, where its symlinks lead): the
@@ -13,13 +14,31 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from data.registry import LOADER_OPTIONS, REQUIRED, dataset_class
-from models.registry import constructor_defaults, network_class
 from utils.errors import OptionsError, UserError
 from utils.suggest import did_you_mean
+
+T = TypeVar('T')
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return 'REQUIRED'
+
+
+REQUIRED = _Required()  # the default of a key the user must give
+
+
+class _Ignored:
+    def __repr__(self) -> str:
+        return 'IGNORED'
+
+
+# The "default" of a key that KAIR's option files carry but that this section does not use (e.g. `gc`
+# in a DnCNN netG): accepted with one warning line (in opt['_notes']) and dropped, as KAIR drops it.
+IGNORED = _Ignored()
 
 
 @dataclass(frozen=True)
@@ -95,6 +114,12 @@ def _one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     return check
 
 
+def _betas(v: List[Any]) -> Optional[str]:
+    if len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
+        return None
+    return 'must be two numbers in [0, 1)'
+
+
 _OPT_INT = (int, type(None))
 _OPT_STR = (str, type(None))
 _OPT_LIST = (list, type(None))
@@ -125,7 +150,7 @@ SCHEMA: Dict[str, Any] = {
         'E_decay': Key(0.0, (int, float), _unit_interval),
         'G_optimizer_type': Key('adam', (str,)),
         'G_optimizer_lr': Key(1e-4, (int, float), _positive),
-        'G_optimizer_betas': Key([0.9, 0.999], (list,)),
+        'G_optimizer_betas': Key([0.9, 0.999], (list,), _betas),
         'G_optimizer_wd': Key(0.0, (int, float), _non_negative),
         'G_optimizer_clipgrad': Key(None, _OPT_NUM, _positive),
         'G_optimizer_reuse': Key(True, (bool,)),
@@ -435,11 +460,28 @@ def _inferred_types(default: Any) -> Optional[Tuple[type, ...]]:
     return (type(default),)
 
 
+@dataclass(frozen=True)
+class Rules:
+    """What the layers above `utils` require of the options; the entry point assembles it.
+
+    `network(net_type, where)` and `dataset(dataset_type, where)` return `{key: default}` for the
+    keys that section accepts (a default may be REQUIRED or a `Key` with its own types and check)
+    and raise UserError naming `where` for an unknown name; a default of IGNORED accepts a key and
+    drops it with a note. `names` maps a key path ('model', 'train.G_lossfn_type', ...) to a lookup
+    `(name, where)` that raises UserError for an unknown name: every name in the options is checked
+    before anything is written.
+    """
+    network: Callable[[str, str], Dict[str, Any]]
+    dataset: Callable[[str, str], Dict[str, Any]]
+    names: Mapping[str, Callable[[str, str], Any]] = field(default_factory=dict)
+
+
 class _Validator:
     """Validates one parsed option dict; every error names `file: section.key`."""
 
     def __init__(self, source: str):
         self.source = source
+        self.notes: List[str] = []  # warnings for the log (keys accepted and ignored)
 
     def fail(self, where: str, msg: str) -> None:
         raise _err(f'{self.source}: {where}: {msg}')
@@ -448,7 +490,18 @@ class _Validator:
         allowed = list(allowed)
         self.fail(f'{where}{key}', f'unknown key{did_you_mean(key, allowed)}')
 
-    def section(self, data: Any, schema: Dict[str, Any], where: str) -> Dict[str, Any]:
+    def value(self, where: str, value: Any, spec: Key) -> None:
+        """Check one given value against its type and check."""
+        try:
+            _check_type(where, value, spec.types)
+        except OptionsError as e:
+            self.fail(where, str(e).split(': ', 1)[1])
+        problem = spec.check(value) if spec.check else None
+        if problem:
+            self.fail(where, f'{_show(value, where.rsplit(".", 1)[-1])} {problem}')
+
+    def section(self, data: Any, schema: Dict[str, Any], where: str, nested: bool = True) -> Dict[str, Any]:
+        """Validate against `{key: Key or plain default}` (or a nested schema dict when `nested`); fill the defaults."""
         if not isinstance(data, dict):
             name = where.rstrip('.')
             self.fail(name or 'top level', f'expected an object, got {_show(data, name.rsplit(".", 1)[-1])}')
@@ -456,61 +509,50 @@ class _Validator:
         for key in data:
             if key not in schema:
                 self.unknown(where, key, schema)
+        ignored = [key for key in data if schema[key] is IGNORED]
+        if ignored:
+            section = where.rstrip('.')
+            kind = f' ({data["net_type"]})' if 'net_type' in data else ''
+            self.notes.append(f'{section}{kind}: {", ".join(ignored)} ignored: not arguments of this {section}, '
+                              f'which KAIR ignores too')
         for key, spec in schema.items():
-            if isinstance(spec, dict):
+            if spec is IGNORED:
+                continue
+            if nested and isinstance(spec, dict):
                 out[key] = self.section(data.get(key, {}), spec, f'{where}{key}.')
                 continue
+            if not isinstance(spec, Key):
+                spec = Key(spec, _inferred_types(spec))
             if key not in data:
                 if spec.default is REQUIRED:
                     self.fail(f'{where}{key}', 'required key is missing')
                 out[key] = copy.deepcopy(spec.default)
                 continue
-            value = data[key]
-            try:
-                _check_type(f'{where}{key}', value, spec.types)
-            except OptionsError as e:
-                self.fail(f'{where}{key}', str(e).split(': ', 1)[1])
-            problem = spec.check(value) if spec.check else None
-            if problem:
-                self.fail(f'{where}{key}', f'{_show(value, key)} {problem}')
-            out[key] = value
+            self.value(f'{where}{key}', data[key], spec)
+            out[key] = data[key]
         return out
 
-    def loose_section(self, data: Dict[str, Any], defaults: Dict[str, Any], where: str) -> Dict[str, Any]:
-        """Validate against `{key: default}` (dataset OPTIONS, constructor signature)."""
-        out: Dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in defaults:
-                self.unknown(where, key, defaults)
-            types = _inferred_types(defaults[key])
-            if types is not None:
-                try:
-                    _check_type(f'{where}{key}', value, types)
-                except OptionsError as e:
-                    self.fail(f'{where}{key}', str(e).split(': ', 1)[1])
-            out[key] = value
-        for key, default in defaults.items():
-            if key not in out:
-                if default is REQUIRED or default is _EMPTY:
-                    self.fail(f'{where}{key}', 'required key is missing')
-                out[key] = copy.deepcopy(default)
-        return out
+    def named(self, where: str, data: Any, lookup: Callable[[str, str], T]) -> T:
+        """`lookup(name, where)` of a string value; its UserError becomes this file's error."""
+        if not isinstance(data, str):
+            self.fail(where, f'expected a string, got {_show(data, where.rsplit(".", 1)[-1])}')
+        try:
+            return lookup(data, where)
+        except UserError as e:
+            raise _err(f'{self.source}: {e}') from None
+
+    def names(self, opt: Dict[str, Any], names: Mapping[str, Callable[[str, str], Any]]) -> None:
+        for path, lookup in names.items():
+            *sections, key = path.split('.')
+            node = opt
+            for s in sections:
+                node = node[s]
+            if node[key] is not None:
+                self.named(path, node[key], lookup)
 
 
-_EMPTY = object()
-
-
-def _network_defaults(net_type: str) -> Dict[str, Any]:
-    import inspect
-    defaults = {k: (_EMPTY if v is inspect.Parameter.empty else v)
-                for k, v in constructor_defaults(network_class(net_type)).items()}
-    defaults['net_type'] = net_type
-    defaults.update({'init_type': 'default', 'init_bn_type': 'uniform', 'init_gain': 1.0})
-    return defaults
-
-
-def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
-    """Check `data` and return a new dict with every schema key present (defaults filled)."""
+def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> Dict[str, Any]:
+    """Check `data` and return a new dict with every key present (defaults filled)."""
     v = _Validator(source)
     bad = _check_values(data)
     if bad:
@@ -524,13 +566,7 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
     netG = data.get('netG')
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
-    if not isinstance(netG['net_type'], str):
-        v.fail('netG.net_type', f'expected a string, got {_show(netG["net_type"], "net_type")}')
-    try:
-        defaults = _network_defaults(netG['net_type'])
-    except UserError as e:
-        v.fail('netG.net_type', str(e).split(': ', 1)[1])
-    opt['netG'] = v.loose_section(netG, defaults, 'netG.')
+    opt['netG'] = v.section(netG, v.named('netG.net_type', netG['net_type'], rules.network), 'netG.', nested=False)
 
     datasets = data.get('datasets', {})
     if not isinstance(datasets, dict):
@@ -544,38 +580,21 @@ def validate(data: Dict[str, Any], source: str = '<options>') -> Dict[str, Any]:
             v.fail('datasets.val', '"val" is another name for "test": give only one of them')
         if not isinstance(section, dict) or 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
-        if not isinstance(section['dataset_type'], str):
-            v.fail(f'{where}dataset_type', f'expected a string, got {_show(section["dataset_type"], "dataset_type")}')
-        try:
-            cls = dataset_class(section['dataset_type'])
-        except UserError as e:
-            v.fail(f'{where}dataset_type', str(e).split(': ', 1)[1])
-        defaults = {**LOADER_OPTIONS, **getattr(cls, 'OPTIONS', {})}
+        schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
         section = dict(section)
         for inherited in ('scale', 'n_channels'):  # KAIR propagates these top-level keys into datasets
-            if inherited in defaults and inherited not in section:
+            if inherited in schema and inherited not in section:
                 section[inherited] = opt[inherited]
-        if 'scale' in defaults and section['scale'] != opt['scale']:
+        if 'scale' in schema and section['scale'] != opt['scale']:
             v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
                    f'the network works at scale {opt["scale"]}, so its output would not match these images '
                    f'(leave {where}scale out to inherit it)')
-        checked = v.loose_section(section, defaults, where)
-        if checked['dataloader_batch_size'] < 1:
-            v.fail(f'{where}dataloader_batch_size', 'must be >= 1')
-        if checked['dataloader_num_workers'] < 0:
-            v.fail(f'{where}dataloader_num_workers', 'must be >= 0')
+        checked = v.section(section, schema, where, nested=False)
         checked['phase'] = 'test' if phase == 'val' else phase
         checked['_where'] = f'datasets.{phase}'
         opt['datasets']['test' if phase == 'val' else phase] = checked
-
-    t = opt['train']
-    if t['G_optimizer_type'] not in ('adam', 'adamw'):
-        v.fail('train.G_optimizer_type', f'unknown optimizer "{t["G_optimizer_type"]}"'
-               f'{did_you_mean(t["G_optimizer_type"], ("adam", "adamw"))}; use adam or adamw')
-    betas = t['G_optimizer_betas']
-    if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
-                                  for b in betas):
-        v.fail('train.G_optimizer_betas', f'expected two numbers in [0, 1), got {_show(betas, "G_optimizer_betas")}')
+    v.names(opt, rules.names)
+    opt['_notes'] = v.notes
     return opt
 
 
@@ -620,16 +639,16 @@ def derive_paths(opt: Dict[str, Any], source: str = '<options>') -> None:
     if problem:
         raise _err(f'{source}: {problem[0]}: {problem[1]}')
     task_dir = os.path.join(p['root'], opt['task'])
-    p.update(task=task_dir, log=task_dir, models=os.path.join(task_dir, 'models'),
+    p.update(task=task_dir, models=os.path.join(task_dir, 'models'),
              images=os.path.join(task_dir, 'images'), options=os.path.join(task_dir, 'options'),
              tb_logger=os.path.join(task_dir, 'tb_logger'))
 
 
-def load_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
+def load_options(path: str, rules: Rules, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """Parse, override, validate and complete an option file."""
     data = parse_json_file(path)
     apply_overrides(data, overrides)
-    opt = validate(data, source=path)
+    opt = validate(data, rules, source=path)
     opt['opt_path'] = path
     derive_paths(opt, source=path)
     return opt

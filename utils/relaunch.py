@@ -215,7 +215,7 @@ def maybe_relaunch(opt: Dict[str, Any], state: DistState, script: str, argv: Seq
     """
     env = os.environ if env is None else env
     cuda = torch.cuda.is_available()
-    n = relaunch_count(opt.get('gpu_ids'), state, cuda, env)
+    n = relaunch_count(opt['gpu_ids'], state, cuda, env)
     if not n:
         return None
     if cuda:

@@ -1,0 +1,182 @@
+"""The architecture as rules: layers point down, and a network, model or dataset is one new file.
+
+Layers: main_train.py/main_test.py → models/, data/ → utils/. utils/ knows neither models/ nor data/,
+data/ does not know models/. Registries find their members by module name, so nothing else is
+edited to add one.
+"""
+import ast
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import ROOT, clean_env, run, tiny_options, write_options
+from main_train import option_rules, read_options
+from models.registry import NETWORKS, build_network
+from utils.errors import OptionsError, UserError
+from utils.options import validate
+from utils.registry import Registry
+
+
+def imported_modules(path: str) -> set:
+    """Absolute module names imported anywhere in the file (also inside functions)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f'{node.module}.{a.name}' for a in node.names)
+    return names
+
+
+def package_files(package: str) -> list:
+    folder = os.path.join(ROOT, package)
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith('.py'))
+
+
+@pytest.mark.parametrize('package, forbidden', [('utils', ('models', 'data', 'main_train', 'main_test')),
+                                                ('data', ('models', 'main_train', 'main_test')),
+                                                ('models', ('main_train', 'main_test'))])
+def test_layers_only_import_downwards(package, forbidden):
+    files = package_files(package)
+    assert files
+    upward = {os.path.relpath(p, ROOT): sorted(m for m in imported_modules(p) if m.split('.')[0] in forbidden)
+              for p in files}
+    assert {f: m for f, m in upward.items() if m} == {}
+
+
+@NETWORKS.register('test_two_conv')
+class TwoConv(nn.Module):
+    """A network defined outside models/: registering it is all it takes to train it."""
+
+    def __init__(self, in_nc: int = 3, out_nc: int = 3, nc: int = 8):
+        super().__init__()
+        self.head = nn.Conv2d(in_nc, nc, 3, padding=1)
+        self.tail = nn.Conv2d(nc, out_nc, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - self.tail(torch.relu(self.head(x)))
+
+
+def test_a_registered_network_takes_its_options_from_its_signature():
+    opt = validate({'task': 't', 'netG': {'net_type': 'test_two_conv', 'nc': 4}}, option_rules())
+    assert opt['netG'] == {'net_type': 'test_two_conv', 'in_nc': 3, 'out_nc': 3, 'nc': 4,
+                           'init_type': 'default', 'init_bn_type': 'uniform', 'init_gain': 1.0}
+    net = build_network(opt['netG'])
+    assert isinstance(net, TwoConv) and net.head.out_channels == 4
+    with pytest.raises(OptionsError, match=r'^<options>: netG\.ncc: unknown key \(did you mean "nc"\?\)$'):
+        validate({'task': 't', 'netG': {'net_type': 'test_two_conv', 'ncc': 4}}, option_rules())
+
+
+TRAIN_WITH_TEST_NETWORK = """import sys
+sys.path.insert(0, 'tests')
+import test_structure  # registers the network test_two_conv
+import main_train
+sys.exit(main_train.main(sys.argv[1:]))
+"""
+
+
+def test_a_network_defined_in_a_test_module_trains_with_no_edit_elsewhere(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2,
+                       G_scheduler_milestones=[])
+    opt['netG'] = {'net_type': 'test_two_conv', 'nc': 6}
+    opt['logging']['use_tensorboard'] = False
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    weights = torch.load(tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth', weights_only=True)
+    assert set(weights) == {'head.weight', 'head.bias', 'tail.weight', 'tail.bias'}
+    assert weights['head.weight'].shape == (6, 3, 3, 3)
+
+
+def _zoo(tmp_path, monkeypatch) -> Registry:
+    """A package `zoo` with a registry whose members live in `zoo/network_*.py`, as models/ does it."""
+    pkg = tmp_path / 'zoo'
+    pkg.mkdir()
+    (pkg / '__init__.py').write_text('')
+    (pkg / 'registry.py').write_text("from utils.registry import Registry\nNETS = Registry('network', 'zoo', 'network_*')\n")
+    (pkg / 'network_small.py').write_text(textwrap.dedent("""
+        from zoo.registry import NETS
+        @NETS.register('small')
+        class Small:
+            pass
+    """))
+    (pkg / 'network_family.py').write_text(textwrap.dedent("""
+        from zoo.registry import NETS
+        @NETS.register('family_a', 'family_b')
+        class Family:
+            pass
+    """))
+    (pkg / 'helpers.py').write_text('raise RuntimeError("not a member module: never imported")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == 'zoo' or m.startswith('zoo.')]:
+        monkeypatch.delitem(sys.modules, name)
+    import zoo.registry
+    return zoo.registry.NETS
+
+
+def test_a_lookup_imports_only_the_module_named_after_the_member(tmp_path, monkeypatch):
+    nets = _zoo(tmp_path, monkeypatch)
+    assert nets.get('small', 'netG.net_type').__name__ == 'Small'
+    assert 'zoo.network_small' in sys.modules and 'zoo.network_family' not in sys.modules
+
+
+def test_a_member_registered_under_another_file_name_is_found_by_scanning_the_member_modules(tmp_path, monkeypatch):
+    nets = _zoo(tmp_path, monkeypatch)
+    assert nets.get('family_b', 'netG.net_type').__name__ == 'Family'
+    assert nets.names() == ['family_a', 'family_b', 'small']
+    assert 'zoo.helpers' not in sys.modules
+
+
+def test_an_unknown_name_is_one_line_naming_the_key_with_a_suggestion_and_the_known_names(tmp_path, monkeypatch):
+    nets = _zoo(tmp_path, monkeypatch)
+    with pytest.raises(UserError) as e:
+        nets.get('smal', 'netG.net_type')
+    assert str(e.value) == ('netG.net_type: unknown network "smal" (did you mean "small"?); '
+                            'known: family_a, family_b, small')
+    with pytest.raises(UserError, match='unknown network "../x"'):
+        nets.get('../x', 'netG.net_type')
+
+
+def test_registering_another_object_under_a_taken_name_is_a_programming_error():
+    reg = Registry('loss')
+    reg.register('l1')(nn.L1Loss)
+    reg.register('l1')(nn.L1Loss)  # the same object again (a module imported twice) is fine
+    with pytest.raises(ValueError, match="loss 'l1' registered twice"):
+        reg.register('l1')(nn.MSELoss)
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('model', 'gan', 'model: unknown model "gan"'),
+    ('train.G_lossfn_type', 'ssim', 'train.G_lossfn_type: unknown loss "ssim"'),
+    ('train.G_optimizer_type', 'adan', 'train.G_optimizer_type: unknown optimizer "adan" (did you mean "adam"?)'),
+    ('train.G_scheduler_type', 'MultiStepLr', 'train.G_scheduler_type: unknown scheduler "MultiStepLr" (did you mean'),
+    ('netG.init_type', 'orthogonl', 'netG.init_type: unknown init "orthogonl" (did you mean "orthogonal"?)'),
+    ('netG.init_bn_type', 'constnt', 'netG.init_bn_type: unknown init "constnt" (did you mean "constant"?)'),
+])
+def test_every_registered_name_in_the_options_is_checked_with_the_options(tmp_path, key, value, message):
+    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    *sections, last = key.split('.')
+    node = opt
+    for s in sections:
+        node = node[s]
+    node[last] = value
+    with pytest.raises(OptionsError) as e:
+        read_options(write_options(str(tmp_path / 'o.json'), opt))
+    assert f'o.json: {message}' in str(e.value) and '\n' not in str(e.value)
+
+
+def test_an_unknown_demo_generator_ends_the_run_before_anything_is_written(tmp_path):
+    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    opt['datasets']['train']['generate_demo'] = 'image'
+    r = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)],
+            env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
+    assert 'datasets.train.generate_demo: unknown demo "image" (did you mean "images"?)' in r.stderr
+    assert not (tmp_path / 'exp').exists() and not (tmp_path / 'data').exists()

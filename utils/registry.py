@@ -1,0 +1,80 @@
+"""One registry type for everything chosen by name in the options: networks, models, datasets,
+demo data, losses, optimizers, schedulers, weight initialisers.
+
+A registry maps names to objects. Objects register themselves with `@REGISTRY.register(name)` in
+the module that defines them, so adding one is one new file. Registries whose members live in
+their own modules find them by a module naming convention (`models/network_*.py` for networks):
+a lookup imports `<package>.<prefix><name>` when that module exists, else every module of the
+package whose name matches the pattern, so that a name registered under another file name (and
+every name, for the did-you-mean) is found. Only what is needed is imported: building one network
+does not import the others (VRT's module pulls in torchvision).
+"""
+import fnmatch
+import importlib
+import importlib.util
+import pkgutil
+from typing import Any, Callable, Dict, List, Optional, TypeVar
+
+from utils.errors import UserError
+from utils.suggest import did_you_mean
+
+T = TypeVar('T')
+
+
+class Registry:
+    """name → object, filled by `register`, looked up with `get` (a one-line UserError on a miss)."""
+
+    def __init__(self, kind: str, package: Optional[str] = None, pattern: str = '*'):
+        """`kind` names the members in messages ("network"); members live in modules of `package`
+        whose names match the glob `pattern` ("network_*"), or, without a package, in the module
+        that creates the registry."""
+        self.kind = kind
+        self.package = package
+        self.pattern = pattern
+        self._members: Dict[str, Any] = {}
+        self._scanned = False
+
+    def register(self, *names: str) -> Callable[[T], T]:
+        """Decorator registering a class or function under one or more names."""
+        def deco(obj: T) -> T:
+            for name in names:
+                if name in self._members and self._members[name] is not obj:
+                    raise ValueError(f'{self.kind} {name!r} registered twice')
+                self._members[name] = obj
+            return obj
+        return deco
+
+    def _import_conventional(self, name: str) -> None:
+        """Import `<package>.<pattern with name>` if that module exists (e.g. models.network_vrt)."""
+        if self.package is None or '*' not in self.pattern:
+            return
+        if not name.isidentifier():
+            return
+        module = f'{self.package}.{self.pattern.replace("*", name, 1)}'
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+    def _import_all(self) -> None:
+        if self.package is None or self._scanned:
+            return
+        package = importlib.import_module(self.package)
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            if fnmatch.fnmatchcase(info.name, self.pattern):
+                importlib.import_module(f'{self.package}.{info.name}')
+        self._scanned = True
+
+    def get(self, name: str, where: str) -> Any:
+        """The object registered as `name`; `where` (e.g. "netG.net_type") prefixes the error."""
+        if name not in self._members:
+            self._import_conventional(name)
+        if name not in self._members:
+            self._import_all()
+        if name not in self._members:
+            raise UserError(f'{where}: unknown {self.kind} "{name}"{did_you_mean(name, self._members)}; '
+                            f'known: {", ".join(self.names())}')
+        return self._members[name]
+
+    def names(self) -> List[str]:
+        """Every registered name, importing all member modules first."""
+        self._import_all()
+        return sorted(self._members)
