@@ -185,3 +185,11 @@ def test_nan_skip_limit_must_be_positive(tmp_path):
     raw = tiny_options(str(tmp_path), str(tmp_path), nan_skip_limit=0)
     with pytest.raises(OptionsError, match=r'train\.nan_skip_limit'):
         validate(raw, option_rules())
+
+
+def test_sr_networks_take_the_top_level_scale_as_kair_gives_it_and_a_contradiction_is_refused(tmp_path):
+    sr = {'net_type': 'msrresnet1', 'nc': 8, 'nb': 1}
+    assert read_options(_opts(tmp_path, scale=2, netG=sr))['netG']['upscale'] == 2
+    assert read_options(_opts(tmp_path, scale=2, netG={**sr, 'upscale': 2}))['netG']['upscale'] == 2
+    with pytest.raises(OptionsError, match=r'netG\.upscale: 4 differs from the top-level "scale": 2; '):
+        read_options(_opts(tmp_path, scale=2, netG={**sr, 'upscale': 4}))

@@ -31,7 +31,8 @@ def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing
 
 def test_a_network_whose_output_does_not_match_the_target_is_refused_before_training(tmp_path, demo_images):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images)
-    opt['netG'] = {'net_type': 'msrresnet1', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1, 'upscale': 4}
+    opt['scale'] = 4  # the denoising dataset has no scale: its H is the size of L
+    opt['netG'] = {'net_type': 'msrresnet1', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1}
     path = write_options(str(tmp_path / 'o.json'), opt)
     res = run([PY, 'main_train.py', '--opt', path])
     assert res.returncode == 2, res.stderr[-2000:]

@@ -1,6 +1,7 @@
 """Losses, optimizer, iteration-based lr schedules (incl. resume), EMA and KAIR's weight regularisers."""
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -11,6 +12,7 @@ from models.losses import CharbonnierLoss, build_loss
 from models.optim import build_optimizer, build_scheduler
 from models.regularizers import apply_regularizers, regularize_clip, regularize_orth
 from utils.errors import UserError
+from utils.metrics import calculate_ssim
 
 def t(given):
     """The validated train defaults with `given` on top, unchecked (so that bad names reach the builders)."""
@@ -45,6 +47,16 @@ def test_charbonnier_default_eps_is_vrt_1e9():
 def test_unknown_loss_names_option_and_suggests():
     with pytest.raises(UserError, match=r'train.G_lossfn_type: unknown loss "charbonier" \(did you mean "charbonnier"\?\)'):
         build_loss(t({'G_lossfn_type': 'charbonier'}))
+
+
+def test_ssim_loss_is_one_minus_the_ssim_metric_validation_reports():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (32, 40, 3)).astype(np.float64)
+    b = np.clip(a + rng.normal(0, 20, a.shape), 0, 255)
+    to_t = lambda img: torch.from_numpy(img / 255.0).permute(2, 0, 1)[None]
+    loss = build_loss(t({'G_lossfn_type': 'ssim'}))
+    assert loss(to_t(a).float(), to_t(b).float()).item() == pytest.approx(1 - calculate_ssim(a, b), abs=1e-5)
+    assert loss(to_t(a).float(), to_t(a).float()).item() == pytest.approx(0, abs=1e-6)
 
 
 def _groups():

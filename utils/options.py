@@ -566,7 +566,14 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     netG = data.get('netG')
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
-    opt['netG'] = v.section(netG, v.named('netG.net_type', netG['net_type'], rules.network), 'netG.', nested=False)
+    schema = v.named('netG.net_type', netG['net_type'], rules.network)
+    if 'upscale' in schema:  # KAIR gives SR networks the top-level scale; a contradiction is an error
+        if 'upscale' not in netG:
+            netG = {**netG, 'upscale': opt['scale']}
+        elif netG['upscale'] != opt['scale']:
+            v.fail('netG.upscale', f'{_show(netG["upscale"])} differs from the top-level "scale": {opt["scale"]}; '
+                   f'the datasets work at scale {opt["scale"]} (leave netG.upscale out to inherit it)')
+    opt['netG'] = v.section(netG, schema, 'netG.', nested=False)
 
     datasets = data.get('datasets', {})
     if not isinstance(datasets, dict):
