@@ -193,3 +193,23 @@ def test_sr_networks_take_the_top_level_scale_as_kair_gives_it_and_a_contradicti
     assert read_options(_opts(tmp_path, scale=2, netG={**sr, 'upscale': 2}))['netG']['upscale'] == 2
     with pytest.raises(OptionsError, match=r'netG\.upscale: 4 differs from the top-level "scale": 2; '):
         read_options(_opts(tmp_path, scale=2, netG={**sr, 'upscale': 4}))
+
+
+def test_top_level_sigma_and_sigma_test_fill_the_datasets_as_in_kair_and_a_contradiction_is_refused(tmp_path):
+    opt = read_options(_opts(tmp_path, sigma=15, sigma_test=30, datasets__train__sigma=15,
+                             datasets__test__sigma_test=30))
+    assert opt['datasets']['train']['sigma'] == 15 and opt['datasets']['test']['sigma_test'] == 30
+    raw = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    for section in raw['datasets'].values():
+        section.pop('sigma', None)
+        section.pop('sigma_test', None)
+    raw.update(sigma=15, sigma_test=30)
+    opt = read_options(write_options(str(tmp_path / 'o.json'), raw))
+    assert [opt['datasets'][p][k] for p in ('train', 'test') for k in ('sigma', 'sigma_test')] == [15, 30, 15, 30]
+    assert opt['_notes'] == []
+    with pytest.raises(OptionsError, match=r'datasets\.train\.sigma: 25 differs from the top-level "sigma": 15; '):
+        read_options(_opts(tmp_path, sigma=15))
+
+
+def test_a_top_level_key_no_dataset_takes_is_noted_not_silently_dropped(tmp_path):
+    assert read_options(_opts(tmp_path, is_color=False))['_notes'] == ['is_color: no dataset section takes it; ignored']

@@ -132,6 +132,10 @@ SCHEMA: Dict[str, Any] = {
     'dist': Key(False, (bool,)),
     'n_channels': Key(3, (int,), _positive),
     'scale': Key(1, (int,), _positive),
+    # KAIR's top-level noise levels and colour flag: given here, they fill the dataset sections that take them
+    'sigma': Key(None, (int, float, list, type(None))),
+    'sigma_test': Key(None, _OPT_NUM),
+    'is_color': Key(None, (bool, type(None))),
     'find_unused_parameters': Key(False, (bool,)),
     'use_static_graph': Key(False, (bool,)),
     'broadcast_buffers': Key(True, (bool,)),
@@ -200,6 +204,9 @@ SCHEMA: Dict[str, Any] = {
         'wandb_entity': Key(None, _OPT_STR),
     },
 }
+
+# Top-level keys that fill the dataset sections taking them (KAIR's broadcast of scale and n_channels).
+INHERITED = ('scale', 'n_channels', 'sigma', 'sigma_test', 'is_color')
 
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG')
@@ -579,6 +586,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     if not isinstance(datasets, dict):
         v.fail('datasets', 'expected an object with phases (train, test)')
     opt['datasets'] = {}
+    used_top_level: set = set()
     for phase, section in datasets.items():
         where = f'datasets.{phase}.'
         if phase not in ('train', 'test', 'val'):
@@ -589,18 +597,28 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
             v.fail(f'{where}dataset_type', 'required key is missing')
         schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
         section = dict(section)
-        for inherited in ('scale', 'n_channels'):  # KAIR propagates these top-level keys into datasets
-            if inherited in schema and inherited not in section:
+        for inherited in INHERITED:  # KAIR propagates these top-level keys into datasets
+            if inherited in schema and inherited not in section and opt[inherited] is not None:
                 section[inherited] = opt[inherited]
+                used_top_level.add(inherited)
         if 'scale' in schema and section['scale'] != opt['scale']:
             v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
                    f'the network works at scale {opt["scale"]}, so its output would not match these images '
                    f'(leave {where}scale out to inherit it)')
+        for key in ('sigma', 'sigma_test', 'is_color'):
+            if key in schema and opt[key] is not None and section[key] != opt[key]:
+                v.fail(f'{where}{key}', f'{_show(section[key])} differs from the top-level "{key}": '
+                       f'{_show(opt[key])}; give it in one place')
+            if key in schema and key in section:
+                used_top_level.add(key)
         checked = v.section(section, schema, where, nested=False)
         checked['phase'] = 'test' if phase == 'val' else phase
         checked['_where'] = f'datasets.{phase}'
         opt['datasets']['test' if phase == 'val' else phase] = checked
     v.names(opt, rules.names)
+    unused = [k for k in ('sigma', 'sigma_test', 'is_color') if opt[k] is not None and k not in used_top_level]
+    if unused:
+        v.notes.append(f'{", ".join(unused)}: no dataset section takes {"them" if len(unused) > 1 else "it"}; ignored')
     opt['_notes'] = v.notes
     return opt
 
