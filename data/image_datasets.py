@@ -58,7 +58,7 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
     return paths
 
 
-class _ImageDataset(Dataset):
+class ImageDataset(Dataset):
     """Options are checked, then the folders listed, then every file's header checked (data/checks.py).
 
     What the files must satisfy depends on the phase: training crops `H_size` patches (H_size/scale
@@ -116,8 +116,6 @@ class _ImageDataset(Dataset):
         self._check_patch_options()
         if not self.train and not self.files_checked_for_training:
             self.check_files(train=True)
-
-    # ---- start-up file checks ------------------------------------------------------------------
 
     def check_files(self, train: Optional[bool] = None) -> None:
         """Header and size of every file, for training (patches) or evaluation (pairs, SSIM)."""
@@ -254,7 +252,7 @@ class _ImageDataset(Dataset):
 
 
 @DATASETS.register('plain')
-class DatasetPlain(_ImageDataset):
+class DatasetPlain(ImageDataset):
     """Paired H/L folders of equal-size images (or H = scale x L)."""
 
     OPTIONS = {
@@ -271,7 +269,7 @@ class DatasetPlain(_ImageDataset):
 
 
 @DATASETS.register('dncnn', 'denoising')
-class DatasetDnCNN(_ImageDataset):
+class DatasetDnCNN(ImageDataset):
     """Clean images + additive white gaussian noise of std `sigma` (0..255 scale).
 
     As in KAIR the noisy input is not clipped or quantised. Evaluation uses `sigma_test` (default:
@@ -316,7 +314,7 @@ class DatasetDnCNN(_ImageDataset):
 
 
 @DATASETS.register('sr')
-class DatasetSR(_ImageDataset):
+class DatasetSR(ImageDataset):
     """Super-resolution: L from `dataroot_L`, else MATLAB-bicubic x1/scale of H (rounded to uint8)."""
 
     OPTIONS = {

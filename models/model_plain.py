@@ -161,7 +161,7 @@ class ModelPlain:
 
     def predict(self, net: nn.Module, batch: Dict[str, Any]) -> torch.Tensor:
         """`net`'s output for a training batch, the tensor the loss compares with batch['H']."""
-        return net(batch['L'])
+        return net(*self.restorer_class.inputs(batch))
 
     def after_backward(self, step: int) -> None:
         """Hook between backward and the finiteness check (gradient edits such as freezing)."""

@@ -80,13 +80,18 @@ class ImageRestorer:
         """The restorer the options ask for: KAIR crops `scale` pixels at each border for images."""
         return cls(net, device, metric_border=opt['scale'])
 
+    @staticmethod
+    def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
+        """The network's positional inputs from a batch (training and testing alike)."""
+        return (batch['L'],)
+
     @torch.no_grad()
-    def test(self, L: torch.Tensor) -> torch.Tensor:
+    def test(self, *inputs: torch.Tensor) -> torch.Tensor:
         """One forward pass in eval mode; the network's train/eval mode is left as it was."""
         net = self.net
         was_training = net.training
         net.eval()
-        out = net(L.to(self.device))
+        out = net(*(t.to(self.device) for t in inputs))
         net.train(was_training)
         return out
 
@@ -95,7 +100,7 @@ class ImageRestorer:
 
         Images are single-frame items; video restorers return whole clips. Frames are HWC uint8.
         """
-        out = self.test(batch['L'])
+        out = self.test(*self.inputs(batch))
         return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
                 for j in range(out.shape[0])]
 
@@ -127,6 +132,14 @@ class ImageRestorer:
                 log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
                          f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
         return {**metrics_from_sums(sums), 'images': images, 'encoded': encoded}
+
+
+class ConditionedRestorer(ImageRestorer):
+    """Networks fed (L, C), C a noise level or degradation map per image (KAIR's `plain2`: FFDNet)."""
+
+    @staticmethod
+    def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
+        return batch['L'], batch['C']
 
 
 class VideoRestorer(ImageRestorer):

@@ -1,0 +1,93 @@
+"""Denoising with a known noise level given to the network (KAIR's `ffdnet` and `fdncnn` datasets).
+
+Blind DnCNN learns one noise level; FFDNet and FDnCNN take the level as an input, so training draws
+a level per sample from `sigma` = [min, max] (0..255 scale) and evaluation uses `sigma_test`.
+- `ffdnet`: the level is returned as C (1×1×1, on the 0..1 scale); model `plain2` feeds (L, C).
+- `fdncnn`: the level map is appended to L as one more channel (the network's in_nc = n_channels + 1).
+As for DnCNN the noise is gaussian, not clipped or quantised, drawn from the sample's seed in
+training and from the image index in evaluation, so every run sees the same noisy test images.
+With `dataroot_L` the noisy images are read from files and `sigma_test` states their level.
+"""
+import math
+import random
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+from data.image_datasets import ImageDataset
+from data.registry import DATASETS
+from utils.errors import UserError
+from utils.image import uint2tensor
+from utils.options import REQUIRED
+
+
+class _NoiseLevelDataset(ImageDataset):
+    OPTIONS = {
+        'dataroot_H': REQUIRED,
+        'dataroot_L': None,
+        'n_channels': 3,
+        'H_size': 64,
+        'sigma': [0, 75],
+        'sigma_test': 25,
+        'use_hflip': True,
+        'use_rot': True,
+    }
+
+    def check_options(self) -> None:
+        super().check_options()
+        lo_hi, test = self.opt['sigma'], self.opt['sigma_test']
+        if (len(lo_hi) != 2 or not all(_level(v) for v in lo_hi) or lo_hi[0] > lo_hi[1]):
+            raise UserError(f'{self.where}.sigma: must be [min, max] with 0 <= min <= max (noise std on the '
+                            f'0..255 scale), got {lo_hi!r}')
+        if not _level(test):
+            raise UserError(f'{self.where}.sigma_test: must be a number >= 0 (noise std on the 0..255 scale), '
+                            f'got {test!r}')
+        self.sigma_range = (float(lo_hi[0]), float(lo_hi[1]))
+        self.sigma_test = float(test)
+
+    def _noisy(self, index: int, seed: Optional[int], img_H: np.ndarray,
+               rng: Optional[random.Random]) -> Tuple[torch.Tensor, torch.Tensor, float]:
+        """(H, L, noise level on the 0..1 scale) for a clean image."""
+        if rng is not None:
+            (img_H,) = self._augment([img_H], rng)
+            level, noise_seed = rng.uniform(*self.sigma_range) / 255.0, seed
+        else:
+            level, noise_seed = self.sigma_test / 255.0, index
+        H = uint2tensor(img_H)
+        L = H + torch.randn(H.shape, generator=torch.Generator().manual_seed(noise_seed)).mul_(level)
+        return H, L, level
+
+    def _paired_item(self, index: int, seed: Optional[int]) -> Dict[str, Any]:
+        item = super()._paired_item(index, seed)
+        return self._with_level(item, self.sigma_test / 255.0)
+
+    def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
+                          rng: Optional[random.Random]) -> Dict[str, Any]:
+        H, L, level = self._noisy(index, seed, img_H, rng)
+        return self._with_level({'L': L, 'H': H, 'L_path': path_H, 'H_path': path_H}, level)
+
+    def _with_level(self, item: Dict[str, Any], level: float) -> Dict[str, Any]:
+        raise NotImplementedError
+
+
+@DATASETS.register('ffdnet')
+class DatasetFFDNet(_NoiseLevelDataset):
+    """Noisy L, clean H and the noise level C (1×1×1) for networks fed (L, C)."""
+
+    def _with_level(self, item: Dict[str, Any], level: float) -> Dict[str, Any]:
+        return {**item, 'C': torch.full((1, 1, 1), level)}
+
+
+@DATASETS.register('fdncnn')
+class DatasetFDnCNN(_NoiseLevelDataset):
+    """Noisy L with the noise level map appended as its last channel, clean H."""
+
+    def _with_level(self, item: Dict[str, Any], level: float) -> Dict[str, Any]:
+        L = item['L']
+        return {**item, 'L': torch.cat([L, torch.full_like(L[:1], level)], 0)}
+
+
+def _level(v: Any) -> bool:
+    return (not isinstance(v, bool) and isinstance(v, (int, float, np.number)) and math.isfinite(v)
+            and v >= 0)
