@@ -4,6 +4,8 @@ Mirrors KAIR's `select_network.init_weights`, including its clamps and fixed ran
 files ported from KAIR start from the same distribution. 'default' (or 'none') keeps the
 network's own initialisation.
 """
+from typing import Iterable
+
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -47,3 +49,13 @@ def init_weights(net: nn.Module, init_type: str = 'default', init_bn_type: str =
             elif isinstance(m, _BatchNorm) and m.affine:
                 init_bn(m.weight)
                 nn.init.zeros_(m.bias)
+
+
+def scaled_kaiming_(convs: Iterable[nn.Module], scale: float = 0.1) -> None:
+    """Kaiming-normal weights times `scale`, zero bias (BasicSR/ESRGAN `initialize_weights`): deep
+    residual stacks start near the identity. Part of these networks' own initialisation."""
+    with torch.no_grad():
+        for m in convs:
+            nn.init.kaiming_normal_(m.weight, a=0, mode='fan_in')
+            m.weight.mul_(scale)
+            nn.init.zeros_(m.bias)

@@ -6,17 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.init import scaled_kaiming_
 from models.registry import NETWORKS
 from utils.errors import UserError
-
-
-def _scaled_kaiming_(modules, scale: float) -> None:
-    """KAIR/BasicSR `initialize_weights`: kaiming-normal scaled down so residual blocks start near identity."""
-    for m in modules:
-        nn.init.kaiming_normal_(m.weight, a=0, mode='fan_in')
-        with torch.no_grad():
-            m.weight.mul_(scale)
-        nn.init.zeros_(m.bias)
 
 
 class ResidualBlockNoBN(nn.Module):
@@ -26,7 +18,7 @@ class ResidualBlockNoBN(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(nc, nc, 3, 1, 1, bias=True)
         self.conv2 = nn.Conv2d(nc, nc, 3, 1, 1, bias=True)
-        _scaled_kaiming_([self.conv1, self.conv2], 0.1)
+        scaled_kaiming_([self.conv1, self.conv2], 0.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv2(F.relu(self.conv1(x), inplace=True))
@@ -54,9 +46,9 @@ class MSRResNet(nn.Module):
         self.HRconv = nn.Conv2d(nc, nc, 3, 1, 1, bias=True)
         self.conv_last = nn.Conv2d(nc, out_nc, 3, 1, 1, bias=True)
         self.lrelu = nn.LeakyReLU(negative_slope=0.1, inplace=True)
-        _scaled_kaiming_([self.conv_first, self.upconv1, self.HRconv, self.conv_last], 0.1)
+        scaled_kaiming_([self.conv_first, self.upconv1, self.HRconv, self.conv_last], 0.1)
         if upscale == 4:
-            _scaled_kaiming_([self.upconv2], 0.1)
+            scaled_kaiming_([self.upconv2], 0.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.recon_trunk(self.lrelu(self.conv_first(x)))

@@ -7,25 +7,16 @@ once per factor 2; LeakyReLU 0.2 throughout. Attribute names follow KAIR/BSRGAN 
 `RRDB_trunk.<i>.RDB<j>.conv<m>`, `trunk_conv`, `upconv1/2`, `HRconv`, `conv_last`) so model-zoo
 checkpoints load strictly.
 """
-from typing import Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.init import scaled_kaiming_
 from models.registry import NETWORKS
 from utils.errors import UserError
 
 RESIDUAL_SCALE = 0.2
-
-
-def _small_kaiming_(convs: Iterable[nn.Conv2d], scale: float = 0.1) -> None:
-    """ESRGAN's smaller initialisation (kaiming-normal x 0.1, zero bias): deep residual stacks start near identity."""
-    for m in convs:
-        nn.init.kaiming_normal_(m.weight, a=0, mode='fan_in')
-        with torch.no_grad():
-            m.weight.mul_(scale)
-        nn.init.zeros_(m.bias)
 
 
 class ResidualDenseBlock(nn.Module):
@@ -39,7 +30,7 @@ class ResidualDenseBlock(nn.Module):
         self.conv4 = nn.Conv2d(nf + 3 * gc, gc, 3, 1, 1, bias=True)
         self.conv5 = nn.Conv2d(nf + 4 * gc, nf, 3, 1, 1, bias=True)
         self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
-        _small_kaiming_([self.conv1, self.conv2, self.conv3, self.conv4, self.conv5])
+        scaled_kaiming_([self.conv1, self.conv2, self.conv3, self.conv4, self.conv5])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = [x]
