@@ -103,6 +103,17 @@ def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
     return root
 
 
+@pytest.fixture(scope='module')
+def one_thread():
+    """One intra-op thread for a test module of small networks: they gain nothing from two, and
+    OpenMP threads competing with parallel tests for 2 cores can slow them down tens of times."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def in_ci() -> bool:
     """CI=true (or 1): every test must run; a missing prerequisite is a failure, never a skip."""
     return os.environ.get('CI', '').lower() in ('1', 'true')

@@ -33,13 +33,7 @@ MICRO_VRT = {'net_type': 'vrt', 'upscale': 1, 'img_size': [2, 40, 40], 'window_s
              'use_checkpoint_attn': True, 'use_checkpoint_ffn': True}
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    """The machine has 2 cores shared with parallel tests: one intra-op thread keeps timings stable."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture(scope='module')

@@ -18,12 +18,7 @@ from utils.options import validate
 TINY_NC = [4, 8, 8, 8]
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def tiny_drunet(**kw) -> ResUNet:

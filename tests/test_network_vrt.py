@@ -20,14 +20,7 @@ TSV_NAMES = ['001_videosr_bi_reds_6frames.tsv', '002_videosr_bi_reds_16frames.ts
              '008_videodenoising_davis.tsv', '009_videofi_vimeo_4frames.tsv']
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    """Tiny models gain nothing from 2 threads, and OpenMP threads competing with other processes
-    for 2 cores can slow them down tens of times; one thread keeps the tests fast and stable."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def _read_tsv(path):
