@@ -1,0 +1,37 @@
+"""Every tiny model-zoo option file trains under torchrun with 2 processes, and its validation PSNR rises.
+
+These are end-to-end runs (a few seconds to a minute each on 2 cores): marked slow, so they run in
+CI (CI=true) or locally with RUN_SLOW=1.
+"""
+import glob
+import os
+import re
+import sys
+
+import pytest
+
+from conftest import ROOT, clean_env, run
+
+ZOO = sorted(glob.glob(os.path.join(ROOT, 'options', 'zoo', '*_tiny.json')))
+PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
+
+
+def test_the_zoo_has_a_tiny_option_file_per_trainable_network():
+    names = {os.path.basename(p) for p in ZOO}
+    assert {'train_ffdnet_tiny.json', 'train_fdncnn_tiny.json', 'train_drunet_tiny.json', 'train_dncnn_bn_tiny.json',
+            'train_msrresnet0_tiny.json', 'train_rrdb_tiny.json', 'train_rrdbnet_tiny.json', 'train_imdn_tiny.json',
+            'train_swinir_sr_tiny.json', 'train_swinir_denoising_tiny.json'} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', ZOO, ids=[os.path.basename(p)[len('train_'):-len('_tiny.json')] for p in ZOO])
+def test_a_tiny_zoo_config_trains_with_two_processes_and_its_psnr_rises(tmp_path, path):
+    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=30', 'train.checkpoint_test=10',
+                 'train.checkpoint_save=30', 'logging.use_tensorboard=false', 'train.E_decay=0']
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
+           '--opt', path] + [a for o in overrides for a in ('--set', o)]
+    res = run(cmd, env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
+    psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
+    assert len(psnr) == 3 and psnr[-1] > psnr[0], res.stdout[-3000:]
