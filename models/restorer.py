@@ -66,19 +66,31 @@ def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device,
 
 
 class ImageRestorer:
-    """Runs an eval network on whole images and scores the results (one item per image)."""
+    """Runs an eval network on whole images (or in tiles, optionally x8) and scores the results.
+
+    `tile` > 0 restores large images in tiles of at most tile x tile input pixels that overlap by
+    `tile_overlap` and are averaged where they overlap (KAIR's SwinIR testing), so memory no longer
+    grows with the image; networks that need a multiple of their window pad inside. `self_ensemble`
+    averages the outputs for the 8 flips and rotations of the input (KAIR's x8 testing).
+    """
 
     log_items = False  # log every evaluated item, not only the means (video restorers)
 
-    def __init__(self, net: nn.Module, device: torch.device, metric_border: int):
+    def __init__(self, net: nn.Module, device: torch.device, metric_border: int, tile: int = 0,
+                 tile_overlap: int = 0, self_ensemble: bool = False):
+        if tile and tile_overlap >= tile:
+            raise UserError(f'val.tile_overlap: {tile_overlap} must be smaller than val.tile {tile}')
         self.net = net
         self.device = device
         self.metric_border = metric_border  # pixels cropped at each border before PSNR/SSIM
+        self.tile, self.tile_overlap, self.self_ensemble = tile, tile_overlap, self_ensemble
 
     @classmethod
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
         """The restorer the options ask for: KAIR crops `scale` pixels at each border for images."""
-        return cls(net, device, metric_border=opt['scale'])
+        v = opt['val']
+        return cls(net, device, metric_border=opt['scale'], tile=v['tile'], tile_overlap=v['tile_overlap'],
+                   self_ensemble=v['self_ensemble'])
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
@@ -87,13 +99,43 @@ class ImageRestorer:
 
     @torch.no_grad()
     def test(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """One forward pass in eval mode; the network's train/eval mode is left as it was."""
+        """The restored image of `inputs` (L first) in eval mode; the network's mode is left as it was."""
         net = self.net
         was_training = net.training
         net.eval()
-        out = net(*(t.to(self.device) for t in inputs))
-        net.train(was_training)
-        return out
+        try:
+            if not self.self_ensemble:
+                return self._tiled(inputs)
+            outs = []
+            for k in range(8):  # rotations by k % 4 quarter turns, mirrored for k >= 4
+                L = torch.rot90(inputs[0], k % 4, (-2, -1))
+                L = L.flip(-1) if k >= 4 else L
+                out = self._tiled((L, *inputs[1:]))
+                out = out.flip(-1) if k >= 4 else out
+                outs.append(torch.rot90(out, -(k % 4), (-2, -1)))
+            return torch.stack(outs).mean(0)
+        finally:
+            net.train(was_training)
+
+    def _tiled(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """net(*inputs) whole, or over overlapping tiles of L averaged where they overlap."""
+        L, rest = inputs[0], [t.to(self.device) for t in inputs[1:]]
+        h, w = L.shape[-2:]
+        if not self.tile or (h <= self.tile and w <= self.tile):
+            return self.net(L.to(self.device), *rest)
+        th, tw = min(self.tile, h), min(self.tile, w)
+        stride = self.tile - self.tile_overlap
+        E = W = None
+        for top in _starts(h, th, stride):
+            for left in _starts(w, tw, stride):
+                out = self.net(L[..., top:top + th, left:left + tw].to(self.device), *rest)
+                sf = out.shape[-1] // tw
+                if E is None:
+                    E = out.new_zeros(*out.shape[:-2], h * sf, w * sf)
+                    W = out.new_zeros(1, 1, h * sf, w * sf)
+                E[..., top * sf:(top + th) * sf, left * sf:(left + tw) * sf] += out
+                W[..., top * sf:(top + th) * sf, left * sf:(left + tw) * sf] += 1
+        return E / W
 
     def restore(self, batch: Dict[str, Any]) -> List[Item]:
         """Restore one evaluation batch: (name, restored frames, ground-truth frames) per item.
@@ -178,7 +220,11 @@ class VideoRestorer(ImageRestorer):
     @classmethod
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'VideoRestorer':
         """Testing options from `val`; window size and spike channels from `netG`, for networks that have them."""
-        netG = opt['netG']
+        netG, v = opt['netG'], opt['val']
+        if v['tile'] or v['self_ensemble']:
+            key = 'val.tile' if v['tile'] else 'val.self_ensemble'
+            raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
+                            f'and in time with val.flip_seq')
         window_size = netG['window_size'] if 'window_size' in netG else cls.NO_WINDOW
         spike_chans = netG['spike_chans'] if 'spike_chans' in netG else 0
         return cls(net, device, opt['val'], window_size, spike_chans)
@@ -298,6 +344,11 @@ class VideoRestorer(ImageRestorer):
         out = self.test(L).float().cpu()
         sf = out.shape[-1] // L.shape[-1]
         return out[..., :h * sf, :w * sf]
+
+
+def _starts(size: int, tile: int, stride: int) -> List[int]:
+    """Tile origins covering 0..size: every `stride`, the last one flush with the end."""
+    return list(range(0, size - tile, stride)) + [size - tile]
 
 
 def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:

@@ -195,6 +195,9 @@ SCHEMA: Dict[str, Any] = {
         'num_frame_testing': Key(0, (int,), _non_negative),
         'num_frame_overlapping': Key(2, (int,), _non_negative),
         'size_patch_testing': Key(0, (int,), _non_negative),
+        'tile': Key(0, (int,), _non_negative),            # images: restore in tiles of this size (0: whole)
+        'tile_overlap': Key(32, (int,), _non_negative),
+        'self_ensemble': Key(False, (bool,)),              # images: average the 8 flips/rotations (x8)
     },
     'logging': {
         'use_tensorboard': Key(True, (bool,)),
