@@ -59,6 +59,16 @@ def test_imread_gray_gives_one_channel_and_gray_files_expand_to_rgb(tmp_path):
     assert rgb.shape == (6, 7, 3) and (rgb == gray).all()
 
 
+def test_gray_reading_of_a_colour_file_is_opencvs_grayscale_decode_as_kair_reads_it(tmp_path):
+    path = str(tmp_path / 'c.png')
+    imwrite(path, _rand((40, 48, 3)))
+    gray = imread_uint(path, 1)
+    assert gray.shape == (40, 48, 1)
+    assert np.array_equal(gray[:, :, 0], cv2.imread(path, cv2.IMREAD_GRAYSCALE))
+    converted = cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2GRAY)
+    assert np.abs(gray[:, :, 0].astype(int) - converted).max() <= 1  # libpng's conversion, not cvtColor's
+
+
 def test_imread_of_an_unreadable_file_is_a_user_error_naming_the_path(tmp_path):
     bad = tmp_path / 'broken.png'
     bad.write_bytes(b'not a png')

@@ -45,8 +45,11 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
         data = np.fromfile(path, dtype=np.uint8)  # fromfile + imdecode also handles non-ASCII paths
     except OSError as e:
         raise UserError(f'cannot read image {path}: {e.strerror or e}') from None
+    # Gray is OpenCV's own grayscale decode, as KAIR reads it: for colour PNGs it differs by ±1 from
+    # converting the decoded RGB (libpng's own integer conversion), on half the demo images' pixels.
+    flag = cv2.IMREAD_GRAYSCALE if n_channels == 1 else cv2.IMREAD_UNCHANGED
     try:
-        img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+        img = cv2.imdecode(data, flag) if data.size else None
     except cv2.error as e:  # e.g. the size limits (validateInputImageSize): a traceback is no help
         raise UserError(f'cannot decode image {path}: {_cv2_problem(e, path)}') from None
     if img is None:
@@ -57,8 +60,6 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
     if img.shape[2] == 4:
         img = img[:, :, :3]  # drop alpha: BGRA -> BGR
     if n_channels == 1:
-        if img.shape[2] == 3:
-            img = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)[:, :, None]
         return np.ascontiguousarray(img)
     if img.shape[2] == 1:
         return np.ascontiguousarray(np.repeat(img, 3, axis=2))
