@@ -246,8 +246,10 @@ class ImageDataset(Dataset):
         return self._item(img_L, img_H, path_L, path_H)
 
     @staticmethod
-    def _item(img_L: Any, img_H: np.ndarray, path_L: str, path_H: str) -> Dict[str, Any]:
-        L = img_L if isinstance(img_L, torch.Tensor) else uint2tensor(img_L)
+    def _item(img_L: np.ndarray, img_H: np.ndarray, path_L: str, path_H: str) -> Dict[str, Any]:
+        """Tensors of an item: uint8 images scaled to [0, 1], float images (already in [0, 1]) as they are."""
+        L = uint2tensor(img_L) if img_L.dtype == np.uint8 else torch.from_numpy(
+            np.ascontiguousarray(img_L.transpose(2, 0, 1))).float()
         return {'L': L, 'H': uint2tensor(img_H), 'L_path': path_L, 'H_path': path_H}
 
 
@@ -315,7 +317,12 @@ class DatasetDnCNN(ImageDataset):
 
 @DATASETS.register('sr')
 class DatasetSR(ImageDataset):
-    """Super-resolution: L from `dataroot_L`, else MATLAB-bicubic x1/scale of H (rounded to uint8)."""
+    """Super-resolution: L from `dataroot_L`, else MATLAB-bicubic x1/scale of H.
+
+    As in KAIR the bicubic L is kept as computed, in floating point (not rounded, not clipped: up to
+    several grey levels from the uint8 files such LR images are usually saved as). `quantize_L: true`
+    rounds and clips it to uint8 instead, like training on BasicSR-style pre-computed LR PNGs.
+    """
 
     OPTIONS = {
         'dataroot_H': REQUIRED,
@@ -323,9 +330,20 @@ class DatasetSR(ImageDataset):
         'n_channels': 3,
         'H_size': 96,
         'scale': 4,
+        'quantize_L': False,
         'use_hflip': True,
         'use_rot': True,
     }
+
+    def check_options(self) -> None:
+        super().check_options()
+        self.quantize_L = bool_option(self.opt, self.where, 'quantize_L')
+
+    def _downscale(self, img_H: np.ndarray) -> Any:
+        """Bicubic L of H: float in [0, 1] (KAIR), or uint8 with `quantize_L`."""
+        if self.quantize_L:
+            return imresize_bicubic(img_H, 1.0 / self.scale)
+        return imresize_bicubic(img_H.astype(np.float64) / 255.0, 1.0 / self.scale).astype(np.float32)
 
     def _eval_size(self, size: Size) -> Optional[Size]:
         """Evaluation crops H to a multiple of the scale."""
@@ -335,7 +353,7 @@ class DatasetSR(ImageDataset):
     def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
                           rng: Optional[random.Random]) -> Dict[str, Any]:
         if rng is not None:
-            img_L = imresize_bicubic(img_H, 1.0 / self.scale)
+            img_L = self._downscale(img_H)
             img_H, img_L = self._augment([img_H, img_L], rng)
         else:
             h = img_H.shape[0] - img_H.shape[0] % self.scale
@@ -344,5 +362,5 @@ class DatasetSR(ImageDataset):
                 raise UserError(f'{self.where}: {path_H} ({img_H.shape[0]}x{img_H.shape[1]}) is '
                                 f'smaller than the scale {self.scale}')
             img_H = img_H[:h, :w]
-            img_L = imresize_bicubic(img_H, 1.0 / self.scale)
+            img_L = self._downscale(img_H)
         return self._item(img_L, img_H, path_H, path_H)

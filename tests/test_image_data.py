@@ -291,15 +291,19 @@ def test_dncnn_gray_images(tmp_path):
     assert ds[(0, 1)]['L'].shape == (1, 16, 16)
 
 
-def test_sr_dataset_downscales_h_with_matlab_bicubic(tmp_path):
+def test_sr_dataset_downscales_h_with_matlab_bicubic_kept_in_floating_point_as_kair_does(tmp_path):
     h = _write_folder(tmp_path / 'H', 1, shape=(42, 50, 3))
     ds = DatasetSR(_opt(DatasetSR, dataroot_H=h, scale=4, H_size=32))
     item = ds[0]
     assert item['H'].shape == (3, 40, 48)  # cropped to a multiple of the scale
-    expected = imresize_bicubic(imread_uint(list_images(h)[0])[:40, :48], 0.25)
-    np.testing.assert_array_equal(tensor2uint(item['L']), expected)
+    img_H = imread_uint(list_images(h)[0])[:40, :48]
+    expected = imresize_bicubic(img_H / 255.0, 0.25).transpose(2, 0, 1)
+    np.testing.assert_allclose(item['L'].numpy(), expected, atol=1e-6)
+    assert (item['L'] * 255 - (item['L'] * 255).round()).abs().max() > 0.1  # not quantised
     train = ds[(0, 99)]
     assert train['H'].shape == (3, 32, 32) and train['L'].shape == (3, 8, 8)
+    quantised = DatasetSR(_opt(DatasetSR, dataroot_H=h, scale=4, H_size=32, quantize_L=True))[0]
+    np.testing.assert_array_equal(tensor2uint(quantised['L']), imresize_bicubic(img_H, 0.25))
 
 
 def test_sr_training_patch_not_divisible_by_the_scale_is_refused_when_the_training_set_is_built(tmp_path):
