@@ -82,7 +82,7 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     loader = build_val_loader(build_dataset(test_opt), state.world_size, state.rank,
                               test_opt['dataloader_num_workers'])
     weights = args.weights or default_weights(opt)
-    net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load)
+    net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
     restorer = MODELS.get(opt['model'], 'model').restorer_class.from_options(net, opt, device)
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')

@@ -318,6 +318,7 @@ class Trainer:
             self.log.info(f'nothing to do: iteration {self.step} >= train.total_iter {total}')
             return
         self.log.info(f'start training at iteration {self.step} of {total}')
+        self.model.end_iteration(self.step)
         self.timing = Timing()
         while self.step < total:
             self.run_epoch(total)
@@ -335,6 +336,7 @@ class Trainer:
             self.step += 1
             self.epoch_step += 1
             stop = self.train_step(batches)
+            self.model.end_iteration(self.step)
             self.timing.step_done()
             self.after_step(total, stop)
             if self.step >= total:

@@ -28,6 +28,13 @@ class ModelEMA:
         self._params = list(self.module.parameters())
         self._buffers = list(self.module.buffers())
 
+    def refresh(self) -> None:
+        """Take up a changed parameter set of `module` (after BatchNorm folding)."""
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+        self._params = list(self.module.parameters())
+        self._buffers = list(self.module.buffers())
+
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         src = _unwrap(model)

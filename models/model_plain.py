@@ -6,6 +6,7 @@ with the same loop. Video models subclass it. Evaluation is not here: `validate`
 eval network to the model's `restorer_class` (models/restorer.py), which main_test.py uses too.
 """
 import contextlib
+import gc
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -15,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from models.ema import ModelEMA
 from models.init import init_weights
 from models.losses import build_loss
+from models.merge_bn import count_foldable, fold_batchnorm
 from models.optim import build_optimizer, build_scheduler, resume_optimizer
 from models.regularizers import apply_regularizers
 from models.registry import MODELS
@@ -68,18 +70,17 @@ class ModelPlain:
             if opt['path']['pretrained_netE']:
                 load_weights(self.ema.module, opt['path']['pretrained_netE'], self.train_opt['E_param_strict'],
                              'params_ema', 'path.pretrained_netE', allow_unsafe_load)
+        self.merge_bn_at: Optional[int] = opt['merge_bn_startpoint'] if opt['merge_bn'] else None
+        self.bn_merged = False
+        if self.merge_bn_at is not None and not count_foldable(self.net_g):
+            raise UserError(f'merge_bn: netG ({netG["net_type"]}) has no BatchNorm after a convolution to fold '
+                            f'(e.g. dncnn needs act_mode "BR"); set merge_bn to false')
         self.ddp: Optional[DistributedDataParallel] = None
-        self.net: nn.Module = self._wrap(self.net_g)
-        if isinstance(self.net, DistributedDataParallel):
-            self.ddp = self.net
+        self.net: nn.Module = self._training_net()
         if self.sync_every_micro_batch:
             get_logger().info(f'use_static_graph with train.accumulate_steps {self.train_opt["accumulate_steps"]}: '
                               f'gradients are all-reduced after every micro-batch (DDP cannot skip the sync '
                               f'under static graph); the result is the same, the communication is larger')
-        if self.train_opt['compile']:
-            # Only the training forward is compiled; evaluation (whole images of varying size) and
-            # the EMA copy run eagerly, and state_dict keys stay those of the bare network.
-            self.net = torch.compile(self.net)
         self.loss_fn = build_loss(self.train_opt).to(device)
         self.optimizer = build_optimizer(self.param_groups(), self.train_opt)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
@@ -88,6 +89,45 @@ class ModelPlain:
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None
         self.restorer = self.restorer_class.from_options(self.eval_net, opt, device)
+
+    def _training_net(self) -> nn.Module:
+        """net_g as the training forward runs it: in DDP when distributed, compiled with `train.compile`."""
+        net = self._wrap(self.net_g)
+        self.ddp = net if isinstance(net, DistributedDataParallel) else None
+        if self.train_opt['compile']:
+            # Only the training forward is compiled; evaluation (whole images of varying size) and
+            # the EMA copy run eagerly, and state_dict keys stay those of the bare network.
+            net = torch.compile(net)
+        return net
+
+    def end_iteration(self, step: int) -> None:
+        """Called after every iteration (and with the start iteration before the first): KAIR's
+        `merge_bn` folds BatchNorm into the convolutions once `merge_bn_startpoint` is reached."""
+        if self.merge_bn_at is not None and not self.bn_merged and step >= self.merge_bn_at:
+            self.merge_batchnorm()
+            get_logger().info(f'iteration {step}: merge_bn folded BatchNorm into the convolutions '
+                              f'({sum(p.numel() for p in self.net_g.parameters()):,} parameters now); training '
+                              f'goes on without batch statistics, the lr schedule continues where it was')
+
+    def merge_batchnorm(self) -> None:
+        """Fold netG's (and the EMA copy's) BatchNorm layers; rebuild what holds their parameters.
+
+        DDP is rebuilt around the new parameter set, and so is the optimizer (fresh moments, as KAIR
+        does); the schedule keeps its position (KAIR restarts it, which repeats the warm start).
+        """
+        fold_batchnorm(self.net_g)
+        if self.ema is not None:
+            fold_batchnorm(self.ema.module)
+            self.ema.refresh()
+        self.bn_merged = True
+        self.ddp = None
+        self.net = None
+        gc.collect()  # the old DDP's hooks on the parameters go with it
+        self.net = self._training_net()
+        schedule = self.scheduler.state_dict()
+        self.optimizer = build_optimizer(self.param_groups(), self.train_opt)
+        self.scheduler = build_scheduler(self.optimizer, self.train_opt)
+        self.scheduler.load_state_dict(schedule)
 
     def _wrap(self, net: nn.Module) -> nn.Module:
         if not dist.is_initialized():
@@ -292,7 +332,7 @@ class ModelPlain:
 
     def training_state(self) -> Dict[str, Any]:
         state = {'optimizer': self.optimizer.state_dict(), 'scheduler': self.scheduler.state_dict(),
-                 'optimizer_type': self.train_opt['G_optimizer_type']}
+                 'optimizer_type': self.train_opt['G_optimizer_type'], 'bn_merged': self.bn_merged}
         if self.scaler is not None:
             state['grad_scaler'] = self.scaler.state_dict()
         return state
@@ -304,6 +344,12 @@ class ModelPlain:
         hyperparameter comes from the options. Each value that differs is logged with the winner.
         """
         log = get_logger()
+        # checkpoints written before merge_bn existed lack the flag: their BatchNorm was never folded
+        if 'bn_merged' in training and training['bn_merged'] and not self.bn_merged:
+            if self.merge_bn_at is None:
+                raise UserError('resume: the checkpoint was written after merge_bn folded netG\'s BatchNorm; keep '
+                                '"merge_bn": true to resume it, or start a new task or use --fresh')
+            self.merge_batchnorm()
         _load_exactly(self.net_g, weights['G'], 'G', self.opt['netG']['net_type'])
         if self.ema is not None:
             if 'E' in weights:

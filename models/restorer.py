@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.merge_bn import fold_batchnorm
 from models.registry import build_network
 from utils import dist
 from utils.checkpoint import load as load_checkpoint, unwrap_params
@@ -53,7 +54,7 @@ def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: st
 
 
 def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device, where: str,
-                       allow_unsafe_load: bool = False) -> nn.Module:
+                       allow_unsafe_load: bool = False, merge_bn: bool = False) -> nn.Module:
     """netG with exactly the weights of `weights` (strict), in eval mode on `device`.
 
     No initialisation, optimizer, loss, DDP or EMA: testing needs only the trained weights. From a
@@ -61,6 +62,10 @@ def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device,
     """
     net = build_checked_network(netG)
     prefer = 'params_ema' if weights.endswith('_E.pth') else 'params'
+    if merge_bn:  # weights saved after merge_bn folded BatchNorm have no BatchNorm statistics
+        state = unwrap_params(load_checkpoint(weights, allow_unsafe_load), prefer)
+        if not any(k.endswith('.running_mean') for k in state):
+            fold_batchnorm(net)
     load_weights(net, weights, True, prefer, where, allow_unsafe_load)
     return net.to(device).eval()
 

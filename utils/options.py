@@ -136,6 +136,9 @@ SCHEMA: Dict[str, Any] = {
     'sigma': Key(None, (int, float, list, type(None))),
     'sigma_test': Key(None, _OPT_NUM),
     'is_color': Key(None, (bool, type(None))),
+    # KAIR's BatchNorm folding: after iteration merge_bn_startpoint, BN is folded into the convolutions
+    'merge_bn': Key(False, (bool,)),
+    'merge_bn_startpoint': Key(0, (int,), _non_negative),
     'find_unused_parameters': Key(False, (bool,)),
     'use_static_graph': Key(False, (bool,)),
     'broadcast_buffers': Key(True, (bool,)),
