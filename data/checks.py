@@ -96,9 +96,10 @@ def ssim_problem(size: Size, border: int, evaluated: Optional[Size] = None) -> O
     if h >= need and w >= need:
         return None
     how = f' (evaluated as {fmt(evaluated)})' if evaluated and evaluated != size else ''
-    crop = f' after cropping the {border}-pixel metric border' if border else ''
-    return (f'{fmt(size)}{how} is too small to evaluate: SSIM needs {SSIM_WINDOW}x{SSIM_WINDOW}{crop}, '
-            f'i.e. at least {need}x{need}')
+    if not border:
+        return f'{fmt(size)}{how} is too small to evaluate: SSIM needs at least {need}x{need}'
+    return (f'{fmt(size)}{how} is too small to evaluate: SSIM needs {SSIM_WINDOW}x{SSIM_WINDOW} after cropping '
+            f'the {border}-pixel metric border, i.e. at least {need}x{need}')
 
 
 def spike_header(path: str, spike_format: str, frame: Size, plane_size: Optional[Size]) -> Union[int, str]:

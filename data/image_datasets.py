@@ -23,6 +23,7 @@ from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
 from utils.errors import UserError
 from utils.image import IMG_EXTENSIONS, imread_uint, imresize_bicubic, list_images, uint2tensor
+from utils.metrics import metric_border
 from utils.options import REQUIRED
 
 Key = Any  # int (evaluation) or (index, seed) tuple (training)
@@ -63,7 +64,8 @@ class ImageDataset(Dataset):
 
     What the files must satisfy depends on the phase: training crops `H_size` patches (H_size/scale
     from low-quality images), evaluation scores whole images with PSNR and SSIM after cropping
-    `scale` pixels at each border (models/restorer.py `metric_border`).
+    `metric_border` pixels at each border (null: the scale for SR, none at scale 1, as KAIR's test
+    scripts do; utils/metrics.py `metric_border`).
     """
 
     needs_L = False  # dataroot_L is required (paired folders)
@@ -91,6 +93,9 @@ class ImageDataset(Dataset):
         if isinstance(self.n_channels, bool) or self.n_channels not in (1, 3):
             raise UserError(f'{where}.n_channels: must be 1 or 3, got {opt["n_channels"]!r}')
         self.scale = int_option(opt, where, 'scale') if 'scale' in opt else 1
+        if opt['metric_border'] is not None:
+            int_option(opt, where, 'metric_border', minimum=0)
+        self.border = metric_border(self.scale, opt['metric_border'])
         self.patch_size = int_option(opt, where, 'H_size')
         for key in ('use_hflip', 'use_rot'):
             bool_option(opt, where, key)
@@ -164,7 +169,7 @@ class ImageDataset(Dataset):
         evaluated = self._eval_size(size)
         if evaluated is None:
             return 'H', f'{fmt(size)} is smaller than the scale {self.scale}'
-        problem = ssim_problem(size, self.scale, evaluated)
+        problem = ssim_problem(size, self.border, evaluated)
         return ('H', problem) if problem else None
 
     def _eval_size(self, size: Size) -> Optional[Size]:
@@ -186,7 +191,7 @@ class ImageDataset(Dataset):
             extra = f' (up to {s - 1} more rows/columns)' if s > 1 else ''
             return 'H', (f'{fmt(size_H)} does not match its low-quality image {path_L} ({fmt(size_L)}): with '
                          f'scale {s} it must be {hl * s}x{wl * s}{extra}')
-        problem = ssim_problem(size_H, s, (hl * s, wl * s))
+        problem = ssim_problem(size_H, self.border, (hl * s, wl * s))
         return ('H', problem) if problem else None
 
     def _read(self, path: str) -> np.ndarray:
@@ -265,6 +270,7 @@ class DatasetPlain(ImageDataset):
         'scale': 1,
         'use_hflip': True,
         'use_rot': True,
+        'metric_border': None,
     }
 
     needs_L = True
@@ -288,6 +294,7 @@ class DatasetDnCNN(ImageDataset):
         'sigma_test': None,
         'use_hflip': True,
         'use_rot': True,
+        'metric_border': None,
     }
 
     def check_options(self) -> None:
@@ -333,6 +340,7 @@ class DatasetSR(ImageDataset):
         'quantize_L': False,
         'use_hflip': True,
         'use_rot': True,
+        'metric_border': None,
     }
 
     def check_options(self) -> None:

@@ -32,6 +32,7 @@ class _NoiseLevelDataset(ImageDataset):
         'sigma_test': 25,
         'use_hflip': True,
         'use_rot': True,
+        'metric_border': None,
     }
 
     def check_options(self) -> None:

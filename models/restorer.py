@@ -20,7 +20,7 @@ from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 from utils.image import encode_image, tensor2uint
 from utils.logger import get_logger
-from utils.metrics import calculate_psnr, calculate_ssim
+from utils.metrics import calculate_psnr, calculate_ssim, metric_border
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
@@ -92,10 +92,11 @@ class ImageRestorer:
 
     @classmethod
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
-        """The restorer the options ask for: KAIR crops `scale` pixels at each border for images."""
+        """The restorer the options ask for; the border to crop is the test set's `metric_border`."""
         v = opt['val']
-        return cls(net, device, metric_border=opt['scale'], tile=v['tile'], tile_overlap=v['tile_overlap'],
-                   self_ensemble=v['self_ensemble'])
+        given = opt['datasets']['test']['metric_border'] if 'test' in opt['datasets'] else None
+        return cls(net, device, metric_border=metric_border(opt['scale'], given), tile=v['tile'],
+                   tile_overlap=v['tile_overlap'], self_ensemble=v['self_ensemble'])
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:

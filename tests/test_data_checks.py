@@ -151,6 +151,8 @@ def test_test_image_too_small_for_ssim_is_refused_at_start_up_and_by_the_metric(
     h = _folder(tmp_path / 'H', 3, shape=(16, 16, 3))
     imwrite(os.path.join(h, '001.png'), _rand((1, 1, 3)))
     message = _error(DatasetDnCNN, _opt(DatasetDnCNN, 'test', dataroot_H=h))
+    assert message == f'datasets.test.dataroot_H: {h}/001.png: 1x1 is too small to evaluate: SSIM needs at least 11x11'
+    message = _error(DatasetDnCNN, _opt(DatasetDnCNN, 'test', dataroot_H=h, metric_border=1))
     assert message == (f'datasets.test.dataroot_H: {h}/001.png: 1x1 is too small to evaluate: SSIM needs 11x11 '
                        f'after cropping the 1-pixel metric border, i.e. at least 13x13')
     from utils.metrics import calculate_ssim
@@ -278,8 +280,8 @@ def test_bad_test_images_end_the_run_at_start_up_with_one_line_each_and_nothing_
     res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr == (
-        f'error: datasets.test.dataroot_H: {test}/0002.png: 1x1 is too small to evaluate: SSIM needs 11x11 after '
-        f'cropping the 1-pixel metric border, i.e. at least 13x13\n'
+        f'error: datasets.test.dataroot_H: {test}/0002.png: 1x1 is too small to evaluate: SSIM needs at least '
+        f'11x11\n'
         f'datasets.test.dataroot_H: {test}/0005.png: truncated PNG: no IEND chunk at the end of the file\n')
     assert not (tmp_path / 'exp').exists()
 

@@ -1,12 +1,14 @@
 """Inference apart from training: the network main_test builds, and validation through the same restorer."""
 import pytest
 import torch
+from torch import nn
 
-from main_train import read_options
+from main_train import option_rules, read_options
 from models.model_plain import ModelPlain
 from models.restorer import ImageRestorer, build_eval_network
 from tests.conftest import tiny_options, write_options
 from utils.errors import UserError
+from utils.options import validate
 
 CPU = torch.device('cpu')
 
@@ -41,7 +43,7 @@ def _scores(res):
 def test_validation_uses_the_ema_network_when_there_is_one_else_netg(tmp_path):
     with_ema = ModelPlain(_opt(tmp_path, E_decay=0.9), CPU)
     assert type(with_ema.restorer) is ModelPlain.restorer_class is ImageRestorer
-    assert with_ema.restorer.net is with_ema.ema.module and with_ema.restorer.metric_border == 1
+    assert with_ema.restorer.net is with_ema.ema.module
     without = ModelPlain(_opt(tmp_path, E_decay=0.0), CPU)
     assert without.restorer.net is without.net_g
 
@@ -55,7 +57,7 @@ def test_the_saved_weights_restored_for_testing_score_exactly_as_validation_did(
     net = build_eval_network(opt['netG'], path, CPU, '--weights')
     assert not net.training and not any(m.training for m in net.modules())
     restorer = ModelPlain.restorer_class.from_options(net, opt, CPU)
-    expected = model.validate(_batches()) if kind == 'E' else ImageRestorer(model.net_g, CPU, 1).validate(_batches())
+    expected = model.validate(_batches()) if kind == 'E' else ImageRestorer(model.net_g, CPU, 0).validate(_batches())
     assert _scores(restorer.validate(_batches())) == _scores(expected)
     assert model.net_g.training  # validation leaves the training network in train mode
 
@@ -66,3 +68,13 @@ def test_weights_of_another_network_are_a_user_error(tmp_path):
     torch.save({'conv.weight': torch.zeros(1)}, path)
     with pytest.raises(UserError, match=r'--weights: .*other_G.pth does not fit netG'):
         build_eval_network(opt['netG'], path, CPU, '--weights')
+
+
+@pytest.mark.parametrize('scale, given, border', [(1, None, 0), (4, None, 4), (2, None, 2), (1, 3, 3), (4, 0, 0)])
+def test_the_metric_border_is_kairs_per_task_unless_the_test_set_gives_one(tmp_path, scale, given, border):
+    raw = tiny_options(str(tmp_path), str(tmp_path / 'data'), E_decay=0.0)
+    raw['scale'] = scale
+    if given is not None:
+        raw['datasets']['test']['metric_border'] = given
+    opt = validate(raw, option_rules())
+    assert ImageRestorer.from_options(nn.Identity(), opt, CPU).metric_border == border

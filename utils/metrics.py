@@ -4,6 +4,7 @@ Matching their numbers matters because results are compared with published table
 HWC (or HW) arrays in [0, 255]; `test_y_channel` evaluates on the BT.601 luma of RGB images.
 """
 import math
+from typing import Optional
 
 import cv2
 import numpy as np
@@ -11,6 +12,14 @@ import numpy as np
 from utils.errors import UserError
 
 SSIM_WINDOW = 11  # the gaussian window: SSIM needs at least this many pixels per side
+
+
+def metric_border(scale: int, given: Optional[int]) -> int:
+    """Pixels cropped at each border before PSNR/SSIM: `given`, else KAIR's test-script convention
+    for the task: the scale for super-resolution, none for restoration at scale 1 (denoising)."""
+    if given is not None:
+        return given
+    return scale if scale > 1 else 0
 
 _Y_WEIGHTS = np.array([65.481, 128.553, 24.966], dtype=np.float64)  # R, G, B (BT.601, studio swing)
 
