@@ -89,9 +89,7 @@ class ImageDataset(Dataset):
     def check_options(self) -> None:
         """Option values, at construction (the options file only checks their types)."""
         opt, where = self.opt, self.where
-        self.n_channels = opt['n_channels']
-        if isinstance(self.n_channels, bool) or self.n_channels not in (1, 3):
-            raise UserError(f'{where}.n_channels: must be 1 or 3, got {opt["n_channels"]!r}')
+        self.n_channels = self._channels()
         self.scale = int_option(opt, where, 'scale') if 'scale' in opt else 1
         if opt['metric_border'] is not None:
             int_option(opt, where, 'metric_border', minimum=0)
@@ -101,6 +99,13 @@ class ImageDataset(Dataset):
             bool_option(opt, where, key)
         if self.train:
             self._check_patch_options()
+
+    def _channels(self) -> int:
+        """Channels the images are read with (`n_channels`)."""
+        n = self.opt['n_channels']
+        if isinstance(n, bool) or n not in (1, 3):
+            raise UserError(f'{self.where}.n_channels: must be 1 or 3, got {n!r}')
+        return n
 
     def _check_patch_options(self) -> None:
         if self.patch_size < 1:

@@ -21,6 +21,7 @@ def metric_border(scale: int, given: Optional[int]) -> int:
         return given
     return scale if scale > 1 else 0
 
+
 _Y_WEIGHTS = np.array([65.481, 128.553, 24.966], dtype=np.float64)  # R, G, B (BT.601, studio swing)
 
 

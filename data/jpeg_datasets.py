@@ -1,0 +1,71 @@
+"""JPEG compression artifact removal (KAIR's `jpeg` dataset, used by SwinIR's CAR models).
+
+L is H encoded as a JPEG at `quality_factor` (training) or `quality_factor_test` (evaluation) with
+OpenCV and decoded again, so the artifacts are those of the libjpeg every user has. `is_color`
+chooses colour (3 channels) or gray (1 channel) restoration. As in KAIR, gray training patches are
+the BT.601 luma (Y, rounded) or OpenCV's RGB→gray of colour images, one or the other per sample;
+gray evaluation images are OpenCV's grayscale decode.
+"""
+import random
+from typing import Any, Dict, Optional
+
+import cv2
+import numpy as np
+
+from data.image_datasets import ImageDataset, bool_option, int_option
+from data.registry import DATASETS
+from utils.errors import UserError
+from utils.metrics import rgb2y
+from utils.options import REQUIRED
+
+
+def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
+    """HWC uint8 RGB (or gray, C=1) → encoded as JPEG at `quality` → decoded, same layout."""
+    gray = img.shape[2] == 1
+    src = img[:, :, 0] if gray else cv2.cvtColor(img, cv2.COLOR_RGB2BGR)
+    ok, data = cv2.imencode('.jpg', src, [int(cv2.IMWRITE_JPEG_QUALITY), int(quality)])
+    if not ok:
+        raise RuntimeError(f'OpenCV could not encode a {img.shape} image as JPEG')
+    if gray:
+        return cv2.imdecode(data, cv2.IMREAD_GRAYSCALE)[:, :, None]
+    return cv2.cvtColor(cv2.imdecode(data, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+@DATASETS.register('jpeg')
+class DatasetJPEG(ImageDataset):
+    OPTIONS = {
+        'dataroot_H': REQUIRED,
+        'dataroot_L': None,
+        'H_size': 128,
+        'quality_factor': 40,
+        'quality_factor_test': 40,
+        'is_color': False,
+        'use_hflip': True,
+        'use_rot': True,
+        'metric_border': None,
+    }
+
+    def _channels(self) -> int:
+        """Colour: 3. Gray: training reads colour (converted per sample), evaluation reads gray."""
+        color = bool_option(self.opt, self.where, 'is_color')
+        return 3 if color or self.train else 1
+
+    def check_options(self) -> None:
+        super().check_options()
+        self.color = self.opt['is_color']
+        for key in ('quality_factor', 'quality_factor_test'):
+            if int_option(self.opt, self.where, key) > 100:
+                raise UserError(f'{self.where}.{key}: must be a JPEG quality from 1 to 100, got {self.opt[key]!r}')
+        self.quality, self.quality_test = self.opt['quality_factor'], self.opt['quality_factor_test']
+
+    def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
+                          rng: Optional[random.Random]) -> Dict[str, Any]:
+        quality = self.quality_test
+        if rng is not None:
+            (img_H,) = self._augment([img_H], rng)
+            quality = self.quality
+            if not self.color:
+                luma = rng.random() < 0.5
+                img_H = (np.round(rgb2y(img_H)).astype(np.uint8) if luma
+                         else cv2.cvtColor(img_H, cv2.COLOR_RGB2GRAY))[:, :, None]
+        return self._item(jpeg_roundtrip(img_H, quality), img_H, path_H, path_H)

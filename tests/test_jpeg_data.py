@@ -1,0 +1,49 @@
+"""KAIR's `jpeg` dataset: L is H after a JPEG round trip at the quality factor (SwinIR's CAR models)."""
+import cv2
+import numpy as np
+import pytest
+
+from conftest import dataset_options, unchecked_section
+from data.jpeg_datasets import DatasetJPEG, jpeg_roundtrip
+from utils.errors import UserError
+from utils.image import imread_uint, tensor2uint
+
+
+def _ds(demo_images, phase='train', **kw):
+    folder = f'{demo_images}/{"train" if phase == "train" else "test"}'
+    return DatasetJPEG(dataset_options('jpeg', phase, dataroot_H=folder, H_size=32, **kw))
+
+
+def test_the_jpeg_round_trip_is_opencvs_encode_and_decode(demo_images):
+    img = imread_uint(f'{demo_images}/test/0000.png')
+    ok, data = cv2.imencode('.jpg', cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [int(cv2.IMWRITE_JPEG_QUALITY), 10])
+    expected = cv2.cvtColor(cv2.imdecode(data, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    assert np.array_equal(jpeg_roundtrip(img, 10), expected)
+    assert not np.array_equal(jpeg_roundtrip(img, 10), jpeg_roundtrip(img, 90))
+
+
+def test_gray_evaluation_compresses_the_opencv_gray_image_at_the_test_quality(demo_images):
+    item = _ds(demo_images, 'test', quality_factor_test=20)[1]
+    H = tensor2uint(item['H'])
+    assert item['H'].shape[0] == 1 and np.array_equal(H, imread_uint(item['H_path'], 1))
+    assert np.array_equal(tensor2uint(item['L']), jpeg_roundtrip(H, 20))
+
+
+def test_gray_training_patches_are_luma_or_gray_per_sample_and_follow_their_seed(demo_images):
+    ds = _ds(demo_images, quality_factor=30)
+    a, b = ds[(2, 11)], ds[(2, 11)]
+    assert a['H'].shape == (1, 32, 32) and a['L'].shape == (1, 32, 32)
+    assert np.array_equal(a['L'].numpy(), b['L'].numpy())
+    H = tensor2uint(a['H'])
+    assert np.array_equal(tensor2uint(a['L']), jpeg_roundtrip(H, 30))
+
+
+def test_colour_restoration_keeps_three_channels(demo_images):
+    item = _ds(demo_images, is_color=True)[(0, 3)]
+    assert item['H'].shape == (3, 32, 32) and item['L'].shape == (3, 32, 32)
+
+
+@pytest.mark.parametrize('key, value', [('quality_factor', 0), ('quality_factor_test', 101)])
+def test_a_quality_outside_1_to_100_is_a_one_line_error(demo_images, key, value):
+    with pytest.raises(UserError, match=rf'^datasets\.train\.{key}: must be'):
+        DatasetJPEG(unchecked_section(DatasetJPEG, dataroot_H=f'{demo_images}/train', **{key: value}))
