@@ -1,4 +1,4 @@
-"""Denoising with a known noise level given to the network (KAIR's `ffdnet` and `fdncnn` datasets).
+"""A known noise level given to the network (KAIR's `ffdnet`, `fdncnn` and `dpsr` datasets).
 
 Blind DnCNN learns one noise level; FFDNet and FDnCNN take the level as an input, so training draws
 a level per sample from `sigma` = [min, max] (0..255 scale) and evaluation uses `sigma_test`.
@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from data.image_datasets import ImageDataset
+from data.image_datasets import DatasetSR, ImageDataset
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import uint2tensor
@@ -37,15 +37,7 @@ class _NoiseLevelDataset(ImageDataset):
 
     def check_options(self) -> None:
         super().check_options()
-        lo_hi, test = self.opt['sigma'], self.opt['sigma_test']
-        if (len(lo_hi) != 2 or not all(_level(v) for v in lo_hi) or lo_hi[0] > lo_hi[1]):
-            raise UserError(f'{self.where}.sigma: must be [min, max] with 0 <= min <= max (noise std on the '
-                            f'0..255 scale), got {lo_hi!r}')
-        if not _level(test):
-            raise UserError(f'{self.where}.sigma_test: must be a number >= 0 (noise std on the 0..255 scale), '
-                            f'got {test!r}')
-        self.sigma_range = (float(lo_hi[0]), float(lo_hi[1]))
-        self.sigma_test = float(test)
+        self.sigma_range, self.sigma_test = noise_levels(self.opt, self.where)
 
     def _noisy(self, index: int, seed: Optional[int], img_H: np.ndarray,
                rng: Optional[random.Random]) -> Tuple[torch.Tensor, torch.Tensor, float]:
@@ -85,8 +77,51 @@ class DatasetFDnCNN(_NoiseLevelDataset):
     """Noisy L with the noise level map appended as its last channel, clean H."""
 
     def _with_level(self, item: Dict[str, Any], level: float) -> Dict[str, Any]:
+        return {**item, 'L': with_level_map(item['L'], level)}
+
+
+def noise_levels(opt: Dict[str, Any], where: str) -> Tuple[Tuple[float, float], float]:
+    """(training range, evaluation level) from `sigma` = [min, max] and `sigma_test` (0..255 scale)."""
+    lo_hi, test = opt['sigma'], opt['sigma_test']
+    if len(lo_hi) != 2 or not all(_level(v) for v in lo_hi) or lo_hi[0] > lo_hi[1]:
+        raise UserError(f'{where}.sigma: must be [min, max] with 0 <= min <= max (noise std on the '
+                        f'0..255 scale), got {lo_hi!r}')
+    if not _level(test):
+        raise UserError(f'{where}.sigma_test: must be a number >= 0 (noise std on the 0..255 scale), got {test!r}')
+    return (float(lo_hi[0]), float(lo_hi[1])), float(test)
+
+
+def with_level_map(L: torch.Tensor, level: float) -> torch.Tensor:
+    """L with a constant map of the noise level (0..1 scale) appended as its last channel."""
+    return torch.cat([L, torch.full_like(L[:1], level)], 0)
+
+
+@DATASETS.register('dpsr')
+class DatasetDPSR(DatasetSR):
+    """Super-resolution of noisy images (DPSR): L = bicubic x1/scale of H plus gaussian noise of a level
+    drawn per sample from `sigma` = [min, max] (`sigma_test` for evaluation), with the level map
+    appended as the last channel of L (the network's in_nc = n_channels + 1), as in KAIR."""
+
+    OPTIONS = {**DatasetSR.OPTIONS, 'sigma': [0, 50], 'sigma_test': 0}
+
+    def check_options(self) -> None:
+        super().check_options()
+        self.sigma_range, self.sigma_test = noise_levels(self.opt, self.where)
+
+    def _paired_item(self, index: int, seed: Optional[int]) -> Dict[str, Any]:
+        item = super()._paired_item(index, seed)
+        return {**item, 'L': with_level_map(item['L'], self.sigma_test / 255.0)}
+
+    def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
+                          rng: Optional[random.Random]) -> Dict[str, Any]:
+        item = super()._synthesized_item(index, seed, path_H, img_H, rng)
+        if rng is not None:
+            level, noise_seed = rng.uniform(*self.sigma_range) / 255.0, seed
+        else:
+            level, noise_seed = self.sigma_test / 255.0, index
         L = item['L']
-        return {**item, 'L': torch.cat([L, torch.full_like(L[:1], level)], 0)}
+        L = L + torch.randn(L.shape, generator=torch.Generator().manual_seed(noise_seed)).mul_(level)
+        return {**item, 'L': with_level_map(L, level)}
 
 
 def _level(v: Any) -> bool:

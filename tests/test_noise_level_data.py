@@ -83,3 +83,18 @@ def test_plain2_feeds_L_and_C_to_the_network_in_training_and_validation(tmp_path
     (name, E, H), = model.restorer.restore({'L': torch.zeros(1, 3, 8, 8), 'H': torch.zeros(1, 3, 8, 8),
                                             'C': torch.full((1, 1, 1, 1), 1.0), 'L_path': ['a.png']})
     assert name == 'a' and E[0].shape == (8, 8, 3)
+
+
+def test_dpsr_adds_noise_to_the_bicubic_low_resolution_image_and_appends_its_level_map(demo_images):
+    from data.noise_level_datasets import DatasetDPSR
+    from data.image_datasets import DatasetSR
+    common = dict(dataroot_H=f'{demo_images}/test', scale=4)
+    noisy = DatasetDPSR(dataset_options('dpsr', 'test', sigma_test=10, **common))[3]
+    clean = DatasetSR(dataset_options('sr', 'test', **common))[3]
+    assert noisy['L'].shape == (4, 32, 32) and torch.equal(noisy['H'], clean['H'])
+    assert torch.all(noisy['L'][3] == 10 / 255)
+    assert (noisy['L'][:3] - clean['L']).std().item() == pytest.approx(10 / 255, rel=0.1)
+    train = DatasetDPSR(dataset_options('dpsr', dataroot_H=f'{demo_images}/train', scale=4, H_size=32,
+                                        sigma=[5, 40]))
+    a, b = train[(1, 4)], train[(1, 4)]
+    assert torch.equal(a['L'], b['L']) and a['L'].shape == (4, 8, 8) and 5 / 255 <= a['L'][3, 0, 0] <= 40 / 255
