@@ -21,13 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.blocks import ResBlock
 from models.registry import NETWORKS
 from utils.errors import UserError
 
 SCALES = 4
 MULTIPLE = 2 ** (SCALES - 1)  # input sizes the three 2x downsamplings divide exactly
 
-_ACTIVATIONS = {'R': lambda: nn.ReLU(inplace=True), 'L': lambda: nn.LeakyReLU(0.2, inplace=True)}
+ACTIVATIONS = ('R', 'L')  # ReLU, LeakyReLU 0.2 (models/blocks.py letters)
 
 
 def check_unet_options(nc: Sequence[int], act_mode: str, downsample_mode: str, upsample_mode: str) -> None:
@@ -36,7 +37,7 @@ def check_unet_options(nc: Sequence[int], act_mode: str, downsample_mode: str, u
             isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in nc):
         raise UserError(f'netG.nc: {nc!r} is not supported; give {SCALES} positive channel counts, '
                         f'one per scale (e.g. [64, 128, 256, 512])')
-    if act_mode not in _ACTIVATIONS:
+    if act_mode not in ACTIVATIONS:
         raise UserError(f'netG.act_mode: "{act_mode}" is not supported for a residual U-Net; use R (ReLU) '
                         f'or L (LeakyReLU 0.2)')
     if downsample_mode != 'strideconv':
@@ -47,20 +48,8 @@ def check_unet_options(nc: Sequence[int], act_mode: str, downsample_mode: str, u
                         f'(2x2 stride-2 transposed conv, the published DRUNet/USRNet)')
 
 
-class ResBlock(nn.Module):
-    """x + conv(act(conv(x))), without normalisation."""
-
-    def __init__(self, nc: int, act_mode: str, bias: bool):
-        super().__init__()
-        self.res = nn.Sequential(nn.Conv2d(nc, nc, 3, 1, 1, bias=bias), _ACTIVATIONS[act_mode](),
-                                 nn.Conv2d(nc, nc, 3, 1, 1, bias=bias))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.res(x)
-
-
 def _blocks(nc: int, nb: int, act_mode: str, bias: bool) -> List[nn.Module]:
-    return [ResBlock(nc, act_mode, bias) for _ in range(nb)]
+    return [ResBlock(nc, f'C{act_mode}C', bias=bias) for _ in range(nb)]
 
 
 def _down(in_nc: int, out_nc: int, nb: int, act_mode: str, bias: bool) -> nn.Sequential:
