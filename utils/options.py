@@ -212,7 +212,8 @@ SCHEMA: Dict[str, Any] = {
 }
 
 # Top-level keys that fill the dataset sections taking them (KAIR's broadcast of scale and n_channels).
-INHERITED = ('scale', 'n_channels', 'sigma', 'sigma_test', 'is_color')
+GIVEN_INHERITED = ('sigma', 'sigma_test', 'is_color')  # only when given (null: not given)
+INHERITED = ('scale', 'n_channels') + GIVEN_INHERITED
 
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG')
@@ -611,7 +612,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
             v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
                    f'the network works at scale {opt["scale"]}, so its output would not match these images '
                    f'(leave {where}scale out to inherit it)')
-        for key in ('sigma', 'sigma_test', 'is_color'):
+        for key in GIVEN_INHERITED:
             if key in schema and opt[key] is not None and section[key] != opt[key]:
                 v.fail(f'{where}{key}', f'{_show(section[key])} differs from the top-level "{key}": '
                        f'{_show(opt[key])}; give it in one place')
@@ -622,7 +623,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         checked['_where'] = f'datasets.{phase}'
         opt['datasets']['test' if phase == 'val' else phase] = checked
     v.names(opt, rules.names)
-    unused = [k for k in ('sigma', 'sigma_test', 'is_color') if opt[k] is not None and k not in used_top_level]
+    unused = [k for k in GIVEN_INHERITED if opt[k] is not None and k not in used_top_level]
     if unused:
         v.notes.append(f'{", ".join(unused)}: no dataset section takes {"them" if len(unused) > 1 else "it"}; ignored')
     opt['_notes'] = v.notes
