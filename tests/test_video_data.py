@@ -392,10 +392,8 @@ def test_test_clips_are_checked_for_ssim_and_a_whole_lq_to_gt_factor(tmp_path):
         VideoRecurrentTestDataset, tmp_path, num_frame=2, _where='datasets.test')).value)
     gt = tmp_path / 'gt'
     assert message.splitlines() == [
-        f'datasets.test.dataroot_gt: {gt}/c/00000000.png: 10x10 is too small to evaluate: SSIM needs 11x11, i.e. at '
-        f'least 11x11',
-        f'datasets.test.dataroot_gt: {gt}/c/00000001.png: 10x10 is too small to evaluate: SSIM needs 11x11, i.e. at '
-        f'least 11x11',
+        f'datasets.test.dataroot_gt: {gt}/c/00000000.png: 10x10 is too small to evaluate: SSIM needs at least 11x11',
+        f'datasets.test.dataroot_gt: {gt}/c/00000001.png: 10x10 is too small to evaluate: SSIM needs at least 11x11',
         f'datasets.test.dataroot_gt: {gt}/d/00000000.png: 32x32 is not a whole multiple of its LQ frame '
         f'{tmp_path}/lq/d/00000000.png (16x8) with the same factor for height and width',
         f'datasets.test.dataroot_gt: {gt}/d/00000001.png: 32x32 is not a whole multiple of its LQ frame '

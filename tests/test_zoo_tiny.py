@@ -27,12 +27,12 @@ def test_the_zoo_has_a_tiny_option_file_per_trainable_network():
 @pytest.mark.slow
 @pytest.mark.parametrize('path', ZOO, ids=[os.path.basename(p)[len('train_'):-len('_tiny.json')] for p in ZOO])
 def test_a_tiny_zoo_config_trains_with_two_processes_and_its_psnr_rises(tmp_path, path):
-    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=30', 'train.checkpoint_test=10',
-                 'train.checkpoint_save=30', 'logging.use_tensorboard=false', 'train.E_decay=0']
+    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=40', 'train.checkpoint_test=20',
+                 'train.checkpoint_save=40', 'logging.use_tensorboard=false', 'train.E_decay=0']
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
            '--opt', path] + [a for o in overrides for a in ('--set', o)]
     res = run(cmd, env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
     psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
-    assert len(psnr) == 3 and psnr[-1] > psnr[0], res.stdout[-3000:]
+    assert len(psnr) == 2 and psnr[-1] > psnr[0], res.stdout[-3000:]
