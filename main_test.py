@@ -19,7 +19,7 @@ from data.loader import build_val_loader
 from data.registry import build_dataset
 from main_train import read_options
 from models.registry import MODELS
-from models.restorer import PSNR_CAP, build_eval_network, item_metrics
+from models.restorer import PSNR_CAP, build_eval_network
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.errors import UserError
@@ -87,14 +87,13 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
 
-    border = restorer.metric_border
     rows: List[List[Any]] = []
     local = iter(loader)
     rounds = -(-len(loader.dataset) // state.world_size)
     for _ in range(rounds):  # equal number of collectives on every rank, shards may differ by one
         batch = next(local, None)
         items = restorer.restore(batch) if batch is not None else []
-        mine = [(name, item_metrics(E, H, border), None if args.no_images else E) for name, E, H in items]
+        mine = [(name, restorer.score(E, H), None if args.no_images else E) for name, E, H in items]
         for part in dist.gather_objects(mine):
             for name, vals, frames in part:
                 rows.append([name] + [min(v, PSNR_CAP) for v in vals])

@@ -94,6 +94,8 @@ class ImageDataset(Dataset):
         if opt['metric_border'] is not None:
             int_option(opt, where, 'metric_border', minimum=0)
         self.border = metric_border(self.scale, opt['metric_border'])
+        if opt['metric_round_y'] is not None:
+            bool_option(opt, where, 'metric_round_y')
         self.patch_size = int_option(opt, where, 'H_size')
         for key in ('use_hflip', 'use_rot'):
             bool_option(opt, where, key)
@@ -276,6 +278,7 @@ class DatasetPlain(ImageDataset):
         'use_hflip': True,
         'use_rot': True,
         'metric_border': None,
+        'metric_round_y': None,
     }
 
     needs_L = True
@@ -300,6 +303,7 @@ class DatasetDnCNN(ImageDataset):
         'use_hflip': True,
         'use_rot': True,
         'metric_border': None,
+        'metric_round_y': None,
     }
 
     def check_options(self) -> None:
@@ -346,6 +350,7 @@ class DatasetSR(ImageDataset):
         'use_hflip': True,
         'use_rot': True,
         'metric_border': None,
+        'metric_round_y': None,
     }
 
     def check_options(self) -> None:

@@ -43,6 +43,7 @@ class DatasetJPEG(ImageDataset):
         'use_hflip': True,
         'use_rot': True,
         'metric_border': None,
+        'metric_round_y': None,
     }
 
     def _channels(self) -> int:

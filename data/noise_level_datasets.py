@@ -33,6 +33,7 @@ class _NoiseLevelDataset(ImageDataset):
         'use_hflip': True,
         'use_rot': True,
         'metric_border': None,
+        'metric_round_y': None,
     }
 
     def check_options(self) -> None:

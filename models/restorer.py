@@ -20,7 +20,7 @@ from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 from utils.image import encode_image, tensor2uint
 from utils.logger import get_logger
-from utils.metrics import calculate_psnr, calculate_ssim, metric_border
+from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
@@ -82,21 +82,27 @@ class ImageRestorer:
     log_items = False  # log every evaluated item, not only the means (video restorers)
 
     def __init__(self, net: nn.Module, device: torch.device, metric_border: int, tile: int = 0,
-                 tile_overlap: int = 0, self_ensemble: bool = False):
+                 tile_overlap: int = 0, self_ensemble: bool = False, round_y: bool = False):
         if tile and tile_overlap >= tile:
             raise UserError(f'val.tile_overlap: {tile_overlap} must be smaller than val.tile {tile}')
         self.net = net
         self.device = device
         self.metric_border = metric_border  # pixels cropped at each border before PSNR/SSIM
+        self.round_y = round_y              # Y rounded to integers before the Y scores
         self.tile, self.tile_overlap, self.self_ensemble = tile, tile_overlap, self_ensemble
 
     @classmethod
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
-        """The restorer the options ask for; the border to crop is the test set's `metric_border`."""
+        """The restorer the options ask for; scoring follows the test set's `metric_border`, `metric_round_y`."""
         v = opt['val']
-        given = opt['datasets']['test']['metric_border'] if 'test' in opt['datasets'] else None
-        return cls(net, device, metric_border=metric_border(opt['scale'], given), tile=v['tile'],
-                   tile_overlap=v['tile_overlap'], self_ensemble=v['self_ensemble'])
+        test = opt['datasets']['test'] if 'test' in opt['datasets'] else dict.fromkeys(('metric_border', 'metric_round_y'))
+        return cls(net, device, metric_border=metric_border(opt['scale'], test['metric_border']), tile=v['tile'],
+                   tile_overlap=v['tile_overlap'], self_ensemble=v['self_ensemble'],
+                   round_y=metric_round_y(opt['scale'], test['metric_round_y']))
+
+    def score(self, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> List[float]:
+        """[psnr, ssim, psnr_y, ssim_y] of one restored item, with this restorer's conventions."""
+        return item_metrics(E, H, self.metric_border, self.round_y)
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
@@ -167,7 +173,7 @@ class ImageRestorer:
         rows = []
         for batch in loader:
             for name, E, H in self.restore(batch):
-                m = item_metrics(E, H, self.metric_border)
+                m = self.score(E, H)
                 rows.append((name, len(E), m))
                 sums += torch.tensor([*m, 1.0], dtype=torch.float64)
                 if len(images) < num_images:
@@ -357,19 +363,19 @@ def _starts(size: int, tile: int, stride: int) -> List[int]:
     return list(range(0, size - tile, stride)) + [size - tile]
 
 
-def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int) -> List[float]:
+def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int, round_y: bool = False) -> List[float]:
     """Metrics of one item (an image, or a clip: mean over its frames)."""
-    per_frame = np.array([image_metrics(e, h, border) for e, h in zip(E, H)], dtype=np.float64)
+    per_frame = np.array([image_metrics(e, h, border, round_y) for e, h in zip(E, H)], dtype=np.float64)
     return per_frame.mean(axis=0).tolist()
 
 
-def image_metrics(E: np.ndarray, H: np.ndarray, border: int) -> List[float]:
+def image_metrics(E: np.ndarray, H: np.ndarray, border: int, round_y: bool = False) -> List[float]:
     """[psnr, ssim, psnr_y, ssim_y] of one restored image against its ground truth."""
     psnr = min(calculate_psnr(E, H, border), PSNR_CAP)
     ssim = calculate_ssim(E, H, border)
     if E.ndim == 3 and E.shape[2] == 3:
-        psnr_y = min(calculate_psnr(E, H, border, test_y_channel=True), PSNR_CAP)
-        ssim_y = calculate_ssim(E, H, border, test_y_channel=True)
+        psnr_y = min(calculate_psnr(E, H, border, test_y_channel=True, round_y=round_y), PSNR_CAP)
+        ssim_y = calculate_ssim(E, H, border, test_y_channel=True, round_y=round_y)
     else:
         psnr_y, ssim_y = psnr, ssim
     return [psnr, ssim, psnr_y, ssim_y]

@@ -109,3 +109,15 @@ def test_psnr_with_nothing_left_after_the_border_crop_is_a_user_error():
     img = _random_image(shape=(4, 9, 3))
     with pytest.raises(UserError, match=r'^cannot score a 4x9 image: nothing is left after cropping the 2-pixel border$'):
         calculate_psnr(img, img, crop_border=2)
+
+
+def test_rounding_y_as_kairs_sr_test_scripts_do_changes_the_y_scores_only_slightly():
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
+    b = np.clip(a.astype(int) + rng.integers(-6, 7, a.shape), 0, 255).astype(np.uint8)
+    exact, rounded = calculate_psnr(a, b, 0, True), calculate_psnr(a, b, 0, True, round_y=True)
+    assert exact != rounded and abs(exact - rounded) < 0.2
+    y = lambda img: np.round(rgb2y(img))
+    mse = np.mean((y(a) - y(b)) ** 2)
+    assert rounded == pytest.approx(10 * np.log10(255 ** 2 / mse))
+    assert calculate_psnr(a, b) == calculate_psnr(a, b, round_y=True)  # RGB scores are not affected

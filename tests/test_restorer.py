@@ -70,11 +70,13 @@ def test_weights_of_another_network_are_a_user_error(tmp_path):
         build_eval_network(opt['netG'], path, CPU, '--weights')
 
 
-@pytest.mark.parametrize('scale, given, border', [(1, None, 0), (4, None, 4), (2, None, 2), (1, 3, 3), (4, 0, 0)])
-def test_the_metric_border_is_kairs_per_task_unless_the_test_set_gives_one(tmp_path, scale, given, border):
+@pytest.mark.parametrize('scale, given, border, round_y', [(1, {}, 0, False), (4, {}, 4, True), (2, {}, 2, True),
+                                                          (1, {'metric_border': 3, 'metric_round_y': True}, 3, True),
+                                                          (4, {'metric_border': 0, 'metric_round_y': False}, 0, False)])
+def test_scoring_follows_kairs_test_scripts_per_task_unless_the_test_set_says_otherwise(tmp_path, scale, given,
+                                                                                         border, round_y):
     raw = tiny_options(str(tmp_path), str(tmp_path / 'data'), E_decay=0.0)
     raw['scale'] = scale
-    if given is not None:
-        raw['datasets']['test']['metric_border'] = given
-    opt = validate(raw, option_rules())
-    assert ImageRestorer.from_options(nn.Identity(), opt, CPU).metric_border == border
+    raw['datasets']['test'].update(given)
+    restorer = ImageRestorer.from_options(nn.Identity(), validate(raw, option_rules()), CPU)
+    assert (restorer.metric_border, restorer.round_y) == (border, round_y)

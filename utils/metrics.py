@@ -22,6 +22,15 @@ def metric_border(scale: int, given: Optional[int]) -> int:
     return scale if scale > 1 else 0
 
 
+def metric_round_y(scale: int, given: Optional[bool]) -> bool:
+    """Whether Y is rounded to integers before PSNR/SSIM: `given`, else KAIR's convention for the task:
+    its super-resolution test scripts score the rounded uint8 Y, everything else unrounded Y (as
+    BasicSR and SwinIR's own test script do). The two differ by a few hundredths of a dB."""
+    if given is not None:
+        return given
+    return scale > 1
+
+
 _Y_WEIGHTS = np.array([65.481, 128.553, 24.966], dtype=np.float64)  # R, G, B (BT.601, studio swing)
 
 
@@ -47,11 +56,13 @@ def _same_shape(img1: np.ndarray, img2: np.ndarray) -> None:
         raise ValueError(f'image shapes differ: {np.shape(img1)} vs {np.shape(img2)}')
 
 
-def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channel: bool):
+def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channel: bool, round_y: bool):
     _same_shape(img1, img2)
     size = _size(np.shape(img1))
     if test_y_channel:
         img1, img2 = rgb2y(img1), rgb2y(img2)
+        if round_y:
+            img1, img2 = np.round(img1), np.round(img2)
     img1 = np.asarray(img1, dtype=np.float64)
     img2 = np.asarray(img2, dtype=np.float64)
     if crop_border:
@@ -70,9 +81,9 @@ def _size(shape) -> str:
 
 
 def calculate_psnr(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
-                   test_y_channel: bool = False) -> float:
+                   test_y_channel: bool = False, round_y: bool = False) -> float:
     """PSNR in dB with peak 255; inf for identical images."""
-    a, b = _prepare(img1, img2, crop_border, test_y_channel)
+    a, b = _prepare(img1, img2, crop_border, test_y_channel, round_y)
     mse = float(np.mean((a - b) ** 2))
     if mse == 0:
         return float('inf')
@@ -99,7 +110,7 @@ def _ssim_plane(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def calculate_ssim(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
-                   test_y_channel: bool = False) -> float:
+                   test_y_channel: bool = False, round_y: bool = False) -> float:
     """SSIM (Wang et al. 2004: 11x11 gaussian, sigma 1.5), averaged over channels like KAIR."""
     _same_shape(img1, img2)
     h, w = np.shape(img1)[:2]
@@ -108,5 +119,5 @@ def calculate_ssim(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
         crop = f' after cropping the {crop_border}-pixel border' if crop_border else ''
         raise UserError(f'cannot score a {h}x{w} image with SSIM: it needs {SSIM_WINDOW}x{SSIM_WINDOW} pixels{crop}, '
                         f'i.e. images of at least {need}x{need}')
-    a, b = _prepare(img1, img2, crop_border, test_y_channel)
+    a, b = _prepare(img1, img2, crop_border, test_y_channel, round_y)
     return float(np.mean([_ssim_plane(a[:, :, c], b[:, :, c]) for c in range(a.shape[2])]))
