@@ -1,5 +1,6 @@
 """Option files: commented JSON, validation with did-you-mean, overrides, redaction."""
 import json
+import glob
 import os
 
 import pytest
@@ -213,3 +214,10 @@ def test_top_level_sigma_and_sigma_test_fill_the_datasets_as_in_kair_and_a_contr
 
 def test_a_top_level_key_no_dataset_takes_is_noted_not_silently_dropped(tmp_path):
     assert read_options(_opts(tmp_path, is_color=False))['_notes'] == ['is_color: no dataset section takes it; ignored']
+
+
+@pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(ROOT, 'options', '**', '*.json'), recursive=True)),
+                         ids=lambda p: os.path.relpath(p, os.path.join(ROOT, 'options')))
+def test_every_option_file_in_the_repository_validates(path):
+    opt = read_options(path)
+    assert opt['task'] and opt['netG']['net_type']
