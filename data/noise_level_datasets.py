@@ -15,26 +15,15 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from data.image_datasets import DatasetSR, ImageDataset
+from data.image_datasets import DatasetDnCNN, DatasetSR, ImageDataset
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import uint2tensor
-from utils.options import REQUIRED
 
 
 class _NoiseLevelDataset(ImageDataset):
-    OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
-        'n_channels': 3,
-        'H_size': 64,
-        'sigma': [0, 75],
-        'sigma_test': 25,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-    }
+    # DnCNN's keys, with a noise level range for training instead of one level
+    OPTIONS = {**DatasetDnCNN.OPTIONS, 'sigma': [0, 75], 'sigma_test': 25}
 
     def check_options(self) -> None:
         super().check_options()
