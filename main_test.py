@@ -7,6 +7,7 @@ single process or under any launcher (the items are split across ranks; rank 0 w
 """
 import argparse
 import csv
+import io
 import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -19,7 +20,7 @@ from data.loader import build_val_loader
 from data.registry import build_dataset
 from main_train import read_options
 from models.registry import MODELS
-from models.restorer import PSNR_CAP, build_eval_network
+from models.restorer import build_eval_network
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.errors import UserError
@@ -56,7 +57,6 @@ def write_table(path: str, rows: List[List[Any]]) -> Dict[str, float]:
     means = {c: float(np.mean([r[i] for r in rows])) for i, c in enumerate(COLUMNS) if i}
 
     def write(f: Any) -> None:
-        import io
         text = io.StringIO()
         w = csv.writer(text)
         w.writerow(COLUMNS)
@@ -96,7 +96,7 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         mine = [(name, restorer.score(E, H), None if args.no_images else E) for name, E, H in items]
         for part in dist.gather_objects(mine):
             for name, vals, frames in part:
-                rows.append([name] + [min(v, PSNR_CAP) for v in vals])
+                rows.append([name, *vals])  # PSNR already capped (restorer.PSNR_CAP)
                 if dist.is_main_process() and frames is not None:
                     for k, frame in enumerate(frames):
                         suffix = f'_{k:03d}' if len(frames) > 1 else ''

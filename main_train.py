@@ -209,14 +209,18 @@ class Trainer:
         if noted is not None and self.best['iter'] < noted[0] <= self.step:
             self.best = {'psnr': noted[1], 'iter': noted[0]}  # validated right after this save was written
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
-        saved = (s['world_size'], s['batch_size'], s['accumulate_steps'])
+        # state files written before the batch layout was recorded lack it: the layout is unknown
+        saved = (s['world_size'], s['batch_size'], s['accumulate_steps']) if 'batch_size' in s else None
         if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch:
             self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
         else:
             # Shards and batches differ with the world size, batch size, accumulation and seed, so
             # the mid-epoch position has no equivalent: the next epoch starts with a fresh permutation.
             self.epoch, self.epoch_step = s['epoch'] + 1, 0
-            if saved != layout:
+            if saved is None:
+                self.log.warning(f'resume: {point.path} does not record the batch layout (an older version wrote '
+                                 f'it); continuing at the start of epoch {self.epoch}')
+            elif saved != layout:
                 self.log.warning(f'resume: (world size, batch per process, accumulation) changed {saved} -> '
                                  f'{layout}; continuing at the start of epoch {self.epoch}')
         rngs = s['rng']
@@ -391,12 +395,14 @@ class Trainer:
                               f'(train.nan_policy=stop); {self.newest_save()}', EXIT_NONFINITE)
 
     def check_replicas(self) -> None:
-        """DDP must leave identical parameters on every rank; a divergence is a bug worth stopping on.
+        """DDP must leave identical parameters (netG and its EMA) on every rank; a divergence is a bug
+        worth stopping on.
 
         Buffers are not compared: with BatchNorm each rank's running statistics take one step on
         its own data after the last broadcast, and checkpoints take rank 0's.
         """
-        digests = dist.gather_objects(parameter_digest(self.model.net_g))
+        nets = [self.model.net_g] + ([self.model.ema.module] if self.model.ema is not None else [])
+        digests = dist.gather_objects(''.join(parameter_digest(net) for net in nets))
         if len(set(digests)) != 1:
             raise RuntimeError(f'network parameters differ across ranks: {digests}')
         self.log.info(f'parameters identical on all {len(digests)} rank(s): sha1 {digests[0][:16]}')

@@ -166,3 +166,18 @@ def single_step_upsampler(upsample_mode: str, in_nc: int, out_nc: int, upscale: 
     if upscale not in _NEAREST_LETTER:
         raise UserError(f'netG.upscale: {net_type} supports 2, 3 or 4, got {upscale!r}')
     return upsampler(upsample_mode, in_nc, out_nc, upscale)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drops the whole residual branch per sample during training."""
+
+    def __init__(self, drop_prob: float = 0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.drop_prob
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        return x * x.new_empty(shape).bernoulli_(keep).div_(keep)

@@ -115,7 +115,8 @@ class ModelPlain:
         DDP is rebuilt around the new parameter set, and so is the optimizer (fresh moments, as KAIR
         does); the schedule keeps its position (KAIR restarts it, which repeats the warm start).
         """
-        fold_batchnorm(self.net_g)
+        self.sync_eval_buffers()
+        fold_batchnorm(self.net_g)  # differences between the ranks' netG go with DDP's rebuild below
         if self.ema is not None:
             fold_batchnorm(self.ema.module)
             self.ema.refresh()
@@ -315,7 +316,22 @@ class ModelPlain:
 
         A collective: every rank must call it.
         """
+        self.sync_eval_buffers()
         return self.restorer.validate(loader, num_images, encode_all)
+
+    def sync_eval_buffers(self) -> None:
+        """Rank 0's buffers (BatchNorm running statistics) in the EMA copy, and in netG when DDP
+        broadcasts buffers, on every rank.
+
+        Each rank's BatchNorm takes its last steps on its own data after DDP's broadcast, and the EMA
+        copies those statistics; without this, ranks would validate (and merge_bn fold) slightly
+        different networks than the one rank 0 saves. netG's buffers are overwritten by DDP at the
+        next forward anyway; with `broadcast_buffers: false` they stay each rank's own.
+        """
+        buffers = list(self.ema.module.buffers()) if self.ema is not None else []
+        if self.opt['broadcast_buffers']:
+            buffers += list(self.net_g.buffers())
+        dist.broadcast_tensors(buffers)
 
     def state_files(self) -> Dict[str, Any]:
         """KAIR-compatible weight files; the training state is assembled by the loop."""

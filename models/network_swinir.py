@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from models.network_vrt import DropPath
+from models.blocks import DropPath
 from models.registry import NETWORKS
 from utils.errors import UserError
 

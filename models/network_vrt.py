@@ -21,6 +21,7 @@ from einops.layers.torch import Rearrange
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from models.blocks import DropPath
 from models.deform_conv import deform_conv2d
 from models.registry import NETWORKS
 from utils.checkpoint import load as load_checkpoint, unwrap_params
@@ -188,21 +189,6 @@ def compute_mask(d: int, h: int, w: int, window_size: Tuple[int, ...], shift_siz
         mask_windows = window_partition(img_mask, window_size).squeeze(-1)
         attn_mask = mask_windows.unsqueeze(1) - mask_windows.unsqueeze(2)
         return attn_mask.masked_fill(attn_mask != 0, -100.0).masked_fill(attn_mask == 0, 0.0)
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: drops the whole residual branch per sample during training."""
-
-    def __init__(self, drop_prob: float = 0.0):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0.0 or not self.training:
-            return x
-        keep = 1.0 - self.drop_prob
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-        return x * x.new_empty(shape).bernoulli_(keep).div_(keep)
 
 
 class Mlp_GEGLU(nn.Module):

@@ -69,6 +69,17 @@ def test_gray_reading_of_a_colour_file_is_opencvs_grayscale_decode_as_kair_reads
     assert np.abs(gray[:, :, 0].astype(int) - converted).max() <= 1  # libpng's conversion, not cvtColor's
 
 
+def test_gray_and_colour_reads_of_a_rotated_jpeg_have_the_same_size(tmp_path):
+    """EXIF orientation is ignored in both modes, so the header checks' sizes hold for gray reads too."""
+    from PIL import Image
+    path = str(tmp_path / 'rotated.jpg')
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees on display
+    Image.fromarray(_rand((40, 48, 3))).save(path, exif=exif.tobytes())
+    assert cv2.imread(path, cv2.IMREAD_GRAYSCALE).shape == (48, 40)  # OpenCV's default would rotate
+    assert imread_uint(path, 1).shape[:2] == imread_uint(path, 3).shape[:2] == (40, 48)
+
+
 def test_imread_of_an_unreadable_file_is_a_user_error_naming_the_path(tmp_path):
     bad = tmp_path / 'broken.png'
     bad.write_bytes(b'not a png')

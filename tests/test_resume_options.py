@@ -6,6 +6,7 @@ import os
 import sys
 
 import cv2
+import torch
 
 from tests.conftest import run, tiny_options, write_options
 from utils.image import list_images
@@ -31,6 +32,19 @@ def test_resume_with_an_edited_learning_rate_trains_at_the_new_rate_and_says_so(
     status = [ln for ln in res.stdout.splitlines() if 'iter:       6' in ln or 'iter:       8' in ln]
     assert len(status) == 2 and all('lr:5.000e-06' in ln for ln in status), status  # milestone 6 halves 1e-5
 
+
+
+def test_a_state_file_from_before_the_batch_layout_was_recorded_resumes_at_the_next_epoch(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=4)
+    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    state_path = str(tmp_path / 'exp' / 'tiny' / 'models' / '4_state.pth')
+    state = torch.load(state_path, weights_only=True)
+    del state['batch_size'], state['accumulate_steps']  # as the first versions wrote it
+    torch.save(state, state_path)
+    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=6'])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'does not record the batch layout' in res.stdout and 'at iteration 4' in res.stdout
+    assert 'Traceback' not in res.stderr
 
 def test_save_img_writes_every_validation_image_once_from_rank_zero_under_two_processes(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)

@@ -47,7 +47,9 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
         raise UserError(f'cannot read image {path}: {e.strerror or e}') from None
     # Gray is OpenCV's own grayscale decode, as KAIR reads it: for colour PNGs it differs by ±1 from
     # converting the decoded RGB (libpng's own integer conversion), on half the demo images' pixels.
-    flag = cv2.IMREAD_GRAYSCALE if n_channels == 1 else cv2.IMREAD_UNCHANGED
+    # EXIF orientation is ignored in both modes (IMREAD_UNCHANGED ignores it), so gray and colour
+    # reads of a file agree in size with each other and with the header checks (data/checks.py).
+    flag = cv2.IMREAD_GRAYSCALE | cv2.IMREAD_IGNORE_ORIENTATION if n_channels == 1 else cv2.IMREAD_UNCHANGED
     try:
         img = cv2.imdecode(data, flag) if data.size else None
     except cv2.error as e:  # e.g. the size limits (validateInputImageSize): a traceback is no help

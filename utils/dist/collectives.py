@@ -71,6 +71,16 @@ def broadcast_object(obj: T, src: int = 0) -> T:
     return box[0]
 
 
+def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0) -> None:
+    """Rank `src`'s values copied into `tensors` on every rank, in place (e.g. BatchNorm statistics).
+
+    Every rank must pass tensors of the same shapes in the same order; nothing to do in a single process.
+    """
+    if is_initialized():
+        for t in tensors:
+            dist.broadcast(t, src=src)
+
+
 def gather_objects(obj: T) -> List[T]:
     """Every rank's `obj`, in rank order, on every rank."""
     if not is_initialized():
