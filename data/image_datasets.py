@@ -91,6 +91,10 @@ class ImageDataset(Dataset):
         opt, where = self.opt, self.where
         self.n_channels = self._channels()
         self.scale = int_option(opt, where, 'scale') if 'scale' in opt else 1
+        for key in ('metric_border', 'metric_round_y'):
+            if self.train and opt[key] is not None:
+                raise UserError(f'{where}.{key}: scoring options belong in the evaluation section '
+                                f'(datasets.test); training data is not scored')
         if opt['metric_border'] is not None:
             int_option(opt, where, 'metric_border', minimum=0)
         self.border = metric_border(self.scale, opt['metric_border'])

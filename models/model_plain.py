@@ -58,9 +58,14 @@ class ModelPlain:
         netG = opt['netG']
         net = build_checked_network(netG)
         init_weights(net, netG['init_type'], netG['init_bn_type'], netG['init_gain'])
+        self.merge_bn_at: Optional[int] = opt['merge_bn_startpoint'] if opt['merge_bn'] else None
+        self.bn_merged = False  # a pretrained netG saved after merge_bn is loaded folded: nothing left to fold
         if opt['path']['pretrained_netG']:
-            load_weights(net, opt['path']['pretrained_netG'], self.train_opt['G_param_strict'], 'params',
-                         'path.pretrained_netG', allow_unsafe_load)
+            self.bn_merged = load_weights(net, opt['path']['pretrained_netG'], self.train_opt['G_param_strict'],
+                                          'params', 'path.pretrained_netG', allow_unsafe_load, opt['merge_bn'])
+        if self.bn_merged:
+            get_logger().info('path.pretrained_netG holds weights saved after merge_bn folded BatchNorm: netG is '
+                              'built folded and trains on without batch statistics')
         self.net_g = net.to(device)
         if self.channels_last:
             self.net_g.to(memory_format=torch.channels_last)  # 4-D weights only; others unchanged
@@ -70,9 +75,7 @@ class ModelPlain:
             if opt['path']['pretrained_netE']:
                 load_weights(self.ema.module, opt['path']['pretrained_netE'], self.train_opt['E_param_strict'],
                              'params_ema', 'path.pretrained_netE', allow_unsafe_load)
-        self.merge_bn_at: Optional[int] = opt['merge_bn_startpoint'] if opt['merge_bn'] else None
-        self.bn_merged = False
-        if self.merge_bn_at is not None and not count_foldable(self.net_g):
+        if self.merge_bn_at is not None and not self.bn_merged and not count_foldable(self.net_g):
             raise UserError(f'merge_bn: netG ({netG["net_type"]}) has no BatchNorm after a convolution to fold '
                             f'(e.g. dncnn needs act_mode "BR"); set merge_bn to false')
         self.ddp: Optional[DistributedDataParallel] = None

@@ -4,6 +4,7 @@ Nothing here knows about training. `main_test.py` builds the network with `build
 wraps it in its model's `restorer_class`; the training models hand their current eval network
 (EMA or netG) to the same restorer, so testing and validation are one code path.
 """
+import copy
 import math
 import os
 import warnings
@@ -40,9 +41,20 @@ def build_checked_network(netG: Dict[str, Any]) -> nn.Module:
 
 
 def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
-                 allow_unsafe: bool = False) -> None:
-    """Load KAIR (bare) or BasicSR/VRT (`params`/`params_ema`) weights; mismatches are user errors."""
+                 allow_unsafe: bool = False, merge_bn: bool = False) -> bool:
+    """Load KAIR (bare) or BasicSR/VRT (`params`/`params_ema`) weights; mismatches are user errors.
+
+    With `merge_bn`, weights saved after BatchNorm was folded (their names are those of the folded
+    network, not of `net`) are loaded into `net` folded first. Returns whether `net` was folded.
+    """
     state = unwrap_params(load_checkpoint(path, allow_unsafe), prefer)
+    folded = False
+    if merge_bn and set(state) != set(net.state_dict()):
+        candidate = copy.deepcopy(net)
+        fold_batchnorm(candidate)
+        if set(state) == set(candidate.state_dict()):
+            fold_batchnorm(net)
+            folded = True
     try:
         result = net.load_state_dict(state, strict=strict)
     except RuntimeError as e:
@@ -51,6 +63,7 @@ def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: st
     if not strict and (result.missing_keys or result.unexpected_keys):
         get_logger().warning(f'{where}: loaded non-strictly; missing {len(result.missing_keys)}, '
                              f'unexpected {len(result.unexpected_keys)} keys')
+    return folded
 
 
 def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device, where: str,
@@ -59,14 +72,11 @@ def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device,
 
     No initialisation, optimizer, loss, DDP or EMA: testing needs only the trained weights. From a
     BasicSR/VRT file holding both, an `_E.pth` name takes `params_ema`, any other name `params`.
+    With `merge_bn`, weights saved before or after the BatchNorm fold both load.
     """
     net = build_checked_network(netG)
     prefer = 'params_ema' if weights.endswith('_E.pth') else 'params'
-    if merge_bn:  # weights saved after merge_bn folded BatchNorm have no BatchNorm statistics
-        state = unwrap_params(load_checkpoint(weights, allow_unsafe_load), prefer)
-        if not any(k.endswith('.running_mean') for k in state):
-            fold_batchnorm(net)
-    load_weights(net, weights, True, prefer, where, allow_unsafe_load)
+    load_weights(net, weights, True, prefer, where, allow_unsafe_load, merge_bn)
     return net.to(device).eval()
 
 
@@ -95,10 +105,12 @@ class ImageRestorer:
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
         """The restorer the options ask for; scoring follows the test set's `metric_border`, `metric_round_y`."""
         v = opt['val']
-        test = opt['datasets']['test'] if 'test' in opt['datasets'] else dict.fromkeys(('metric_border', 'metric_round_y'))
-        return cls(net, device, metric_border=metric_border(opt['scale'], test['metric_border']), tile=v['tile'],
+        test = (opt['datasets']['test'] if 'test' in opt['datasets']
+                else {'scale': opt['scale'], 'metric_border': None, 'metric_round_y': None})
+        scale = test['scale'] if 'scale' in test else 1  # a dataset without `scale` restores at scale 1
+        return cls(net, device, metric_border=metric_border(scale, test['metric_border']), tile=v['tile'],
                    tile_overlap=v['tile_overlap'], self_ensemble=v['self_ensemble'],
-                   round_y=metric_round_y(opt['scale'], test['metric_round_y']))
+                   round_y=metric_round_y(scale, test['metric_round_y']))
 
     def score(self, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> List[float]:
         """[psnr, ssim, psnr_y, ssim_y] of one restored item, with this restorer's conventions."""

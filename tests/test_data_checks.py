@@ -320,3 +320,11 @@ def test_dataset_option_value_ends_the_run_with_one_line_naming_the_key(tmp_path
     assert res.returncode == 2 and res.stderr == ('error: datasets.test.sigma_test: must be a number >= 0 (noise std '
                                                   'on the 0..255 scale), got -5\n'), res.stderr[-2000:]
     assert not (tmp_path / 'exp').exists()
+
+
+@pytest.mark.parametrize('key, value', [('metric_border', 2), ('metric_round_y', True)])
+def test_scoring_options_in_a_training_section_are_refused_because_training_data_is_not_scored(tmp_path, key, value):
+    h = _folder(tmp_path / 'H', 3)
+    message = _error(DatasetDnCNN, _opt(DatasetDnCNN, dataroot_H=h, H_size=24, **{key: value}))
+    assert message == (f'datasets.train.{key}: scoring options belong in the evaluation section (datasets.test); '
+                       f'training data is not scored')

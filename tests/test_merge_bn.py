@@ -91,3 +91,32 @@ def test_a_folded_checkpoint_is_not_resumed_with_merge_bn_turned_off(tmp_path, d
     assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
     res = run([PY, 'main_train.py', '--opt', path, '--set', 'merge_bn=false', '--set', 'train.total_iter=6'])
     assert res.returncode == 2 and 'keep "merge_bn": true to resume it' in res.stderr, res.stderr[-2000:]
+
+
+def test_with_merge_bn_testing_loads_weights_saved_before_or_after_the_fold(tmp_path):
+    from models.restorer import build_eval_network
+    netG = {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 4, 'act_mode': 'BR'}
+    net = _trained_bn_dncnn()
+    x = torch.rand(1, 3, 24, 24)
+    expected = net(x)
+    torch.save(net.state_dict(), tmp_path / 'unfolded.pth')
+    fold_batchnorm(net)
+    torch.save(net.state_dict(), tmp_path / 'folded.pth')
+    for name, has_bn in (('unfolded.pth', True), ('folded.pth', False)):
+        loaded = build_eval_network(netG, str(tmp_path / name), torch.device('cpu'), '--weights', merge_bn=True)
+        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in loaded.modules()) == has_bn
+        assert torch.allclose(loaded(x), expected, atol=1e-5)
+
+
+def test_a_pretrained_netG_saved_after_the_fold_starts_training_folded(tmp_path, demo_images):
+    net = DnCNN(in_nc=3, out_nc=3, nc=8, nb=3, act_mode='BR')
+    fold_batchnorm(net)
+    torch.save(net.state_dict(), tmp_path / 'folded_G.pth')
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2)
+    opt.update(merge_bn=True, merge_bn_startpoint=1)
+    opt['path']['pretrained_netG'] = str(tmp_path / 'folded_G.pth')
+    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'netG is built folded' in res.stdout and 'folded BatchNorm into the convolutions' not in res.stdout
+    weights = torch.load(tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth', weights_only=True)
+    assert set(weights) == set(net.state_dict())

@@ -4,6 +4,7 @@ import glob
 import os
 
 import pytest
+import torch
 
 from tests.conftest import ROOT, tiny_options, write_options
 from utils.errors import OptionsError
@@ -214,6 +215,15 @@ def test_top_level_sigma_and_sigma_test_fill_the_datasets_as_in_kair_and_a_contr
 
 def test_a_top_level_key_no_dataset_takes_is_noted_not_silently_dropped(tmp_path):
     assert read_options(_opts(tmp_path, is_color=False))['_notes'] == ['is_color: no dataset section takes it; ignored']
+
+
+def test_a_top_level_scale_that_nothing_takes_is_noted_and_scoring_stays_at_scale_one(tmp_path):
+    from models.restorer import ImageRestorer
+    opt = read_options(_opts(tmp_path, scale=2))  # DnCNN data and network: nothing works at scale 2
+    assert opt['_notes'] == ['scale: 2, but neither netG (dncnn) nor a dataset section takes it; ignored '
+                             '(images are restored and scored at scale 1)']
+    restorer = ImageRestorer.from_options(torch.nn.Identity(), opt, torch.device('cpu'))
+    assert restorer.metric_border == 0 and not restorer.round_y
 
 
 @pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(ROOT, 'options', '**', '*.json'), recursive=True)),

@@ -581,6 +581,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
     schema = v.named('netG.net_type', netG['net_type'], rules.network)
+    scale_used = 'upscale' in schema
     if 'upscale' in schema:  # KAIR gives SR networks the top-level scale; a contradiction is an error
         if 'upscale' not in netG:
             netG = {**netG, 'upscale': opt['scale']}
@@ -608,6 +609,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
             if inherited in schema and inherited not in section and opt[inherited] is not None:
                 section[inherited] = opt[inherited]
                 used_top_level.add(inherited)
+        scale_used = scale_used or 'scale' in schema
         if 'scale' in schema and section['scale'] != opt['scale']:
             v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
                    f'the network works at scale {opt["scale"]}, so its output would not match these images '
@@ -626,6 +628,9 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     unused = [k for k in GIVEN_INHERITED if opt[k] is not None and k not in used_top_level]
     if unused:
         v.notes.append(f'{", ".join(unused)}: no dataset section takes {"them" if len(unused) > 1 else "it"}; ignored')
+    if opt['scale'] != 1 and not scale_used:
+        v.notes.append(f'scale: {opt["scale"]}, but neither netG ({opt["netG"]["net_type"]}) nor a dataset section '
+                       f'takes it; ignored (images are restored and scored at scale 1)')
     opt['_notes'] = v.notes
     return opt
 
