@@ -7,6 +7,7 @@ from conftest import dataset_options, unchecked_section
 from data.jpeg_datasets import DatasetJPEG, jpeg_roundtrip
 from utils.errors import UserError
 from utils.image import imread_uint, tensor2uint
+from utils.metrics import rgb2y
 
 
 def _ds(demo_images, phase='train', **kw):
@@ -36,6 +37,15 @@ def test_gray_training_patches_are_luma_or_gray_per_sample_and_follow_their_seed
     assert np.array_equal(a['L'].numpy(), b['L'].numpy())
     H = tensor2uint(a['H'])
     assert np.array_equal(tensor2uint(a['L']), jpeg_roundtrip(H, 30))
+    colour = _ds(demo_images, quality_factor=30, is_color=True)  # same crop and flips for the same key
+    kinds = []
+    for seed in range(24):
+        H = tensor2uint(ds[(2, seed)]['H'])[:, :, 0]
+        rgb = tensor2uint(colour[(2, seed)]['H'])
+        luma, gray = np.round(rgb2y(rgb)).astype(np.uint8), cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+        assert not np.array_equal(luma, gray)
+        kinds.append('luma' if np.array_equal(H, luma) else 'gray' if np.array_equal(H, gray) else 'neither')
+    assert 'neither' not in kinds and 4 <= kinds.count('luma') <= 20, kinds  # each about half the time
 
 
 def test_colour_restoration_keeps_three_channels(demo_images):

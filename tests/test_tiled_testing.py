@@ -96,14 +96,17 @@ def test_video_models_refuse_the_image_tiling_options(tmp_path):
         VideoRestorer.from_options(nn.Identity(), opt, CPU)
 
 
-def test_main_test_restores_in_tiles_with_the_ensemble_to_nearly_the_whole_image_scores(tmp_path, demo_images):
+def test_main_test_restores_in_tiles_and_with_the_ensemble_as_the_options_ask(tmp_path, demo_images):
     opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
     assert run([sys.executable, 'main_train.py', '--opt', opt]).returncode == 0
     scores = {}
-    for name, sets in (('whole', []), ('tiled', ['val.tile=48', 'val.tile_overlap=16', 'val.self_ensemble=true'])):
+    for name, sets in (('whole', []), ('tiled', ['val.tile=48', 'val.tile_overlap=16']),
+                       ('tiled_x8', ['val.tile=48', 'val.tile_overlap=16', 'val.self_ensemble=true'])):
         res = run([sys.executable, 'main_test.py', '--opt', opt, '--out', str(tmp_path / name), '--no-images']
                   + [a for s in sets for a in ('--set', s)])
         assert res.returncode == 0, res.stderr[-2000:]
         with open(tmp_path / name / 'results.csv') as f:
             scores[name] = float(list(csv.reader(f))[-1][1])
-    assert abs(scores['tiled'] - scores['whole']) < 1.0
+    # a barely trained 3-layer DnCNN: tiles differ from the whole image within 3 pixels of their edges only
+    assert 0 < abs(scores['tiled'] - scores['whole']) < 0.5, scores
+    assert scores['tiled_x8'] != scores['tiled'], scores  # the ensemble reached the restorer
