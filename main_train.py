@@ -124,7 +124,8 @@ class Trainer:
         self.log.info(f'seed {self.seed} (same on every rank; data order comes from the sampler)')
 
         self.train_loader, self.sampler = build_train_loader(
-            self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device)
+            self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device,
+            t['accumulate_steps'])
         self.val_loader = None
         if val_set is not None:
             self.val_loader = build_val_loader(val_set, self.state.world_size, self.state.rank,

@@ -31,11 +31,13 @@ def ignore_stop_signals(worker_id: int) -> None:
 
 
 def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size: int, rank: int,
-                       seed: int, device: torch.device) -> Tuple[DataLoader, ResumableDistributedSampler]:
+                       seed: int, device: torch.device,
+                       accumulate_steps: int = 1) -> Tuple[DataLoader, ResumableDistributedSampler]:
     """Loader over this rank's shard; batch size and workers are per process.
 
     The loader gets its own torch.Generator so iterating it never consumes the global RNG (which
-    would otherwise make model-side randomness depend on how often loaders were created).
+    would otherwise make model-side randomness depend on how often loaders were created). A dataset
+    with `uses_step_seed` gets keys with a seed per optimizer step (see ResumableDistributedSampler).
     """
     batch_size = dataset_opt['dataloader_batch_size']
     num_workers = dataset_opt['dataloader_num_workers']
@@ -44,7 +46,9 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
         check()
     sampler = ResumableDistributedSampler(dataset, num_replicas=world_size, rank=rank,
                                           shuffle=dataset_opt['dataloader_shuffle'],
-                                          seed=seed, drop_last=True)
+                                          seed=seed, drop_last=True,
+                                          step_size=world_size * batch_size * accumulate_steps
+                                          if getattr(dataset, 'uses_step_seed', False) else None)
     if sampler.num_samples < batch_size:
         raise UserError(f'{dataset_opt["_where"]}.dataloader_batch_size: each of the {world_size} process(es) gets '
                         f'{sampler.num_samples} of the {len(dataset)} training samples, fewer than one '

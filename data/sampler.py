@@ -14,15 +14,32 @@ from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 
 def parse_key(key: Any) -> Tuple[int, Optional[int]]:
-    """A dataset key as (index, seed): training keys are (index, seed) pairs, evaluation keys bare indices."""
+    """A dataset key as (index, seed): training keys are (index, seed[, step seed]) tuples, evaluation
+    keys bare indices."""
     if isinstance(key, (tuple, list)):
         return int(key[0]), int(key[1])
     return int(key), None
 
 
+def key_step_seed(key: Any) -> Optional[int]:
+    """The optimizer step's seed of a training key from a sampler built with `step_size`, else None."""
+    if isinstance(key, (tuple, list)) and len(key) > 2:
+        return int(key[2])
+    return None
+
+
 def sample_seed(seed: int, epoch: int, position: int) -> int:
     """Deterministic 63-bit seed for the sample at `position` of `epoch`'s global order."""
-    digest = hashlib.blake2b(f'{seed}:{epoch}:{position}'.encode(), digest_size=8).digest()
+    return _seed(f'{seed}:{epoch}:{position}')
+
+
+def step_seed(seed: int, epoch: int, step: int) -> int:
+    """Deterministic 63-bit seed shared by every sample of optimizer step `step` of `epoch`."""
+    return _seed(f'{seed}:{epoch}:step{step}')
+
+
+def _seed(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, 'little') & ((1 << 63) - 1)
 
 
@@ -31,13 +48,20 @@ class ResumableDistributedSampler(DistributedSampler):
 
     `set_start(k)` skips the first k samples of this rank's shard in the current epoch (used on
     resume); `set_epoch` resets it to 0. `len()` is the number of samples still to come.
+
+    With `step_size` (samples per optimizer step over all ranks: world size x batch x accumulation)
+    keys also carry a seed shared by every sample of one optimizer step, on every rank and in every
+    micro-batch, for randomness drawn per batch (USRNet's scale factor). Rank r's positions are
+    r, r + N, ..., so position // step_size is the step for any number of ranks: N ranks x batch b
+    see the same step seeds as 1 rank x batch N*b.
     """
 
     def __init__(self, dataset: Dataset, num_replicas: int, rank: int, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = True) -> None:
+                 seed: int = 0, drop_last: bool = True, step_size: Optional[int] = None) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
                          seed=seed, drop_last=drop_last)
         self.start = 0
+        self.step_size = step_size
 
     def _global_order(self) -> list:
         n = len(self.dataset)
@@ -54,11 +78,15 @@ class ResumableDistributedSampler(DistributedSampler):
             indices += (indices * math.ceil(padding / len(indices)))[:padding]
         return indices
 
-    def __iter__(self) -> Iterator[Tuple[int, int]]:
+    def __iter__(self) -> Iterator[Tuple[int, ...]]:
         indices = self._global_order()
         positions = range(self.rank, self.total_size, self.num_replicas)
         for pos in positions[self.start:]:
-            yield indices[pos], sample_seed(self.seed, self.epoch, pos)
+            if self.step_size is None:
+                yield indices[pos], sample_seed(self.seed, self.epoch, pos)
+            else:
+                yield (indices[pos], sample_seed(self.seed, self.epoch, pos),
+                       step_seed(self.seed, self.epoch, pos // self.step_size))
 
     def __len__(self) -> int:
         return self.num_samples - self.start

@@ -143,7 +143,7 @@ class ImageRestorer:
 
     def _tiled(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         """net(*inputs) whole, or over overlapping tiles of L averaged where they overlap."""
-        L, rest = inputs[0], [t.to(self.device) for t in inputs[1:]]
+        L, rest = inputs[0], [t.to(self.device) if torch.is_tensor(t) else t for t in inputs[1:]]
         h, w = L.shape[-2:]
         if not self.tile or (h <= self.tile and w <= self.tile):
             return self.net(L.to(self.device), *rest)
@@ -206,6 +206,36 @@ class ConditionedRestorer(ImageRestorer):
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
         return batch['L'], batch['C']
+
+
+class KernelRestorer(ImageRestorer):
+    """USRNet (KAIR's `plain4`): fed (L, k, sf, sigma), scored at the test set's `sf_validation`.
+
+    Whole images only: the network models the blur as circular over the whole image, which tiles
+    break, and the x8 ensemble would have to move the decimation grid with the flips.
+    """
+
+    @classmethod
+    def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'KernelRestorer':
+        v = opt['val']
+        if v['tile'] or v['self_ensemble']:
+            key = 'val.tile' if v['tile'] else 'val.self_ensemble'
+            raise UserError(f'{key}: model {opt["model"]} restores whole images (its blur model is circular over '
+                            f'the whole image); set it to 0/false')
+        test = opt['datasets']['test'] if 'test' in opt['datasets'] else None
+        if test is None or 'sf_validation' not in test:
+            return cls(net, device, metric_border=0)
+        scale = test['sf_validation']
+        return cls(net, device, metric_border=metric_border(scale, test['metric_border']),
+                   round_y=metric_round_y(scale, test['metric_round_y']))
+
+    @staticmethod
+    def inputs(batch: Dict[str, Any]) -> Tuple[Any, ...]:
+        sf = batch['sf']  # collated: a tensor; one item made into a batch (check_sample): a list
+        scales = sorted({int(s) for s in (sf.tolist() if torch.is_tensor(sf) else sf)})
+        if len(scales) != 1:
+            raise ValueError(f'a batch must share one scale factor, got {scales}')
+        return batch['L'], batch['k'], scales[0], batch['sigma']
 
 
 class VideoRestorer(ImageRestorer):

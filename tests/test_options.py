@@ -220,8 +220,7 @@ def test_a_top_level_key_no_dataset_takes_is_noted_not_silently_dropped(tmp_path
 def test_a_top_level_scale_that_nothing_takes_is_noted_and_scoring_stays_at_scale_one(tmp_path):
     from models.restorer import ImageRestorer
     opt = read_options(_opts(tmp_path, scale=2))  # DnCNN data and network: nothing works at scale 2
-    assert opt['_notes'] == ['scale: 2, but neither netG (dncnn) nor a dataset section takes it; ignored '
-                             '(images are restored and scored at scale 1)']
+    assert opt['_notes'] == ['scale: 2, but neither netG (dncnn) nor a dataset section takes it; ignored']
     restorer = ImageRestorer.from_options(torch.nn.Identity(), opt, torch.device('cpu'))
     assert restorer.metric_border == 0 and not restorer.round_y
 

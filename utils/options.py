@@ -630,7 +630,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         v.notes.append(f'{", ".join(unused)}: no dataset section takes {"them" if len(unused) > 1 else "it"}; ignored')
     if opt['scale'] != 1 and not scale_used:
         v.notes.append(f'scale: {opt["scale"]}, but neither netG ({opt["netG"]["net_type"]}) nor a dataset section '
-                       f'takes it; ignored (images are restored and scored at scale 1)')
+                       f'takes it; ignored')
     opt['_notes'] = v.notes
     return opt
 
