@@ -21,7 +21,7 @@ def test_the_zoo_has_a_tiny_option_file_per_trainable_network():
     assert {'train_ffdnet_tiny.json', 'train_fdncnn_tiny.json', 'train_drunet_tiny.json', 'train_dncnn_bn_tiny.json',
             'train_msrresnet0_tiny.json', 'train_rrdb_tiny.json', 'train_rrdbnet_tiny.json', 'train_imdn_tiny.json',
             'train_swinir_sr_tiny.json', 'train_swinir_denoising_tiny.json', 'train_swinir_car_jpeg_tiny.json',
-            'train_dpsr_tiny.json'} <= names
+            'train_dpsr_tiny.json', 'train_srmd_tiny.json', 'train_usrnet_tiny.json'} <= names
 
 
 @pytest.mark.slow
