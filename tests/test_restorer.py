@@ -77,6 +77,8 @@ def test_scoring_follows_kairs_test_scripts_per_task_unless_the_test_set_says_ot
                                                                                          border, round_y):
     raw = tiny_options(str(tmp_path), str(tmp_path / 'data'), E_decay=0.0)
     raw['scale'] = scale
+    if scale > 1:  # super-resolution: a test set that works at the scale
+        raw['datasets']['test'] = {'dataset_type': 'sr', 'dataroot_H': raw['datasets']['test']['dataroot_H']}
     raw['datasets']['test'].update(given)
     restorer = ImageRestorer.from_options(nn.Identity(), validate(raw, option_rules()), CPU)
     assert (restorer.metric_border, restorer.round_y) == (border, round_y)
