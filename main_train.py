@@ -25,7 +25,7 @@ from data.registry import build_dataset, dataset_options
 from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
 from models.optim import OPTIMIZERS, SCHEDULERS
-from models.registry import MODELS, network_options
+from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils import dist, parent_watch
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError, first_line
@@ -42,10 +42,13 @@ EXIT_USER_ERROR = 2
 
 def option_rules() -> Rules:
     """What models/ and data/ require of the options: utils/options.py knows neither."""
-    return Rules(network=network_options, dataset=dataset_options,
+    return Rules(network=network_options, dataset=dataset_options, model=model_options,
+                 discriminator=discriminator_options,
                  names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
+                        'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get,
                         'train.G_lossfn_type': LOSSES.get, 'train.G_optimizer_type': OPTIMIZERS.get,
-                        'train.G_scheduler_type': SCHEDULERS.get})
+                        'train.G_scheduler_type': SCHEDULERS.get, 'train.D_optimizer_type': OPTIMIZERS.get,
+                        'train.D_scheduler_type': SCHEDULERS.get})
 
 
 def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
@@ -396,14 +399,13 @@ class Trainer:
                               f'(train.nan_policy=stop); {self.newest_save()}', EXIT_NONFINITE)
 
     def check_replicas(self) -> None:
-        """DDP must leave identical parameters (netG and its EMA) on every rank; a divergence is a bug
-        worth stopping on.
+        """DDP must leave identical parameters (netG, its EMA, a GAN's netD) on every rank; a divergence
+        is a bug worth stopping on.
 
         Buffers are not compared: with BatchNorm each rank's running statistics take one step on
         its own data after the last broadcast, and checkpoints take rank 0's.
         """
-        nets = [self.model.net_g] + ([self.model.ema.module] if self.model.ema is not None else [])
-        digests = dist.gather_objects(''.join(parameter_digest(net) for net in nets))
+        digests = dist.gather_objects(''.join(parameter_digest(net) for net in self.model.networks()))
         if len(set(digests)) != 1:
             raise RuntimeError(f'network parameters differ across ranks: {digests}')
         self.log.info(f'parameters identical on all {len(digests)} rank(s): sha1 {digests[0][:16]}')

@@ -308,6 +308,10 @@ class ModelPlain:
     def current_lr(self) -> float:
         return self.optimizer.param_groups[0]['lr']
 
+    def networks(self) -> List[nn.Module]:
+        """Every trained network whose parameters must stay identical across ranks (netG, its EMA)."""
+        return [self.net_g] + ([self.ema.module] if self.ema is not None else [])
+
     @property
     def eval_net(self) -> nn.Module:
         """The network used for testing: EMA weights when enabled (KAIR's netE), else netG."""

@@ -18,17 +18,18 @@ OPTIMIZERS = Registry('optimizer')
 OPTIMIZERS.register('adam')(torch.optim.Adam)
 OPTIMIZERS.register('adamw')(torch.optim.AdamW)
 
-# `G_scheduler_type` (KAIR's and BasicSR's spellings) → function(train options) → IterationLR kwargs
+# `G_scheduler_type` (KAIR's and BasicSR's spellings) → function(train options, 'G' or 'D') → IterationLR kwargs
 SCHEDULERS = Registry('scheduler')
 
 
 def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch.Tensor]],
-                    train_opt: Dict[str, Any]) -> torch.optim.Optimizer:
-    """Adam/AdamW over `param_groups`; a group's own 'lr' wins over `G_optimizer_lr`."""
-    cls = OPTIMIZERS.get(train_opt['G_optimizer_type'], 'train.G_optimizer_type')
-    betas = train_opt['G_optimizer_betas']
-    return cls(param_groups, lr=float(train_opt['G_optimizer_lr']), betas=(float(betas[0]), float(betas[1])),
-               weight_decay=float(train_opt['G_optimizer_wd']))
+                    train_opt: Dict[str, Any], net: str = 'G') -> torch.optim.Optimizer:
+    """Adam/AdamW over `param_groups` from the `<net>_optimizer_*` keys (G: the generator, D: a GAN's
+    discriminator); a group's own 'lr' wins over `<net>_optimizer_lr`."""
+    cls = OPTIMIZERS.get(train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type')
+    betas = train_opt[f'{net}_optimizer_betas']
+    return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=(float(betas[0]), float(betas[1])),
+               weight_decay=float(train_opt[f'{net}_optimizer_wd']))
 
 
 class IterationLR(LRScheduler):
@@ -45,7 +46,8 @@ class IterationLR(LRScheduler):
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str, milestones: Sequence[int] = (),
                  gamma: float = 0.5, periods: Union[int, Sequence[int]] = 1,
                  restart_weights: Sequence[float] = (1,), eta_min: float = 0.0, warmup_iter: int = 0,
-                 last_epoch: int = -1):
+                 last_epoch: int = -1, net: str = 'G'):
+        self.net = net  # whose `<net>_scheduler_*` keys built it, for the notes of `differences`
         self.kind = kind
         self.milestones = sorted(int(m) for m in milestones)
         self.gamma = float(gamma)
@@ -93,7 +95,7 @@ class IterationLR(LRScheduler):
 
     def differences(self, state_dict: Dict[str, Any]) -> List[str]:
         """Where a saved schedule differs from this one (built from the options), one note each."""
-        return [f'train.{key}: checkpoint {_show(state_dict[attr])}, options {_show(getattr(self, attr))}; '
+        return [f'train.{self.net}{key[1:]}: checkpoint {_show(state_dict[attr])}, options {_show(getattr(self, attr))}; '
                 f'the options win'
                 for attr, key in self.OPTION_KEYS.items()
                 if attr in state_dict and not _same(state_dict[attr], getattr(self, attr))]
@@ -128,7 +130,7 @@ def _show(v: Any) -> str:
 
 
 def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], reuse: bool,
-                     saved_type: Optional[str], kind: str) -> List[str]:
+                     saved_type: Optional[str], kind: str, net: str = 'G') -> List[str]:
     """Load a saved optimizer's state (Adam moments, step counts) under the options' hyperparameters.
 
     The options win for every hyperparameter (lr, weight decay, betas): what the user edited before
@@ -137,9 +139,9 @@ def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], re
     Returns one note per difference and per decision, for the log.
     """
     if not reuse:
-        return ['train.G_optimizer_reuse is false: the optimizer state (moments) starts afresh']
+        return [f'train.{net}_optimizer_reuse is false: the optimizer state (moments) starts afresh']
     if saved_type is not None and saved_type != kind:
-        return [f'train.G_optimizer_type: checkpoint {saved_type}, options {kind}: the optimizer state starts afresh']
+        return [f'train.{net}_optimizer_type: checkpoint {saved_type}, options {kind}: the optimizer state starts afresh']
     fresh = [{k: v for k, v in g.items() if k != 'params'} for g in optimizer.param_groups]
     try:
         optimizer.load_state_dict(saved)
@@ -150,7 +152,7 @@ def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], re
         for attr, key in _GROUP_KEYS.items():
             if attr in options and not _same(group.get(attr), options[attr]):
                 where = f' (parameter group {i})' if len(fresh) > 1 else ''
-                notes.append(f'train.{key}{where}: checkpoint {_show(group.get(attr))}, '
+                notes.append(f'train.{net}{key[1:]}{where}: checkpoint {_show(group.get(attr))}, '
                              f'options {_show(options[attr])}; the options win')
         group.update(options)
     return notes
@@ -162,43 +164,43 @@ def _int_list(key: str, value: Any) -> List[int]:
     return list(value)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any]) -> IterationLR:
-    """The lr schedule for `train_opt` (null type: constant); call `step()` once per training iteration."""
-    name = train_opt['G_scheduler_type']
-    kwargs = SCHEDULERS.get('none' if name is None else name, 'train.G_scheduler_type')(train_opt)
-    return IterationLR(optimizer, warmup_iter=train_opt['G_scheduler_warmup_iter'], **kwargs)
+def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any], net: str = 'G') -> IterationLR:
+    """The lr schedule of the `<net>_scheduler_*` keys (null type: constant); call `step()` once per iteration."""
+    name = train_opt[f'{net}_scheduler_type']
+    kwargs = SCHEDULERS.get('none' if name is None else name, f'train.{net}_scheduler_type')(train_opt, net)
+    return IterationLR(optimizer, warmup_iter=train_opt[f'{net}_scheduler_warmup_iter'], net=net, **kwargs)
 
 
 @SCHEDULERS.register('MultiStepLR', 'multistep')
-def _multistep(train_opt: Dict[str, Any]) -> Dict[str, Any]:
-    return {'kind': 'multistep', 'gamma': train_opt['G_scheduler_gamma'],
-            'milestones': _int_list('G_scheduler_milestones', train_opt['G_scheduler_milestones'])}
+def _multistep(train_opt: Dict[str, Any], net: str) -> Dict[str, Any]:
+    return {'kind': 'multistep', 'gamma': train_opt[f'{net}_scheduler_gamma'],
+            'milestones': _int_list(f'{net}_scheduler_milestones', train_opt[f'{net}_scheduler_milestones'])}
 
 
 @SCHEDULERS.register('none')
-def _constant(train_opt: Dict[str, Any]) -> Dict[str, Any]:
+def _constant(train_opt: Dict[str, Any], net: str) -> Dict[str, Any]:
     return {'kind': 'constant'}
 
 
 @SCHEDULERS.register('CosineAnnealingWarmRestarts', 'cosine_restart')
-def _cosine(train_opt: Dict[str, Any]) -> Dict[str, Any]:
-    periods = train_opt['G_scheduler_periods']
-    weights = train_opt['G_scheduler_restart_weights']
-    eta_min = train_opt['G_scheduler_eta_min']
+def _cosine(train_opt: Dict[str, Any], net: str) -> Dict[str, Any]:
+    periods = train_opt[f'{net}_scheduler_periods']
+    weights = train_opt[f'{net}_scheduler_restart_weights']
+    eta_min = train_opt[f'{net}_scheduler_eta_min']
     if isinstance(periods, int) and not isinstance(periods, bool) and periods > 0:
         # KAIR passes restart_weights to torch as T_mult; only T_mult=1 (a plain repeat) is supported.
         if weights not in (None, 1, [1]):
-            raise UserError(f'train.G_scheduler_restart_weights: {weights!r} is not supported with a single '
-                            f'integer G_scheduler_periods; give G_scheduler_periods as a list to weight restarts')
+            raise UserError(f'train.{net}_scheduler_restart_weights: {weights!r} is not supported with a single '
+                            f'integer {net}_scheduler_periods; give {net}_scheduler_periods as a list to weight restarts')
         return {'kind': 'cosine', 'periods': periods, 'eta_min': eta_min}
     if not isinstance(periods, (list, tuple)) or not periods or not all(
             isinstance(p, int) and p > 0 for p in periods):
-        raise UserError(f'train.G_scheduler_periods: expected a positive integer or a list of them, got {periods!r}')
+        raise UserError(f'train.{net}_scheduler_periods: expected a positive integer or a list of them, got {periods!r}')
     if weights is None:
         weights = [1] * len(periods)
     elif isinstance(weights, (int, float)):
         weights = [weights] * len(periods)
     if len(weights) != len(periods):
-        raise UserError(f'train.G_scheduler_restart_weights: needs one weight per period '
+        raise UserError(f'train.{net}_scheduler_restart_weights: needs one weight per period '
                         f'({len(periods)}), got {weights!r}')
     return {'kind': 'cosine', 'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}

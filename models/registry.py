@@ -7,7 +7,7 @@ file. Network kwargs come straight from the `netG` options: every key except `ne
 accepted keys (with its defaults), so a new network needs no mapping code anywhere.
 """
 import inspect
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 from torch import nn
 
@@ -30,22 +30,46 @@ def network_kwargs(netG: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in netG.items() if k != 'net_type' and k not in INIT_OPTIONS}
 
 
-def build_network(netG: Dict[str, Any]) -> nn.Module:
-    """Build the network named by `netG.net_type` with the remaining `netG` keys as kwargs."""
-    return NETWORKS.get(netG['net_type'], 'netG.net_type')(**network_kwargs(netG))
+def build_network(netG: Dict[str, Any], where: str = 'netG.net_type') -> nn.Module:
+    """Build the network named by `netG.net_type` (or netD's) with the remaining keys as kwargs."""
+    return NETWORKS.get(netG['net_type'], where)(**network_kwargs(netG))
 
 
-def network_options(net_type: str, where: str = 'netG.net_type') -> Dict[str, Any]:
+# netD keys KAIR's option files write for every discriminator; each class takes the ones it uses.
+KAIR_SHARED_D_KEYS = ('in_nc', 'base_nc', 'act_mode', 'n_layers', 'norm_type')
+
+
+def network_options(net_type: str, where: str = 'netG.net_type',
+                    shared: Sequence[str] = KAIR_SHARED_KEYS) -> Dict[str, Any]:
     """The keys `netG` accepts for `net_type` with their defaults (REQUIRED when the constructor has none).
 
-    KAIR's shared keys that the constructor does not take are IGNORED: accepted with a warning.
+    KAIR's `shared` keys that the constructor does not take are IGNORED: accepted with a warning.
     """
     cls = NETWORKS.get(net_type, where)
     params = inspect.signature(cls.__init__).parameters
-    options: Dict[str, Any] = {'net_type': net_type, **{k: IGNORED for k in KAIR_SHARED_KEYS}}
+    options: Dict[str, Any] = {'net_type': net_type, **{k: IGNORED for k in shared}}
     for name, p in params.items():
         if name != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             options[name] = REQUIRED if p.default is inspect.Parameter.empty else p.default
     options.update(INIT_OPTIONS)
     return options
 
+
+
+def discriminator_options(net_type: str, where: str = 'netD.net_type') -> Dict[str, Any]:
+    """The keys `netD` accepts for `net_type`: as `network_options`, with KAIR's netD keys as the shared ones."""
+    return network_options(net_type, where, KAIR_SHARED_D_KEYS)
+
+
+def model_options(model: str, where: str = 'model') -> Dict[str, Any]:
+    """What a model adds to the options: `{section: {key: default}}` for `train` and `path`, and
+    `netD` (True) when it trains a discriminator."""
+    cls = MODELS.get(model, where)
+    extra: Dict[str, Any] = {}
+    if getattr(cls, 'TRAIN_OPTIONS', None):
+        extra['train'] = cls.TRAIN_OPTIONS
+    if getattr(cls, 'PATH_OPTIONS', None):
+        extra['path'] = cls.PATH_OPTIONS
+    if getattr(cls, 'HAS_NETD', False):
+        extra['netD'] = True
+    return extra

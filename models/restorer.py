@@ -28,15 +28,16 @@ PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays 
 Item = Tuple[str, List[np.ndarray], List[np.ndarray]]  # (name, restored frames, GT frames), HWC uint8
 
 
-def build_checked_network(netG: Dict[str, Any]) -> nn.Module:
-    """The network of `netG`; a parameter without elements (e.g. `nc: 0`) is a user error, not a warning."""
+def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Module:
+    """The network of `netG` (or of `netD`: `section`); a parameter without elements (e.g. `nc: 0`) is a
+    user error, not a warning."""
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='Initializing zero-element tensors')
-        net = build_network(netG)
+        net = build_network(netG, f'{section}.net_type')
     empty = [name for name, p in net.named_parameters() if p.numel() == 0]
     if empty:
-        raise UserError(f'netG ({netG["net_type"]}): parameter {empty[0]} has no elements '
-                        f'(a width or channel count of 0 in netG?)')
+        raise UserError(f'{section} ({netG["net_type"]}): parameter {empty[0]} has no elements '
+                        f'(a width or channel count of 0 in {section}?)')
     return net
 
 

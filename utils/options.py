@@ -216,7 +216,7 @@ GIVEN_INHERITED = ('sigma', 'sigma_test', 'is_color')  # only when given (null: 
 INHERITED = ('scale', 'n_channels') + GIVEN_INHERITED
 
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
-DYNAMIC_SECTIONS = ('datasets', 'netG')
+DYNAMIC_SECTIONS = ('datasets', 'netG', 'netD')
 _TOP_LEVEL_KEYS = tuple(SCHEMA) + DYNAMIC_SECTIONS
 
 _SECRET_KEY = re.compile(r'(api[_-]?key|token|secret|password|passwd|credential)', re.I)
@@ -483,11 +483,14 @@ class Rules:
     and raise UserError naming `where` for an unknown name; a default of IGNORED accepts a key and
     drops it with a note. `names` maps a key path ('model', 'train.G_lossfn_type', ...) to a lookup
     `(name, where)` that raises UserError for an unknown name: every name in the options is checked
-    before anything is written.
+    before anything is written (paths the chosen model does not have are skipped).
     """
     network: Callable[[str, str], Dict[str, Any]]
     dataset: Callable[[str, str], Dict[str, Any]]
     names: Mapping[str, Callable[[str, str], Any]] = field(default_factory=dict)
+    # `model(name, where)`: what the model adds, {'train': {...}, 'path': {...}, 'netD': True}
+    model: Optional[Callable[[str, str], Dict[str, Any]]] = None
+    discriminator: Optional[Callable[[str, str], Dict[str, Any]]] = None  # keys of `netD`, as `network`
 
 
 class _Validator:
@@ -560,8 +563,8 @@ class _Validator:
             *sections, key = path.split('.')
             node = opt
             for s in sections:
-                node = node[s]
-            if node[key] is not None:
+                node = node[s] if s in node else {}
+            if key in node and node[key] is not None:
                 self.named(path, node[key], lookup)
 
 
@@ -575,7 +578,19 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         if key not in _TOP_LEVEL_KEYS:
             v.unknown('', key, _TOP_LEVEL_KEYS)
     static = {k: data[k] for k in data if k not in DYNAMIC_SECTIONS}
-    opt = v.section(static, SCHEMA, '')
+    extra: Dict[str, Any] = {}
+    if rules.model is not None:  # the model's own keys join the sections (a GAN's D_*, F_*, netD)
+        extra = v.named('model', data['model'] if 'model' in data else SCHEMA['model'].default, rules.model)
+    schema = {**SCHEMA, **{sec: {**SCHEMA[sec], **keys} for sec, keys in extra.items() if sec in ('train', 'path')}}
+    opt = v.section(static, schema, '')
+    if 'netD' in extra:
+        netD = data['netD'] if 'netD' in data else None
+        if not isinstance(netD, dict) or 'net_type' not in netD:
+            v.fail('netD.net_type', f'required key is missing (model {opt["model"]} trains a discriminator)')
+        opt['netD'] = v.section(netD, v.named('netD.net_type', netD['net_type'], rules.discriminator), 'netD.',
+                                nested=False)
+    elif 'netD' in data:
+        v.fail('netD', f'model {opt["model"]} trains no discriminator (model "gan" does); remove netD')
 
     netG = data.get('netG')
     if not isinstance(netG, dict) or 'net_type' not in netG:

@@ -23,7 +23,7 @@ from utils.logger import get_logger
 @dataclass
 class ResumePoint:
     path: str
-    weights: Dict[str, Any]    # 'G' (and 'E') state_dicts
+    weights: Dict[str, Any]    # 'G' (and 'E', 'D') state_dicts
     training: Dict[str, Any]   # the loop's training-state dict
 
 
@@ -31,8 +31,9 @@ def _read(ckpt: CheckpointDir, step: int, allow_unsafe: bool) -> ResumePoint:
     state_path = ckpt.path(step, 'state')
     training = load(state_path, allow_unsafe)
     weights = {'G': load(ckpt.path(step, 'G'), allow_unsafe)}
-    if os.path.exists(ckpt.path(step, 'E')):
-        weights['E'] = load(ckpt.path(step, 'E'), allow_unsafe)
+    for kind in ('E', 'D'):  # the EMA copy and a GAN's discriminator, when the run has them
+        if os.path.exists(ckpt.path(step, kind)):
+            weights[kind] = load(ckpt.path(step, kind), allow_unsafe)
     return ResumePoint(state_path, weights, training)
 
 
