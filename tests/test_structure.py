@@ -153,7 +153,7 @@ def test_registering_another_object_under_a_taken_name_is_a_programming_error():
 
 
 @pytest.mark.parametrize('key, value, message', [
-    ('model', 'gan', 'model: unknown model "gan"'),
+    ('model', 'gann', 'model: unknown model "gann" (did you mean "gan"?)'),
     ('train.G_lossfn_type', 'charbonier', 'train.G_lossfn_type: unknown loss "charbonier" (did you mean "charbonnier"?)'),
     ('train.G_optimizer_type', 'adan', 'train.G_optimizer_type: unknown optimizer "adan" (did you mean "adam"?)'),
     ('train.G_scheduler_type', 'MultiStepLr', 'train.G_scheduler_type: unknown scheduler "MultiStepLr" (did you mean'),

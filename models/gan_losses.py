@@ -1,0 +1,122 @@
+"""Adversarial losses (`train.gan_type`) and the VGG perceptual loss (`train.F_*`) of GAN training.
+
+The perceptual loss compares VGG19 features of the restored and ground-truth images (Johnson et al.
+2016; ESRGAN takes them before the activation, KAIR's layer 34 = conv5_4). Its ImageNet weights are
+torchvision's `vgg19-dcbb9e9d.pth`: never downloaded here, read from `train.F_pretrained_path`
+(default: torchvision's cache file), and a missing file is a one-line error saying where to put it.
+"""
+import os
+from typing import List, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.checkpoint import load as load_checkpoint
+from utils.errors import UserError
+
+VGG19_FILE = 'vgg19-dcbb9e9d.pth'  # torchvision's ImageNet VGG19 weights
+VGG19_URL = f'https://download.pytorch.org/models/{VGG19_FILE}'
+RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tests only)
+GAN_TYPES = ('gan', 'ragan', 'lsgan', 'wgan', 'softplusgan')
+
+
+def default_vgg19_path() -> str:
+    """Where torchvision keeps the file once downloaded: <torch hub dir>/checkpoints/vgg19-dcbb9e9d.pth."""
+    return os.path.join(torch.hub.get_dir(), 'checkpoints', VGG19_FILE)
+
+
+class GANLoss(nn.Module):
+    """Loss of discriminator outputs (logits) against "real" or "fake", for one of GAN_TYPES.
+
+    gan and ragan: binary cross-entropy on logits (ragan's relativism is in how the model forms the
+    logits); lsgan: squared distance to 1 / 0; wgan: -mean / mean; softplusgan: softplus(-x) / softplus(x)
+    (the non-saturating loss in logit form, StyleGAN's).
+    """
+
+    def __init__(self, gan_type: str):
+        super().__init__()
+        if gan_type not in GAN_TYPES:
+            raise UserError(f'train.gan_type: unknown "{gan_type}"; known: {", ".join(GAN_TYPES)}')
+        self.gan_type = gan_type
+
+    def forward(self, pred: torch.Tensor, target_is_real: bool) -> torch.Tensor:
+        pred = pred.float()
+        if self.gan_type == 'wgan':
+            return -pred.mean() if target_is_real else pred.mean()
+        if self.gan_type == 'softplusgan':
+            return F.softplus(-pred).mean() if target_is_real else F.softplus(pred).mean()
+        target = torch.ones_like(pred) if target_is_real else torch.zeros_like(pred)
+        if self.gan_type == 'lsgan':
+            return F.mse_loss(pred, target)
+        return F.binary_cross_entropy_with_logits(pred, target)
+
+
+class VGGFeatures(nn.Module):
+    """Outputs of VGG19's `features` at the given layer indices, on inputs in [0, 1] (or [-1, 1] with
+    `use_range_norm`), normalised with ImageNet's mean and std when `use_input_norm`. Frozen."""
+
+    def __init__(self, layers: Sequence[int], use_input_norm: bool, use_range_norm: bool, weights: str):
+        super().__init__()
+        from torchvision.models import vgg19  # torchvision is heavy: imported only for GAN training
+        net = vgg19(weights=None)
+        if weights != RANDOM_VGG:
+            if not os.path.isfile(weights):
+                raise UserError(f'train.F_pretrained_path: VGG19 weights not found: {weights}; nothing is downloaded '
+                                f'here: get {VGG19_URL} on a machine with internet and copy it there (or point '
+                                f'train.F_pretrained_path at your copy)')
+            try:
+                net.load_state_dict(load_checkpoint(weights))
+            except RuntimeError as e:
+                raise UserError(f'train.F_pretrained_path: {weights} is not torchvision\'s VGG19: '
+                                f'{str(e).splitlines()[0][:200]}') from None
+        last = max(layers)
+        if not 0 <= min(layers) or last >= len(net.features):
+            raise UserError(f'train.F_feature_layer: layers must be in 0..{len(net.features) - 1}, got {list(layers)}')
+        self.layers = sorted(set(int(i) for i in layers))
+        self.features = net.features[:last + 1].eval()
+        for p in self.features.parameters():
+            p.requires_grad_(False)
+        self.use_input_norm, self.use_range_norm = use_input_norm, use_range_norm
+        self.register_buffer('mean', torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer('std', torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1), persistent=False)
+
+    def train(self, mode: bool = True) -> 'VGGFeatures':
+        super().train(mode)
+        self.features.eval()  # a fixed feature extractor, whatever the model's mode
+        return self
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        if self.use_range_norm:
+            x = (x + 1.0) / 2.0
+        if self.use_input_norm:
+            x = (x - self.mean) / self.std
+        out = []
+        for i, layer in enumerate(self.features):
+            x = layer(x)
+            if i in self.layers:
+                out.append(x)
+        return out
+
+
+class PerceptualLoss(nn.Module):
+    """sum_i w_i * loss(VGG_i(x), VGG_i(target)) over `F_feature_layer` (KAIR's PerceptualLoss)."""
+
+    def __init__(self, layers: Union[int, Sequence[int]], weights: Union[float, Sequence[float]], lossfn_type: str,
+                 use_input_norm: bool, use_range_norm: bool, vgg_weights: str):
+        super().__init__()
+        layers = [layers] if isinstance(layers, int) else list(layers)
+        weights = [weights] * len(layers) if isinstance(weights, (int, float)) else list(weights)
+        if len(weights) != len(layers):
+            raise UserError(f'train.F_weights: {len(weights)} weights for {len(layers)} F_feature_layer entries')
+        if sorted(layers) != layers or len(set(layers)) != len(layers):
+            raise UserError(f'train.F_feature_layer: give the layers in increasing order, each once, got {layers}')
+        if lossfn_type not in ('l1', 'l2'):
+            raise UserError(f'train.F_lossfn_type: must be l1 or l2, got {lossfn_type!r}')
+        self.vgg = VGGFeatures(layers, use_input_norm, use_range_norm, vgg_weights)
+        self.weights = [float(w) for w in weights]
+        self.lossfn = nn.L1Loss() if lossfn_type == 'l1' else nn.MSELoss()
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        fx, ft = self.vgg(x), self.vgg(target.detach())
+        return sum(w * self.lossfn(a, b.detach()) for w, a, b in zip(self.weights, fx, ft))

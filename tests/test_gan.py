@@ -1,0 +1,189 @@
+"""Model `gan`: generator and discriminator trained in one loop, under DDP, resumable bit for bit."""
+import glob
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, clean_env, run, write_options
+from main_train import option_rules, read_options
+from models.gan_losses import GANLoss, PerceptualLoss
+from models.model_gan import ModelGAN
+from tests.test_resume import _assert_same_run_state, _assert_same_tensors, _load
+from utils.errors import OptionsError, UserError
+from utils.options import validate
+
+PY = sys.executable
+TINY = sorted(glob.glob(os.path.join(ROOT, 'options', 'gan', '*_tiny.json')))
+CPU = torch.device('cpu')
+
+
+def _tiny(tmp_path, demo_images, name='train_msrresnet_gan_tiny.json', **train):
+    with open(os.path.join(ROOT, 'options', 'gan', name)) as f:
+        text = f.read()
+    opt = json.loads(text[text.index('{'):])
+    opt['path']['root'] = str(tmp_path / 'exp')
+    for phase in ('train', 'test'):
+        opt['datasets'][phase]['dataroot_H'] = f'{demo_images}/{phase}'
+    opt['train'].update({'F_pretrained_path': 'random', 'total_iter': 6, 'checkpoint_test': 6, 'checkpoint_save': 6,
+                         'checkpoint_print': 2, **train})
+    opt['logging']['use_tensorboard'] = False
+    return opt
+
+
+def _model(tmp_path, demo_images, **train):
+    return ModelGAN(validate(_tiny(tmp_path, demo_images, **train), option_rules()), CPU)
+
+
+def _batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {'L': torch.rand(2, 3, 24, 24, generator=g), 'H': torch.rand(2, 3, 96, 96, generator=g)}
+
+
+def test_the_gan_model_needs_a_netd_and_other_models_refuse_one(tmp_path, demo_images):
+    opt = _tiny(tmp_path, demo_images)
+    netD = opt.pop('netD')
+    with pytest.raises(OptionsError, match=r'netD\.net_type: required key is missing \(model gan trains a discriminator\)'):
+        validate(opt, option_rules())
+    plain = {**opt, 'model': 'plain', 'path': {'root': opt['path']['root']}, 'train': {}}
+    validate(plain, option_rules())
+    with pytest.raises(OptionsError, match=r'netD: model plain trains no discriminator'):
+        validate({**plain, 'netD': netD}, option_rules())
+    with pytest.raises(OptionsError, match=r'train\.D_lossfn_weight: unknown key'):
+        validate({**plain, 'train': {'D_lossfn_weight': 0.1}}, option_rules())
+
+
+def test_netd_keys_kair_ignores_are_noted_and_a_typo_is_an_error(tmp_path, demo_images):
+    opt = _tiny(tmp_path, demo_images)
+    opt['netD'].update(n_layers=3, norm_type='batch')  # KAIR writes them for every discriminator
+    checked = validate(opt, option_rules())
+    assert 'netD (discriminator_vgg_96): n_layers, norm_type ignored' in checked['_notes'][0]
+    opt['netD']['base_ncc'] = 8
+    with pytest.raises(OptionsError, match=r'netD\.base_ncc: unknown key \(did you mean "base_nc"\?\)'):
+        validate(opt, option_rules())
+    opt['netD'] = {'net_type': 'discriminator_vgg_69'}
+    with pytest.raises(OptionsError, match=r'netD\.net_type: unknown network "discriminator_vgg_69" \(did you mean'):
+        validate(opt, option_rules())
+
+
+def test_missing_vgg_weights_are_one_line_naming_the_file_and_nothing_is_written(tmp_path, demo_images):
+    opt = _tiny(tmp_path, demo_images)
+    missing = str(tmp_path / 'nowhere' / 'vgg19-dcbb9e9d.pth')
+    opt['train']['F_pretrained_path'] = missing
+    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.count('\n') == 1 and missing in res.stderr and 'download.pytorch.org' in res.stderr
+    assert not (tmp_path / 'exp').exists()
+
+
+def test_the_default_vgg_file_is_torchvisions_cache_and_never_fetched(tmp_path, demo_images, monkeypatch):
+    monkeypatch.setattr(torch.hub, 'get_dir', lambda: str(tmp_path / 'hub'))
+    opt = _tiny(tmp_path, demo_images)
+    opt['train']['F_pretrained_path'] = None
+    with pytest.raises(UserError, match=rf'VGG19 weights not found: {tmp_path}/hub/checkpoints/vgg19-dcbb9e9d\.pth'):
+        ModelGAN(validate(opt, option_rules()), CPU)
+
+
+def test_vgg_weights_from_a_file_are_used(tmp_path):
+    from torchvision.models import vgg19
+    net = vgg19(weights=None)
+    torch.save(net.state_dict(), tmp_path / 'vgg.pth')
+    loss = PerceptualLoss([2, 7], [0.1, 1.0], 'l1', True, False, str(tmp_path / 'vgg.pth'))
+    assert torch.equal(loss.vgg.features[2].weight, net.features[2].weight)
+    assert not any(p.requires_grad for p in loss.parameters())
+    x, y = torch.rand(1, 3, 32, 32, requires_grad=True), torch.rand(1, 3, 32, 32)
+    loss(x, y).backward()
+    assert x.grad is not None and loss.vgg.features[0].weight.grad is None
+
+
+@pytest.mark.parametrize('gan_type, real, fake', [('gan', 0.2201, 1.7201), ('lsgan', 0.5, 2.5), ('wgan', -1.5, 1.5),
+                                                  ('softplusgan', 0.2201, 1.7201), ('ragan', 0.2201, 1.7201)])
+def test_adversarial_losses_of_real_and_fake_targets(gan_type, real, fake):
+    pred = torch.tensor([[1.0], [2.0]])
+    loss = GANLoss(gan_type)
+    assert loss(pred, True).item() == pytest.approx(real, abs=1e-4)
+    assert loss(pred, False).item() == pytest.approx(fake, abs=1e-4)
+
+
+def test_g_steps_follow_d_update_ratio_and_d_init_iters_while_d_steps_every_iteration(tmp_path, demo_images):
+    model = _model(tmp_path, demo_images, D_update_ratio=2, D_init_iters=2)
+    steps = []
+    for it in range(1, 7):
+        g0 = [p.detach().clone() for p in model.net_g.parameters()]
+        d0 = [p.detach().clone() for p in model.net_d.parameters()]
+        loss = model.backward([_batch(it)])
+        model.step(it, loss)
+        model.end_iteration(it)
+        g_moved = any(not torch.equal(a, b) for a, b in zip(g0, model.net_g.parameters()))
+        d_moved = any(not torch.equal(a, b) for a, b in zip(d0, model.net_d.parameters()))
+        assert d_moved
+        steps.append(g_moved)
+    assert steps == [False, False, False, True, False, True]  # even iterations after the first 2
+    logged = model.log_losses()
+    assert {'G_loss', 'l_g_pix', 'l_g_percep', 'l_g_gan', 'D_loss', 'D_real', 'D_fake'} <= set(logged)
+
+
+def test_the_g_step_gives_no_gradient_to_d_and_the_d_step_none_to_g(tmp_path, demo_images):
+    model = _model(tmp_path, demo_images, gan_type='ragan')
+    model.backward([_batch()])
+    assert all(p.grad is not None for p in model.net_d.parameters())
+    assert all(p.requires_grad for p in model.net_d.parameters())  # unfrozen after the G step
+    g_grads = [p.grad.clone() for p in model.net_g.parameters()]
+    model.optimizer.zero_grad(set_to_none=True)
+    model._update_g = False
+    model.optimizer_d.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        E = model.net_g(_batch()['L'])
+    model._discriminator_backward(E, _batch()['H'], 1, True, torch.zeros(8))
+    assert all(p.grad is None for p in model.net_g.parameters()) and any(g.abs().sum() > 0 for g in g_grads)
+
+
+def test_checkpoints_hold_g_d_and_e_and_resume_bit_exactly(tmp_path, demo_images):
+    straight = _tiny(tmp_path, demo_images, total_iter=8, checkpoint_save=4, checkpoint_test=4)
+    straight['task'] = 'straight'
+    resumed = dict(straight, task='resumed')
+    pa = write_options(str(tmp_path / 'a.json'), straight)
+    pb = write_options(str(tmp_path / 'b.json'), resumed)
+    assert run([PY, 'main_train.py', '--opt', pa]).returncode == 0
+    first = run([PY, 'main_train.py', '--opt', pb, '--set', 'train.total_iter=4'])
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = run([PY, 'main_train.py', '--opt', pb])
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert 'resumed from' in second.stdout
+    a, b = tmp_path / 'exp' / 'straight' / 'models', tmp_path / 'exp' / 'resumed' / 'models'
+    assert {p.name for p in a.glob('8_*.pth')} == {'8_G.pth', '8_D.pth', '8_E.pth', '8_state.pth'}
+    _assert_same_run_state(a, b, 8)
+    _assert_same_tensors(_load(a / '8_D.pth'), _load(b / '8_D.pth'), 'D')
+    sa, sb = _load(a / '8_state.pth'), _load(b / '8_state.pth')
+    _assert_same_tensors(sa['model']['optimizer_d'], sb['model']['optimizer_d'], 'optimizer_d')
+    _assert_same_tensors(sa['model']['scheduler_d'], sb['model']['scheduler_d'], 'scheduler_d')
+
+
+def test_two_processes_keep_g_d_and_e_identical_and_only_rank_zero_writes(tmp_path, demo_images):
+    path = write_options(str(tmp_path / 'o.json'), _tiny(tmp_path, demo_images, total_iter=4, checkpoint_save=4,
+                                                         checkpoint_test=4))
+    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py', '--opt', path],
+              env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
+    models = tmp_path / 'exp' / 'train_msrresnet_gan_tiny' / 'models'
+    assert sorted(p.name for p in models.glob('4_*.pth')) == ['4_D.pth', '4_E.pth', '4_G.pth', '4_state.pth']
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', TINY, ids=[os.path.basename(p)[len('train_'):-len('_tiny.json')] for p in TINY])
+def test_a_tiny_gan_config_trains_with_two_processes(tmp_path, path, demo_images):
+    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=20', 'train.checkpoint_test=10',
+                 'train.checkpoint_save=20', 'logging.use_tensorboard=false', 'train.F_pretrained_path=random']
+    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py', '--opt', path]
+              + [a for o in overrides for a in ('--set', o)], env=clean_env(OMP_NUM_THREADS='1'), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert 'parameters identical on all 2 rank(s)' in res.stdout and 'D_loss' in res.stdout
+
+
+def test_every_gan_option_file_validates():
+    for path in glob.glob(os.path.join(ROOT, 'options', 'gan', '**', '*.json'), recursive=True):
+        opt = read_options(path)
+        assert opt['model'] == 'gan' and opt['netD']['net_type'].startswith('discriminator_')
