@@ -17,7 +17,6 @@ Relativistic ("ragan") and BatchNorm discriminators compare within each process'
 processes x batch b differ from one process x batch N*b there, as in every DDP GAN trainer.
 """
 import contextlib
-import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -258,9 +257,7 @@ class ModelGAN(ModelPlain):
         if self._update_g:
             super().step(step, loss)
         else:  # nothing to apply to G; its schedule and EMA follow the iteration as in KAIR
-            with warnings.catch_warnings():  # the closed-form schedule has no order to keep with the optimizer
-                warnings.filterwarnings('ignore', message=r'Detected call of `lr_scheduler\.step\(\)`')
-                self.scheduler.step()
+            self.scheduler.step()
             if self.ema is not None:
                 self.ema.update(self.net_g)
         if self.scaler_d is not None:
@@ -275,9 +272,7 @@ class ModelGAN(ModelPlain):
             super().skip_step()
         else:
             self.optimizer.zero_grad(set_to_none=True)
-            with warnings.catch_warnings():
-                warnings.filterwarnings('ignore', message=r'Detected call of `lr_scheduler\.step\(\)`')
-                self.scheduler.step()
+            self.scheduler.step()
         self.optimizer_d.zero_grad(set_to_none=True)
         if self.scaler_d is not None and self._finalized:
             self.scaler_d.update(self.scaler_d.get_scale())

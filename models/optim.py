@@ -6,6 +6,7 @@ warmup composes with any schedule without chaining schedulers.
 """
 import bisect
 import math
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
@@ -92,6 +93,14 @@ class IterationLR(LRScheduler):
                    'gamma': 'G_scheduler_gamma', 'periods': 'G_scheduler_periods',
                    'restart_weights': 'G_scheduler_restart_weights', 'eta_min': 'G_scheduler_eta_min',
                    'warmup_iter': 'G_scheduler_warmup_iter'}
+
+    def step(self, epoch: Optional[int] = None) -> None:
+        """Advance the counter. The lr is a function of the counter alone, so stepping before the
+        optimizer (a skipped step, a GAN iteration without a G update) loses nothing; torch's warning
+        about that order is for chained schedulers and is silenced here."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message=r'Detected call of `lr_scheduler\.step\(\)` before')
+            super().step(epoch)
 
     def differences(self, state_dict: Dict[str, Any]) -> List[str]:
         """Where a saved schedule differs from this one (built from the options), one note each."""

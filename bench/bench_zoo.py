@@ -1,0 +1,137 @@
+"""Model zoo on CPU: parameters and forward+backward time of every KAIR image configuration, and the
+cost of GAN training against plain training of the same generator.
+
+    python bench/bench_zoo.py [--threads 2] [--repeat 3] [--only swinir]
+
+Networks are built from the KAIR listings' options (tests/data/kair/*.netG.tsv headers), exactly
+as KAIR's files define them; each takes one 1 x C x 64 x 64 input (x scale out for SR) plus what
+it needs beside (FFDNet's noise level, USRNet's kernel, scale and noise level). Times are medians
+of `--repeat` runs after one warm-up, with `--threads` intra-op threads. The last table times one
+training iteration of model `gan` (pixel + VGG perceptual + adversarial, D step) against model
+`plain` with the same generator and batch, measured in this run.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from main_train import option_rules  # noqa: E402
+from models.registry import build_network  # noqa: E402
+from utils.options import validate  # noqa: E402
+
+LISTINGS = os.path.join(ROOT, 'tests', 'data', 'kair')
+
+
+def configurations() -> List[Tuple[str, Dict[str, Any], int]]:
+    """(KAIR file, validated netG, scale) of every image listing."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(LISTINGS, '*.netG.tsv'))):
+        with open(path) as f:
+            header = f.readline()
+        m = re.search(r'scale (\d+), n_channels (\w+), netG options: (\{.*\})$', header)
+        top = {'scale': int(m.group(1))}
+        if m.group(2) != 'None':
+            top['n_channels'] = int(m.group(2))
+        opt = validate({'task': 't', **top, 'netG': json.loads(m.group(3))}, option_rules(), source=path)
+        out.append((os.path.basename(path)[:-len('.netG.tsv')], opt['netG'], top['scale']))
+    return out
+
+
+def inputs(netG: Dict[str, Any], scale: int, size: int = 64) -> Tuple[Any, ...]:
+    kind = netG['net_type']
+    channels = netG['in_nc'] if 'in_nc' in netG else netG['in_chans']
+    if kind == 'usrnet':
+        k = torch.rand(1, 1, 25, 25)
+        return torch.rand(1, netG['out_nc'], size, size), k / k.sum(), scale, torch.full((1, 1, 1, 1), 0.05)
+    if kind == 'ffdnet':
+        return torch.rand(1, channels, size, size), torch.full((1, 1, 1, 1), 0.1)
+    return (torch.rand(1, channels, size, size),)
+
+
+def median_time(fn: Callable[[], None], repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_networks(repeat: int, only: str) -> None:
+    print(f'{"KAIR configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
+    for name, netG, scale in configurations():
+        if only and only not in name:
+            continue
+        torch.manual_seed(0)
+        net = build_network(netG).train()
+        args = inputs(netG, scale)
+
+        def step() -> None:
+            net.zero_grad(set_to_none=True)
+            net(*args).mean().backward()
+        seconds = median_time(step, repeat)
+        shape = 'x'.join(map(str, args[0].shape))
+        print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
+              f'{seconds:10.3f}')
+
+
+def bench_gan(repeat: int) -> None:
+    """One iteration of model gan vs model plain, same generator and batch (option files of options/gan)."""
+    from models.registry import MODELS
+    with open(os.path.join(ROOT, 'options', 'gan', 'train_msrresnet_gan_tiny.json')) as f:
+        text = f.read()
+    raw = json.loads(text[text.index('{'):])
+    raw['train']['F_pretrained_path'] = 'random'  # same cost as ImageNet weights
+    batch = {'L': torch.rand(4, 3, 24, 24), 'H': torch.rand(4, 3, 96, 96)}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        raw['path']['root'] = tmp
+        for kind in ('plain', 'gan'):
+            opt_raw = json.loads(json.dumps(raw))
+            if kind == 'plain':
+                opt_raw['model'] = 'plain'
+                opt_raw.pop('netD')
+                opt_raw['path'].pop('pretrained_netD')
+                opt_raw['train'] = {k: v for k, v in opt_raw['train'].items() if not k.startswith(('D_', 'F_', 'gan_'))}
+            opt = validate(opt_raw, option_rules())
+            model = MODELS.get(opt['model'], 'model')(opt, torch.device('cpu'))
+            it = [0]
+
+            def step() -> None:
+                it[0] += 1
+                loss = model.backward([batch])
+                model.step(it[0], loss)
+                model.end_iteration(it[0])
+            rows.append((kind, median_time(step, repeat)))
+    plain, gan = rows[0][1], rows[1][1]
+    print(f'\none training iteration, MSRResNet (nc 32, nb 4) x4, batch 4 x 96x96, VGG layers [2, 7], VGG-96 D:')
+    print(f'  plain {plain:.3f} s/iter, gan {gan:.3f} s/iter, gan / plain = {gan / plain:.2f}')
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--repeat', type=int, default=3)
+    p.add_argument('--only', default='', help='only configurations whose name contains this')
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f'torch {torch.__version__}, {args.threads} threads, CPU')
+    bench_networks(args.repeat, args.only)
+    if not args.only:
+        bench_gan(args.repeat)
+
+
+if __name__ == '__main__':
+    main()
