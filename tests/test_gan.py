@@ -162,8 +162,9 @@ def test_checkpoints_hold_g_d_and_e_and_resume_bit_exactly(tmp_path, demo_images
 
 
 def test_two_processes_keep_g_d_and_e_identical_and_only_rank_zero_writes(tmp_path, demo_images):
+    """With gradient accumulation (both networks skip the all-reduce of the first micro-batch) and bf16."""
     path = write_options(str(tmp_path / 'o.json'), _tiny(tmp_path, demo_images, total_iter=4, checkpoint_save=4,
-                                                         checkpoint_test=4))
+                                                         checkpoint_test=4, accumulate_steps=2, amp='bf16'))
     res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py', '--opt', path],
               env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
