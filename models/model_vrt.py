@@ -55,6 +55,8 @@ class ModelVRT(ModelPlain):
         super().__init__(opt, device, allow_unsafe_load)  # calls self.param_groups(), checks the val options
         self._frozen = bool(self.fix_params)
         log = get_logger()
+        if self.fix_iter == -1:
+            log.info('train.fix_iter: -1: the fix_keys parameters are never frozen (KAIR\'s meaning)')
         if self.fix_iter > 0 and not self.fix_params:
             log.warning(f'train.fix_iter: {self.fix_iter} has no effect: train.fix_keys is empty')
         elif self.fix_params:
@@ -67,6 +69,7 @@ class ModelVRT(ModelPlain):
 
         As in KAIR, the separate group (and so `fix_lr_mul`) exists only when the flow network is
         fixed at the start (`fix_iter` > 0); its lower lr then also applies after the release.
+        `fix_iter` 0 or -1 (KAIR's "never fix") freezes nothing.
         """
         if not self.fix_keys:
             return super().param_groups()

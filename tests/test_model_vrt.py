@@ -15,9 +15,10 @@ from data.synthetic_gopro import make_gopro_spike
 from models.model_vrt import ModelVRT
 from models.registry import build_network
 from models.restorer import VideoRestorer, item_metrics
-from tests.conftest import ROOT, run, write_options
-from utils.errors import UserError
-from main_train import read_options
+from tests.conftest import ROOT, run, tiny_options, write_options
+from utils.errors import OptionsError, UserError
+from utils.options import validate
+from main_train import option_rules, read_options
 
 PY = sys.executable
 FULL = os.path.join(ROOT, 'options', 'vrt', '006_train_vrt_videodeblurring_gopro_rgbspike.json')
@@ -166,10 +167,11 @@ def test_a_fix_key_that_matches_no_parameter_is_a_user_error(tmp_path, gopro):
         build_model(tmp_path, gopro, fix_keys=['spynet', 'spynett'])
 
 
+@pytest.mark.parametrize('fix_iter', [0, -1])  # -1: KAIR's "never fix"
 def test_without_fix_iter_fix_lr_mul_has_no_effect_and_every_parameter_trains_at_the_base_lr(tmp_path, gopro,
-                                                                                              caplog):
+                                                                                              caplog, fix_iter):
     caplog.set_level(logging.INFO, logger='restoration')
-    model = build_model(tmp_path, gopro, fix_iter=0, fix_lr_mul=0.125)
+    model = build_model(tmp_path, gopro, fix_iter=fix_iter, fix_lr_mul=0.125)
     (group,) = model.optimizer.param_groups
     assert group['lr'] == pytest.approx(1e-3)
     assert len(group['params']) == len(list(model.net_g.parameters()))
@@ -434,3 +436,13 @@ def test_full_option_file_is_the_published_gopro_configuration_plus_spike_channe
     assert (t['total_iter'], t['G_scheduler_periods'], t['G_scheduler_eta_min']) == (300000, 300000, 1e-7)
     assert (v['num_frame_testing'], v['num_frame_overlapping'], v['size_patch_testing']) == (12, 2, 256)
     assert (ds['num_frame'], ds['gt_size'], ds['dataloader_batch_size']) == (6, 192, 1)
+
+
+@pytest.mark.parametrize('value, ok', [(-1, True), (-2, False)])
+def test_fix_iter_minus_one_is_accepted_as_kairs_never_fix_and_below_is_an_error(tmp_path, value, ok):
+    raw = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), fix_iter=value)
+    if ok:
+        assert validate(raw, option_rules())['train']['fix_iter'] == -1
+    else:
+        with pytest.raises(OptionsError, match=r'train\.fix_iter: -2 must be >= 0, or -1 \(never fix, as KAIR\)'):
+            validate(raw, option_rules())

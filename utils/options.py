@@ -182,7 +182,7 @@ SCHEMA: Dict[str, Any] = {
         'save_failure': Key('stop', (str,), _one_of('stop', 'warn')),
         'nan_policy': Key('stop', (str,), _one_of('stop', 'skip', 'off')),
         'nan_skip_limit': Key(10, (int,), _positive),
-        'fix_iter': Key(0, (int,), _non_negative),
+        'fix_iter': Key(0, (int,), lambda v: None if v >= -1 else 'must be >= 0, or -1 (never fix, as KAIR)'),
         'fix_lr_mul': Key(1.0, (int, float), _non_negative),
         'fix_keys': Key([], (list,)),
         'amp': Key('none', (str,), _one_of('none', 'bf16', 'fp16')),
