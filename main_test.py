@@ -26,6 +26,7 @@ from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.errors import UserError
 from utils.image import imwrite
 from utils.logger import setup_logger
+from utils.progress import progress
 
 COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
 
@@ -90,7 +91,8 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     rows: List[List[Any]] = []
     local = iter(loader)
     rounds = -(-len(loader.dataset) // state.world_size)
-    for _ in range(rounds):  # equal number of collectives on every rank, shards may differ by one
+    # equal number of collectives on every rank, shards may differ by one
+    for _ in progress(range(rounds), rounds, 'testing', enabled=dist.is_main_process()):
         batch = next(local, None)
         items = restorer.restore(batch) if batch is not None else []
         mine = [(name, restorer.score(E, H), None if args.no_images else E) for name, E, H in items]

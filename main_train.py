@@ -187,7 +187,7 @@ class Trainer:
         if self.point is not None:
             wandb_id = self.restore(self.point)
             self.point = None  # the weights it holds are in the model now
-        self.reporter = Reporter(self.opt, self.main, wandb_id)
+        self.reporter = Reporter(self.opt, self.main, wandb_id, start_iter=self.step)
 
     def tidy_checkpoints(self, start_iter: int) -> None:
         """Rank 0: remove what interrupted or failed saves left, set aside saves newer than the start.
@@ -283,6 +283,9 @@ class Trainer:
         self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, '
                       f'SSIM {res["ssim"]:.4f}; Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
         self.reporter.scalars(self.step, {f'val/{k}': v for k, v in res.items() if k != 'count'})
+        self.reporter.row({'kind': 'val', 'iter': self.step, 'epoch': self.epoch,
+                           'test_set': self.opt['datasets']['test']['name'], 'items': res['count'],
+                           **{k: res[k] for k in ('psnr', 'ssim', 'psnr_y', 'ssim_y')}, 'time': time.time()})
         self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})
         if res['psnr'] > self.best['psnr']:
             self.best = {'psnr': res['psnr'], 'iter': self.step}
@@ -293,6 +296,7 @@ class Trainer:
                 except Exception as e:
                     error = f'best checkpoint at iteration {self.step} failed: {first_line(e)}'
             self.agree_on_write(error)
+        self.reporter.redraw_curves()
 
     def save_images(self, encoded: List[Any]) -> None:
         """`val.save_img`: rank 0 writes every restored item, KAIR's layout `images/<name>/<name>_<iter>.png`.
@@ -421,6 +425,9 @@ class Trainer:
         self.reporter.scalars(self.step, {**{f'train/{k}': v for k, v in losses.items()}, 'train/lr': lr,
                                           'perf/iter_time': iter_time, 'perf/data_time': data_time,
                                           'perf/samples_per_sec': throughput})
+        self.reporter.row({'kind': 'train', 'iter': self.step, 'epoch': self.epoch, 'lr': lr, **losses,
+                           'iter_time': iter_time, 'data_time': data_time, 'samples_per_sec': throughput,
+                           'time': time.time()})
 
     def close(self) -> None:
         # Dropping the loaders shuts their (persistent) worker processes down now, not at exit.

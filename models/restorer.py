@@ -22,6 +22,7 @@ from utils.errors import UserError
 from utils.image import encode_image, tensor2uint
 from utils.logger import get_logger
 from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
+from utils.progress import progress
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
@@ -184,7 +185,9 @@ class ImageRestorer:
         images: Dict[str, Any] = {}
         encoded: List[Tuple[str, List[bytes]]] = []
         rows = []
-        for batch in loader:
+        batches = progress(loader, len(loader) if hasattr(loader, '__len__') else None, 'validation',
+                           enabled=dist.is_main_process(), lines=False)  # a bar on a terminal only
+        for batch in batches:
             for name, E, H in self.restore(batch):
                 m = self.score(E, H)
                 rows.append((name, len(E), m))

@@ -12,7 +12,9 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 
 from utils.errors import first_line
+from utils.history import History
 from utils.options import dumps
+from utils.plot import BackgroundPlotter
 
 
 _FORMAT = logging.Formatter('%(asctime)s %(levelname)s: %(message)s', '%y-%m-%d %H:%M:%S')
@@ -82,14 +84,26 @@ def wandb_mode(env: Mapping[str, str] = os.environ) -> str:
 
 
 class Reporter:
-    """Scalars and images to TensorBoard and W&B, written by rank 0 only."""
+    """Scalars and images to TensorBoard and W&B, history rows and curves.png, written by rank 0 only.
 
-    def __init__(self, opt: Dict[str, Any], enabled: bool, wandb_id: Optional[str] = None):
+    `start_iter` is the iteration the run continues from: history rows after it (from a run that
+    went further than its last checkpoint) are dropped first.
+    """
+
+    def __init__(self, opt: Dict[str, Any], enabled: bool, wandb_id: Optional[str] = None, start_iter: int = 0):
         self.enabled = enabled
         self.tb = None
         self.wandb_run = None
+        self.history: Optional[History] = None
+        self.plotter: Optional[BackgroundPlotter] = None
         if not enabled:
             return
+        self.history = History(opt['path']['task'])
+        dropped = self.history.truncate_after(start_iter)
+        if dropped:
+            get_logger().info(f'{self.history.path}: {dropped} rows after iteration {start_iter} dropped '
+                              f'(the run went past its last checkpoint)')
+        self.plotter = BackgroundPlotter(opt['path']['task'])
         log_opt = opt['logging']
         if log_opt['use_tensorboard']:
             from torch.utils.tensorboard import SummaryWriter
@@ -136,7 +150,20 @@ class Reporter:
             import wandb
             self.wandb_run.log({k: wandb.Image(img) for k, img in images.items()}, step=step)
 
+    def row(self, row: Dict[str, Any]) -> None:
+        """One line of history.jsonl (a print step or a validation)."""
+        if self.history is not None:
+            self.history.append(row)
+
+    def redraw_curves(self) -> None:
+        """curves.png from the history, in the background."""
+        if self.plotter is not None:
+            self.plotter.redraw()
+
     def close(self) -> None:
+        if self.plotter is not None:
+            self.plotter.close()
+            self.plotter = None
         if self.tb is not None:
             self.tb.close()
             self.tb = None

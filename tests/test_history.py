@@ -1,0 +1,120 @@
+"""What a run folder shows without TensorBoard: history.jsonl, curves.png, and progress lines."""
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import cv2
+
+from conftest import ROOT, clean_env, run, tiny_options, write_options
+from utils.history import History, read_history
+from utils.progress import progress
+
+PY = sys.executable
+
+
+def _run_folder(tmp_path):
+    return tmp_path / 'exp' / 'tiny'
+
+
+def _train_rows(rows):
+    return [r for r in rows if r['kind'] == 'train']
+
+
+def test_history_rows_match_the_tensorboard_scalars_of_the_same_run(tmp_path, demo_images):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
+    res = run([PY, 'main_train.py', '--opt', path])
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = read_history(str(_run_folder(tmp_path) / 'history.jsonl'))
+    train, val = _train_rows(rows), [r for r in rows if r['kind'] == 'val']
+    assert [r['iter'] for r in train] == [2, 4, 6, 8] and [r['iter'] for r in val] == [4, 8]
+    events = EventAccumulator(str(_run_folder(tmp_path) / 'tb_logger'))
+    events.Reload()
+
+    def scalars(tag):
+        return {e.step: e.value for e in events.Scalars(tag)}
+    for tag, key, kind in (('train/G_loss', 'G_loss', train), ('train/lr', 'lr', train),
+                           ('perf/iter_time', 'iter_time', train), ('val/psnr', 'psnr', val),
+                           ('val/ssim_y', 'ssim_y', val)):
+        tb = scalars(tag)
+        assert sorted(tb) == [r['iter'] for r in kind]
+        assert all(abs(tb[r['iter']] - r[key]) <= 1e-6 * max(1.0, abs(r[key])) for r in kind), tag  # TB stores float32
+    assert all(r['test_set'] == 'test_dataset' and r['items'] == 8 for r in val)
+
+
+def test_after_sigkill_and_resume_the_history_has_each_iteration_once(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=400, checkpoint_save=4, checkpoint_test=1000,
+                       checkpoint_print=1)
+    opt['logging']['use_tensorboard'] = False
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    history = _run_folder(tmp_path) / 'history.jsonl'
+    proc = subprocess.Popen([PY, 'main_train.py', '--opt', path], cwd=ROOT, env=clean_env(OMP_NUM_THREADS='1'),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # killed between two saves, with rows past the last one
+            its = [r['iter'] for r in read_history(str(history))]
+            if its and its[-1] >= 6 and its[-1] % 4 in (2, 3):
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    killed_at = read_history(str(history))[-1]['iter']
+    with open(history, 'ab') as f:
+        f.write(b'{"kind":"train","iter":9')  # as if the kill had cut a write short
+    res = run([PY, 'main_train.py', '--opt', path, '--set', f'train.total_iter={killed_at + 4}'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'rows after iteration' in res.stdout
+    its = [r['iter'] for r in _train_rows(read_history(str(history)))]
+    assert its == list(range(1, killed_at + 5)), (killed_at, its)
+    with open(history, 'rb') as f:
+        assert all(json.loads(line) for line in f)  # every line complete
+
+
+def test_curves_png_is_drawn_at_validation_and_again_from_the_history_alone(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images)
+    opt['logging']['use_tensorboard'] = False
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    curves = _run_folder(tmp_path) / 'curves.png'
+    img = cv2.imread(str(curves))
+    assert curves.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and img is not None and img.shape[1] > 400
+    curves.unlink()
+    for name in os.listdir(_run_folder(tmp_path)):  # nothing but the history is needed
+        if name != 'history.jsonl':
+            p = _run_folder(tmp_path) / name
+            if p.is_file():
+                p.unlink()
+    res = run([PY, '-m', 'utils.plot', str(_run_folder(tmp_path))])
+    assert res.returncode == 0 and res.stdout.strip() == str(curves), res.stderr
+    assert cv2.imread(str(curves)) is not None
+    bad = run([PY, '-m', 'utils.plot', str(tmp_path)])
+    assert bad.returncode == 2 and bad.stderr.count('\n') == 1 and 'no history.jsonl' in bad.stderr
+
+
+def test_truncation_keeps_rows_up_to_the_resumed_iteration_and_drops_a_partial_line(tmp_path):
+    h = History(str(tmp_path))
+    for it in (2, 4, 6):
+        h.append({'kind': 'train', 'iter': it, 'loss': float('nan')})
+    with open(h.path, 'ab') as f:
+        f.write(b'{"kind":"tr')
+    assert len(read_history(h.path)) == 3 and read_history(h.path)[0]['loss'] is None  # NaN as null: valid JSON
+    assert h.truncate_after(4) == 1
+    assert [r['iter'] for r in read_history(h.path)] == [2, 4]
+    assert open(h.path, 'rb').read().endswith(b'\n')
+    assert h.truncate_after(4) == 0
+
+
+def test_progress_is_plain_lines_off_a_terminal_and_silent_when_disabled(caplog):
+    caplog.set_level(logging.INFO, logger='restoration')
+    assert list(progress(range(8), 8, 'testing')) == list(range(8))
+    assert [r.getMessage() for r in caplog.records] == ['testing: 2/8', 'testing: 4/8', 'testing: 6/8', 'testing: 8/8']
+    caplog.clear()
+    assert list(progress(range(8), 8, 'testing', enabled=False)) == list(range(8))
+    assert list(progress(range(8), 8, 'validation', lines=False)) == list(range(8))
+    assert not caplog.records

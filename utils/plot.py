@@ -1,0 +1,118 @@
+"""curves.png of a run: losses and lr, and validation PSNR/SSIM against the iteration, drawn from
+history.jsonl alone, so any run folder can be plotted again without TensorBoard:
+
+    python -m utils.plot <root>/<task>            # writes <root>/<task>/curves.png
+
+During training rank 0 redraws it after every validation in a background thread (matplotlib's
+object API with the Agg canvas; no pyplot, no display), so the training loop only pays for
+starting the thread.
+"""
+import argparse
+import os
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from utils.history import HISTORY_FILE, read_history
+
+CURVES_FILE = 'curves.png'
+_NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples_per_sec', 'time'}
+
+
+def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None:
+    """Draw the curves of `rows` (history rows) to the PNG `out`, written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    train = [r for r in rows if r.get('kind') == 'train']
+    val = [r for r in rows if r.get('kind') == 'val']
+    fig = Figure(figsize=(12, 3.6), dpi=80)
+    FigureCanvasAgg(fig)
+    ax_loss, ax_lr, ax_val = fig.subplots(1, 3)
+    losses = sorted({k for r in train for k, v in r.items() if k not in _NOT_LOSSES and isinstance(v, (int, float))})
+    for key in losses:
+        pts = [(r['iter'], r[key]) for r in train if isinstance(r.get(key), (int, float)) and r[key] > 0]
+        if pts:
+            ax_loss.plot(*zip(*pts), label=key, linewidth=1)
+    if losses:
+        ax_loss.set_yscale('log')
+        ax_loss.legend(fontsize=7)
+    ax_loss.set_title('training loss')
+    lr = [(r['iter'], r['lr']) for r in train if isinstance(r.get('lr'), (int, float))]
+    if lr:
+        ax_lr.plot(*zip(*lr), color='tab:green')
+    ax_lr.set_title('learning rate')
+    for name in sorted({r.get('test_set', '') for r in val}):
+        pts = [r for r in val if r.get('test_set', '') == name and isinstance(r.get('psnr'), (int, float))]
+        if not pts:
+            continue
+        line, = ax_val.plot([r['iter'] for r in pts], [r['psnr'] for r in pts], marker='o', markersize=3,
+                            label=f'{name} PSNR' if name else 'PSNR')
+        best = max(pts, key=lambda r: r['psnr'])
+        ax_val.plot([best['iter']], [best['psnr']], marker='*', markersize=12, color=line.get_color(),
+                    label=f'best {best["psnr"]:.2f} dB @ {best["iter"]}')
+        ax_val.legend(fontsize=7, loc='lower right')
+        ssim = ax_val.twinx()
+        ssim.plot([r['iter'] for r in pts], [r['ssim'] for r in pts], linestyle='--', color=line.get_color(),
+                  alpha=0.5, label='SSIM')
+        ssim.set_ylabel('SSIM (dashed)', fontsize=8)
+    ax_val.set_title('validation PSNR (dB)')
+    for ax in (ax_loss, ax_lr, ax_val):
+        ax.set_xlabel('iteration')
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    tmp = f'{out}.tmp.png'
+    fig.savefig(tmp)
+    os.replace(tmp, out)
+
+
+def plot_run(folder: str) -> str:
+    """Write `<folder>/curves.png` from `<folder>/history.jsonl`; returns the image's path."""
+    rows = read_history(os.path.join(folder, HISTORY_FILE))
+    out = os.path.join(folder, CURVES_FILE)
+    plot_rows(rows, out, os.path.basename(os.path.normpath(folder)))
+    return out
+
+
+class BackgroundPlotter:
+    """Redraws curves.png off the training thread; a redraw asked for while one runs is dropped
+    (the next validation draws again), and `close` waits for the last one."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self._thread: Optional[threading.Thread] = None
+
+    def redraw(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._draw, name='curves', daemon=True)
+        self._thread.start()
+
+    def _draw(self) -> None:
+        try:
+            plot_run(self.folder)
+        except Exception as e:  # a plot is never worth a training run
+            from utils.logger import get_logger
+            get_logger().warning(f'curves.png not drawn: {type(e).__name__}: {e}')
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description='Draw <run folder>/curves.png from its history.jsonl.')
+    p.add_argument('folder', help='a run folder, <path.root>/<task>')
+    args = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.folder, HISTORY_FILE)):
+        print(f'error: {args.folder}: no {HISTORY_FILE} (not a run folder, or a run from before the history '
+              f'file existed)', file=sys.stderr)
+        return 2
+    print(plot_run(args.folder))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
