@@ -116,7 +116,7 @@ def bench_gan(repeat: int) -> None:
                 model.end_iteration(it[0])
             rows.append((kind, median_time(step, repeat)))
     plain, gan = rows[0][1], rows[1][1]
-    print(f'\none training iteration, MSRResNet (nc 32, nb 4) x4, batch 4 x 96x96, VGG layers [2, 7], VGG-96 D:')
+    print('\none training iteration, MSRResNet (nc 32, nb 4) x4, batch 4 x 96x96, VGG layers [2, 7], VGG-96 D:')
     print(f'  plain {plain:.3f} s/iter, gan {gan:.3f} s/iter, gan / plain = {gan / plain:.2f}')
 
 

@@ -105,7 +105,7 @@ class ModelGAN(ModelPlain):
                                      'initialised VGG19 (for tests; not a perceptual loss)')
         super().__init__(opt, device, allow_unsafe_load)
         self.net_d = net_d.to(device)
-        self.net_D = self._wrap_d(self.net_d)
+        self.net_D = self._wrap(self.net_d, static_graph=False)  # two backward passes per iteration
         self.ddp_d = self.net_D if isinstance(self.net_D, DistributedDataParallel) else None
         self.gan_loss = GANLoss(t['gan_type'])
         self.optimizer_d = build_optimizer([p for p in self.net_d.parameters() if p.requires_grad], t, 'D')
@@ -116,15 +116,6 @@ class ModelGAN(ModelPlain):
         self._d_loss = torch.zeros((), device=device)
         # sums since the last log: pixel, perceptual, adversarial (G steps), D loss, D(real), D(fake), G steps, D steps
         self._parts = torch.zeros(8, device=device)
-
-    def _wrap_d(self, net: nn.Module) -> nn.Module:
-        if not dist.is_initialized():
-            return net
-        buffers = {} if self.opt['broadcast_buffers'] else {'broadcast_buffers': False}
-        return DistributedDataParallel(
-            net, device_ids=[self.device.index] if self.device.type == 'cuda' else None,
-            find_unused_parameters=self.opt['find_unused_parameters'], static_graph=False,
-            gradient_as_bucket_view=self.opt['gradient_as_bucket_view'], **buffers)
 
     def network_info(self) -> str:
         n_d = sum(p.numel() for p in self.net_d.parameters())

@@ -133,7 +133,8 @@ class ModelPlain:
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self.scheduler.load_state_dict(schedule)
 
-    def _wrap(self, net: nn.Module) -> nn.Module:
+    def _wrap(self, net: nn.Module, static_graph: Optional[bool] = None) -> nn.Module:
+        """`net` in DDP with the top-level flags when distributed (`static_graph`: None = the options')."""
         if not dist.is_initialized():
             return net
         # torch 2.14 deprecates `broadcast_buffers` (True is the default); False keeps its meaning
@@ -142,7 +143,7 @@ class ModelPlain:
         return DistributedDataParallel(
             net, device_ids=[self.device.index] if self.device.type == 'cuda' else None,
             find_unused_parameters=self.opt['find_unused_parameters'],
-            static_graph=self.opt['use_static_graph'],
+            static_graph=self.opt['use_static_graph'] if static_graph is None else static_graph,
             gradient_as_bucket_view=self.opt['gradient_as_bucket_view'], **buffers)
 
     def param_groups(self) -> List[Dict[str, Any]]:

@@ -5,7 +5,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 from conftest import dataset_options, run, unchecked_section, write_options
 from data.kernel_datasets import DatasetSRMD, DatasetUSRNet, circular_blur, load_pca, srmd_pca_basis, step_scales
