@@ -3,19 +3,20 @@ history.jsonl alone, so any run folder can be plotted again without TensorBoard:
 
     python -m utils.plot <root>/<task>            # writes <root>/<task>/curves.png
 
-During training rank 0 redraws it after every validation in a background thread (matplotlib's
-object API with the Agg canvas; no pyplot, no display), so the training loop only pays for
-starting the thread.
+During training rank 0 redraws it after every validation in a child process running that same
+command (matplotlib's object API with the Agg canvas; no pyplot, no display), so the training loop
+only pays for starting it (bench/bench_curves.py measures both).
 """
 import argparse
 import os
+import subprocess
 import sys
-import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 from utils.history import HISTORY_FILE, read_history
 
 CURVES_FILE = 'curves.png'
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `-m utils.plot`
 _NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples_per_sec', 'time'}
 
 
@@ -77,29 +78,30 @@ def plot_run(folder: str) -> str:
 
 
 class BackgroundPlotter:
-    """Redraws curves.png off the training thread; a redraw asked for while one runs is dropped
-    (the next validation draws again), and `close` waits for the last one."""
+    """Redraws curves.png in a child process (`python -m utils.plot <folder>`): the training loop pays
+    for starting it, not for matplotlib, and shares no interpreter lock with the drawing. A redraw
+    asked for while one runs is dropped (the next validation draws again); `close` waits for the last."""
 
     def __init__(self, folder: str):
         self.folder = folder
-        self._thread: Optional[threading.Thread] = None
+        self._child: Optional[subprocess.Popen] = None
 
     def redraw(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._child is not None and self._child.poll() is None:
             return
-        self._thread = threading.Thread(target=self._draw, name='curves', daemon=True)
-        self._thread.start()
+        env = {**os.environ, 'MPLBACKEND': 'Agg', 'OMP_NUM_THREADS': '1',
+               'PYTHONPATH': os.pathsep.join(filter(None, [_ROOT, os.environ.get('PYTHONPATH')]))}
+        self._child = subprocess.Popen([sys.executable, '-m', 'utils.plot', self.folder], env=env,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # errors: on stderr
 
-    def _draw(self) -> None:
-        try:
-            plot_run(self.folder)
-        except Exception as e:  # a plot is never worth a training run
-            from utils.logger import get_logger
-            get_logger().warning(f'curves.png not drawn: {type(e).__name__}: {e}')
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+    def close(self, timeout: float = 60.0) -> None:
+        if self._child is not None:
+            try:
+                self._child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._child.kill()
+                self._child.wait()
+            self._child = None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
