@@ -1,0 +1,414 @@
+"""Vimeo-90K septuplet datasets with KAIR/BasicSR names and option keys: video SR and frame interpolation.
+
+Layout: `<dataroot>/<clip>/<seq>/im1.png .. im7.png` (`vimeo_septuplet/sequences`); GT and LQ roots
+hold the same names, and a BD test set is just another LQ root. The sequences used are the lines
+`<clip>/<seq> [num_frames [(h,w,c)]]` of `meta_info_file`: BasicSR's meta_info_Vimeo90K_*_GT.txt
+(`00001/0001 7 (256,448,3)`) and Vimeo's own sep_trainlist.txt (`00001/0001`, 7 frames) both work.
+With io_backend lmdb, frame `im<i>` of `<clip>/<seq>` is the key `<clip>/<seq>/im<i>`, as BasicSR's
+create_lmdb writes it (scripts/make_lmdb.py --layout vimeo builds one).
+
+Frames (KAIR's neighbour list): `num_frame` frames `interval` apart, centred in the sequence:
+num_frame 7 → im1..im7, 5 → im2..im6, 3 → im3..im5, 1 → im4.
+
+Temporal padding, applied to L and H alike so every frame the network returns has its target:
+- `pad_sequence` (KAIR's VRT): the last frame once more, 7 → 8 frames (t = 0..6, 6);
+- `mirror_sequence` (KAIR's RVRT): the clip then its reversal, 7 → 14 frames (t = 0..6, 6..0).
+(KAIR's test set pads only L; the model's `val.pad_seq` / `val.flip_seq` do KAIR's test-time
+padding, dropping the padded output / averaging the two directions.)
+
+Frame interpolation (`temporal_scale` 2 with KAIR's names, or the *VFI* dataset types), as VRT 009:
+the window's frames at even offsets are the input and its centre frame, which is not among them,
+is the target: num_frame 7 → L = im1, im3, im5, im7 (4×3×H×W), H = im4 (1×3×H×W); num_frame 3 →
+L = im3, im5, H = im4. VRT's interpolation network (pa_frames 0) returns N×1×3×H×W for this L.
+The input frames are read from `dataroot_lq` (the VFI types default it to `dataroot_gt`).
+
+Randomness of training items (interval, reverse, crop, flips) comes only from the key's seed
+(`(index, seed)` from the train sampler; a bare index seeds with itself).
+"""
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
+from data.registry import DATASETS
+from data.sampler import parse_key
+from data.transforms import augment, paired_random_crop
+from data.video_datasets import _check_bool, _check_folder, _check_io_backend, _stack_tensor, _to_float, check_frames
+from utils.errors import UserError
+from utils.image import imread_uint
+from utils.options import REQUIRED
+
+Size = Tuple[int, int]
+VIMEO_FRAMES = 7
+
+
+class FrameStore:
+    """RGB frames by key (`<clip>/<seq>/im4`, `<clip>/00000012`: the path without extension) from
+    one folder or LMDB per name ('gt', 'lq'); LMDBs are opened lazily, per process."""
+
+    def __init__(self, prefix: str, roots: Dict[str, Any], backend: str, ext: str):
+        self.prefix, self.backend, self.ext = prefix, backend, ext
+        self.roots: Dict[str, Path] = {}
+        for name, path in roots.items():
+            key = f'{prefix}.dataroot_{name}'
+            if backend == 'lmdb':
+                check_lmdb_folder(path, key)
+                self.roots[name] = Path(path)
+            else:
+                self.roots[name] = _check_folder(path, key)
+        self.lmdb = LazyLmdbReader({k: str(v) for k, v in self.roots.items()}) if backend == 'lmdb' else None
+
+    def path(self, name: str, key: str) -> str:
+        return str(self.roots[name] / f'{key}.{self.ext}')
+
+    def read(self, name: str, key: str) -> np.ndarray:
+        """HWC uint8 RGB."""
+        where = f'{self.prefix}.dataroot_{name}'
+        if self.lmdb is None:
+            path = self.path(name, key)
+            if not os.path.isfile(path):
+                raise UserError(f'{where}: frame {key} not found: {path}')
+            return imread_uint(path, 3)
+        raw = self.lmdb.get(name, key, where)
+        try:
+            img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+        except cv2.error as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            raise UserError(f'{where}: key {key} in {self.roots[name]} cannot be decoded: '
+                            f'{lines[-1] if lines else "OpenCV error"}') from None
+        if img is None:
+            raise UserError(f'{where}: key {key} in {self.roots[name]} is not an image')
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def parse_vimeo_meta(path: Any, key: str) -> List[Tuple[str, int, Optional[Size]]]:
+    """(`<clip>/<seq>`, number of frames, (h, w) or None) per line `<clip>/<seq> [num_frames [(h,w,c)]]`."""
+    if not isinstance(path, str) or not os.path.isfile(path):
+        raise UserError(f'{key}: file not found: {path}')
+    seqs = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            size = re.fullmatch(r'\((\d+),(\d+)(?:,\d+)?\)', fields[2]) if len(fields) == 3 else None
+            ok = (len(fields) <= 3 and re.fullmatch(r'[^/]+/[^/]+', fields[0]) is not None
+                  and (len(fields) == 1 or (fields[1].isdigit() and int(fields[1]) > 0))
+                  and (len(fields) < 3 or size is not None))
+            if not ok:
+                raise UserError(f'{key}: {path}:{lineno}: expected "<clip>/<seq> [num_frames (h,w,c)]" like '
+                                f'"00001/0001 7 (256,448,3)", got "{line.strip()}"')
+            num = int(fields[1]) if len(fields) > 1 else VIMEO_FRAMES
+            seqs.append((fields[0], num, (int(size[1]), int(size[2])) if size else None))
+    if not seqs:
+        raise UserError(f'{key}: no sequences listed in {path}')
+    return seqs
+
+
+def frame_window(num: int, num_frame: int, interval: int = 1) -> List[int]:
+    """1-based frame numbers: `num_frame` frames `interval` apart, centred in a sequence of `num`."""
+    first = (num - ((num_frame - 1) * interval + 1)) // 2 + 1
+    return [first + k * interval for k in range(num_frame)]
+
+
+def vfi_split(frames: Sequence[int]) -> Tuple[List[int], List[int]]:
+    """(input frames, target frames) for interpolation: every second frame in, the centre frame out."""
+    return list(frames[::2]), [frames[len(frames) // 2]]
+
+
+def _positive_int(opt: Dict[str, Any], prefix: str, key: str) -> int:
+    value = opt[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UserError(f'{prefix}.{key}: must be a positive integer, got {value!r}')
+    return value
+
+
+def _check_names(opt: Dict[str, Any], prefix: str) -> Tuple[str, str]:
+    tmpl, ext = opt['filename_tmpl'], opt['filename_ext']
+    try:
+        format(1, tmpl)
+    except (ValueError, TypeError):
+        raise UserError(f'{prefix}.filename_tmpl: not an integer format spec like "d" (im1) or "02d" (im01): '
+                        f'{tmpl!r}') from None
+    if not isinstance(ext, str) or not ext or ext.startswith('.'):
+        raise UserError(f'{prefix}.filename_ext: expected an extension without the dot, like "png", got {ext!r}')
+    return tmpl, ext
+
+
+def _temporal_padding(opt: Dict[str, Any], prefix: str, vfi: bool) -> Tuple[bool, bool]:
+    _check_bool(opt, prefix, 'pad_sequence', 'mirror_sequence')
+    pad, mirror = opt['pad_sequence'], opt['mirror_sequence']
+    if pad and mirror:
+        raise UserError(f'{prefix}.pad_sequence: give pad_sequence (VRT, 7 → 8 frames) or mirror_sequence '
+                        f'(RVRT, 7 → 14 frames), not both')
+    if vfi and (pad or mirror):
+        key = 'pad_sequence' if pad else 'mirror_sequence'
+        raise UserError(f'{prefix}.{key}: not for frame interpolation: the network takes exactly the known '
+                        f'frames; set it to false')
+    return pad, mirror
+
+
+def _pad_in_time(clip: torch.Tensor, pad: bool, mirror: bool) -> torch.Tensor:
+    if mirror:
+        return torch.cat([clip, clip.flip(0)], 0)
+    if pad:
+        return torch.cat([clip, clip[-1:]], 0)
+    return clip
+
+
+def _temporal_scale(opt: Dict[str, Any], prefix: str) -> int:
+    value = opt['temporal_scale']
+    if value not in (1, 2) or isinstance(value, bool):
+        raise UserError(f'{prefix}.temporal_scale: must be 1 (restoration) or 2 (frame interpolation), got {value!r}')
+    return value
+
+
+def _check_vfi_num_frame(num_frame: int, prefix: str, key: str = 'num_frame') -> None:
+    if num_frame % 4 != 3:
+        raise UserError(f'{prefix}.{key}: frame interpolation needs a window whose centre frame is not an input '
+                        f'(every second frame is): 3 (im3, im5 → im4) or 7 (im1, im3, im5, im7 → im4), '
+                        f'got {num_frame}')
+
+
+def _check_sequence_folders(store: FrameStore, seqs: Sequence[str]) -> None:
+    """One line for the first listed sequence missing from a root (instead of seven per sequence)."""
+    for name, root in store.roots.items():
+        for seq in seqs:
+            if not (root / seq).is_dir():
+                raise UserError(f'{store.prefix}.dataroot_{name}: sequence {seq} listed in meta_info_file not found: '
+                                f'{root / seq}')
+
+
+@DATASETS.register('VideoRecurrentTrainVimeoDataset')
+class VideoRecurrentTrainVimeoDataset(Dataset):
+    """Random crops of Vimeo-90K septuplets for training (KAIR's VRT/RVRT 003/004 x4 SR; 009 with temporal_scale 2)."""
+
+    OPTIONS: Dict[str, Any] = {
+        'dataroot_gt': REQUIRED,
+        'dataroot_lq': REQUIRED,
+        'meta_info_file': REQUIRED,
+        'io_backend': {'type': 'disk'},
+        'filename_tmpl': 'd',          # im<frame:tmpl>: "d" → im1 .. im7
+        'filename_ext': 'png',
+        'num_frame': 7,
+        'gt_size': 256,
+        'scale': 4,
+        'interval_list': [1],
+        'random_reverse': False,
+        'use_hflip': True,
+        'use_rot': True,
+        'mirror_sequence': False,      # RVRT: the clip then its reversal (7 → 14 frames)
+        'pad_sequence': False,         # VRT: the last frame repeated (7 → 8 frames)
+        'temporal_scale': 1,           # 2: frame interpolation (see the module docstring)
+        'test_mode': False,            # accepted for KAIR option files; Vimeo's test split is its own meta_info_file
+    }
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__()
+        self.opt = opt
+        p = self.prefix = opt['_where']
+        self.vfi = _temporal_scale(opt, p) == 2
+        self.num_frame = _positive_int(opt, p, 'num_frame')
+        self.gt_size = _positive_int(opt, p, 'gt_size')
+        self.scale = _positive_int(opt, p, 'scale')
+        self.interval_list = opt['interval_list']
+        if (not isinstance(self.interval_list, list) or not self.interval_list
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.interval_list)):
+            raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got '
+                            f'{self.interval_list!r}')
+        _check_bool(opt, p, 'random_reverse', 'use_hflip', 'use_rot', 'test_mode')
+        if opt['test_mode']:
+            raise UserError(f'{p}.test_mode: Vimeo-90K has no clips to hold out here (its test split is '
+                            f'meta_info_Vimeo90K_test_GT.txt); evaluate with VideoTestVimeo90KDataset')
+        self.pad, self.mirror = _temporal_padding(opt, p, self.vfi)
+        if self.vfi:
+            _check_vfi_num_frame(self.num_frame, p)
+            if self.scale != 1:
+                raise UserError(f'{p}.scale: frame interpolation keeps the frame size: scale must be 1, '
+                                f'got {self.scale}')
+            if self.interval_list != [1]:
+                raise UserError(f'{p}.interval_list: frame interpolation uses consecutive frames: [1], got '
+                                f'{self.interval_list}')
+        if self.gt_size % self.scale:
+            raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
+        tmpl, ext = _check_names(opt, p)
+        self.tmpl = tmpl
+        backend = _check_io_backend(opt, p, ('disk', 'lmdb'))
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, ext)
+
+        seqs = parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file')
+        span = (self.num_frame - 1) * max(self.interval_list) + 1
+        for seq, num, _ in seqs:
+            if num < span:
+                raise UserError(f'{p}.num_frame: {self.num_frame} frames at interval {max(self.interval_list)} '
+                                f'need {span} frames but sequence {seq} has {num} (meta_info_file)')
+        self.seqs = [(seq, num) for seq, num, _ in seqs]
+        self.gt_sizes = {seq: size for seq, _, size in seqs if size is not None}
+        if backend == 'disk':
+            _check_sequence_folders(self.store, [seq for seq, _ in self.seqs])
+        self.check_train_options()
+        self.check_files()
+
+    def frame_key(self, seq: str, frame: int) -> str:
+        return f'{seq}/im{frame:{self.tmpl}}'
+
+    def frames(self, num: int, interval: int) -> Tuple[List[int], List[int]]:
+        """(LQ input frames, GT target frames), 1-based, in time order."""
+        window = frame_window(num, self.num_frame, interval)
+        return vfi_split(window) if self.vfi else (window, window)
+
+    def check_files(self) -> None:
+        """Header and size of every frame a training item can read (disk backend; see check_frames)."""
+        if self.store.backend != 'disk':
+            return  # frames live in the LMDB; they are checked as they are read
+        jobs = []
+        for seq, num in self.seqs:
+            pairs = set()
+            for interval in self.interval_list:
+                inputs, targets = self.frames(num, interval)
+                # VFI pairs each input with the target (same size at scale 1); SR pairs GT and LQ of one frame
+                pairs.update(zip([targets[0]] * len(inputs), inputs) if self.vfi else zip(targets, inputs))
+            jobs += [(seq, self.store.path('gt', self.frame_key(seq, g)), self.store.path('lq', self.frame_key(seq, q)),
+                      None) for g, q in sorted(pairs)]
+        check_frames(self.prefix, jobs, self.scale, self.gt_size, None)
+
+    def check_train_options(self) -> None:
+        """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
+        for seq, (h, w) in self.gt_sizes.items():
+            if self.gt_size > min(h, w):
+                raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is larger than the {h}×{w} frames of '
+                                f'sequence {seq} (meta_info_file)')
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
+        index, seed = parse_key(key)
+        rng = random.Random(index if seed is None else seed)
+        seq, num = self.seqs[index]
+        inputs, targets = self.frames(num, rng.choice(self.interval_list))
+        if self.opt['random_reverse'] and rng.random() < 0.5:
+            inputs, targets = inputs[::-1], targets[::-1]
+        lqs = [_to_float(self.store.read('lq', self.frame_key(seq, i))) for i in inputs]
+        gts = [_to_float(self.store.read('gt', self.frame_key(seq, i))) for i in targets]
+        gts, lqs = paired_random_crop(gts, lqs, self.gt_size, self.scale, rng, where=f'{self.prefix} {seq}')
+        out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng)
+        n = len(lqs)
+        L = _pad_in_time(_stack_tensor(out[:n]), self.pad, self.mirror)
+        H = _pad_in_time(_stack_tensor(out[n:]), self.pad, self.mirror)
+        return {'L': L, 'H': H, 'key': seq, 'folder': seq}
+
+
+# Keys of KAIR's types that the VFI types fix (the values they get) or drop.
+_VFI_FIXED = {'temporal_scale': 2, 'scale': 1, 'interval_list': [1], 'pad_sequence': False, 'mirror_sequence': False}
+
+
+@DATASETS.register('VideoRecurrentTrainVimeoVFIDataset')
+class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
+    """Frame interpolation training on Vimeo-90K: im1, im3, im5, im7 → im4 (VideoRecurrentTrainVimeoDataset
+    with temporal_scale 2; the input frames come from dataroot_gt unless dataroot_lq is given)."""
+
+    OPTIONS: Dict[str, Any] = {**{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
+                                  if k not in _VFI_FIXED}, 'dataroot_lq': None}
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__({**opt, **_VFI_FIXED, 'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
+
+
+@DATASETS.register('VideoTestVimeo90KDataset')
+class VideoTestVimeo90KDataset(Dataset):
+    """Whole Vimeo-90K test septuplets (or their centred `num_frame` window), one per index.
+
+    H holds every GT frame of the window (KAIR returns only im4; `val.center_frame_only` scores the
+    centre frame alone). With temporal_scale 2, L holds the known frames and H the interpolated one
+    (see the module docstring). Frames are read when an item is asked for: nothing is cached.
+    """
+
+    OPTIONS: Dict[str, Any] = {
+        'dataroot_gt': REQUIRED,
+        'dataroot_lq': REQUIRED,
+        'meta_info_file': REQUIRED,
+        'io_backend': {'type': 'disk'},
+        'filename_tmpl': 'd',
+        'filename_ext': 'png',
+        'num_frame': 7,                # -1: every frame of each sequence
+        'pad_sequence': False,
+        'mirror_sequence': False,
+        'temporal_scale': 1,
+        'cache_data': False,
+    }
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__()
+        self.opt = opt
+        p = self.prefix = opt['_where']
+        self.vfi = _temporal_scale(opt, p) == 2
+        num_frame = opt['num_frame']
+        if not isinstance(num_frame, int) or isinstance(num_frame, bool) or not (num_frame == -1 or num_frame > 0):
+            raise UserError(f'{p}.num_frame: must be -1 (whole sequences) or a positive integer, got {num_frame!r}')
+        _check_bool(opt, p, 'cache_data')
+        if opt['cache_data']:
+            raise UserError(f'{p}.cache_data: not supported for Vimeo-90K (KAIR refuses it too): sequences are read '
+                            f'when needed; set it to false')
+        self.pad, self.mirror = _temporal_padding(opt, p, self.vfi)
+        if self.vfi and num_frame != -1:
+            _check_vfi_num_frame(num_frame, p)
+        tmpl, ext = _check_names(opt, p)
+        _check_io_backend(opt, p, ('disk',))
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', ext)
+        self.items: List[Tuple[str, List[str], List[str]]] = []
+        for seq, num, _ in parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file'):
+            count = num if num_frame == -1 else num_frame
+            if count > num:
+                raise UserError(f'{p}.num_frame: {count} frames but sequence {seq} has {num} (meta_info_file)')
+            if self.vfi and num % 4 != 3:
+                raise UserError(f'{p}.num_frame: -1 interpolates the centre frame of whole sequences, which needs '
+                                f'3 or 7 frames, but sequence {seq} has {num} (meta_info_file)')
+            window = frame_window(num, count)
+            inputs, targets = vfi_split(window) if self.vfi else (window, window)
+            self.items.append((seq, [self.store.path('lq', f'{seq}/im{i:{tmpl}}') for i in inputs],
+                               [self.store.path('gt', f'{seq}/im{i:{tmpl}}') for i in targets]))
+        _check_sequence_folders(self.store, [seq for seq, _, _ in self.items])
+        self.check_files()
+
+    def check_files(self) -> None:
+        """Header and size of every frame (see check_frames): scale 1 for interpolation, a whole factor for SR."""
+        jobs = [(seq, gts[0] if self.vfi else gts[i], lq, None)
+                for seq, lqs, gts in self.items for i, lq in enumerate(lqs)]
+        check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None)
+
+    def check_train_options(self) -> None:
+        raise UserError(f'{self.prefix}.dataset_type: {type(self).__name__} yields whole sequences for evaluation; '
+                        f'train with VideoRecurrentTrainVimeo{"VFI" if self.vfi else ""}Dataset')
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Dict[str, Any]:
+        if not isinstance(index, (int, np.integer)):
+            raise TypeError(f'{type(self).__name__} takes integer indices, got {index!r}')
+        seq, lq_paths, gt_paths = self.items[index]
+        L = _stack_tensor([_to_float(imread_uint(path, 3)) for path in lq_paths])
+        H = _stack_tensor([_to_float(imread_uint(path, 3)) for path in gt_paths])
+        return {'L': _pad_in_time(L, self.pad, self.mirror), 'H': _pad_in_time(H, self.pad, self.mirror),
+                'folder': seq, 'lq_path': list(lq_paths), 'gt_path': list(gt_paths)}
+
+
+@DATASETS.register('VideoTestVimeo90KVFIDataset')
+class VideoTestVimeo90KVFIDataset(VideoTestVimeo90KDataset):
+    """Frame interpolation evaluation on Vimeo-90K: im1, im3, im5, im7 → im4 (VideoTestVimeo90KDataset
+    with temporal_scale 2; the input frames come from dataroot_gt unless dataroot_lq is given)."""
+
+    OPTIONS: Dict[str, Any] = {**{k: v for k, v in VideoTestVimeo90KDataset.OPTIONS.items()
+                                  if k not in _VFI_FIXED}, 'dataroot_lq': None}
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__({**opt, 'temporal_scale': 2, 'pad_sequence': False, 'mirror_sequence': False,
+                          'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
