@@ -1,0 +1,38 @@
+"""Every tiny video option file (VRT deblurring, frame interpolation and non-blind denoising; RVRT x4 SR
+on the Vimeo-90K layout) trains under torchrun with 2 processes, and its validation PSNR rises.
+
+End-to-end runs of a minute or more each on 2 cores: marked slow (CI, or RUN_SLOW=1 locally).
+"""
+import glob
+import os
+import re
+import sys
+
+import pytest
+
+from conftest import ROOT, clean_env, run
+
+TINY = sorted(glob.glob(os.path.join(ROOT, 'options', 'vrt', '*_tiny.json'))
+              + glob.glob(os.path.join(ROOT, 'options', 'rvrt', '*_tiny.json')))
+PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
+
+
+def test_there_is_a_tiny_video_config_for_each_video_task():
+    names = {os.path.basename(p) for p in TINY}
+    assert {'006_train_vrt_videodeblurring_gopro_rgbspike_tiny.json', '008_train_vrt_videodenoising_davis_tiny.json',
+            '009_train_vrt_videofi_vimeo_tiny.json', '002_train_rvrt_videosr_bi_vimeo_tiny.json'} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', [p for p in TINY if 'gopro' not in p],  # 006 is trained in test_model_vrt.py
+                         ids=[os.path.basename(p).split('_tiny')[0] for p in TINY if 'gopro' not in p])
+def test_a_tiny_video_config_trains_with_two_processes_and_its_psnr_rises(tmp_path, path):
+    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=20', 'train.checkpoint_test=10',
+                 'train.checkpoint_save=20', 'logging.use_tensorboard=false']
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
+           '--opt', path] + [a for o in overrides for a in ('--set', o)]
+    res = run(cmd, env=clean_env(OMP_NUM_THREADS='1'), timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
+    psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
+    assert len(psnr) == 2 and psnr[-1] > psnr[0], res.stdout[-3000:]
