@@ -32,4 +32,10 @@ echo
 echo "== bench_deform_conv.py: deformable conv paths (VRT)"
 python bench/bench_deform_conv.py "${DCN[@]}"
 echo
+echo "== bench_zoo.py: KAIR image networks (parameters, fwd+bwd), gan / plain iteration"
+python bench/bench_zoo.py $([[ "${QUICK:-0}" == "1" ]] && echo --repeat 1)
+echo
+echo "== bench_curves.py: cost of redrawing curves.png"
+python bench/bench_curves.py
+echo
 echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
