@@ -283,7 +283,9 @@ class VideoRestorer(ImageRestorer):
             key = 'val.tile' if v['tile'] else 'val.self_ensemble'
             raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
                             f'and in time with val.flip_seq')
-        window_size = netG['window_size'] if 'window_size' in netG else cls.NO_WINDOW
+        window_size = list(netG['window_size'] if 'window_size' in netG else cls.NO_WINDOW)
+        if 'clip_size' in netG:  # RVRT restores clips of clip_size frames: whole clips must divide by it too
+            window_size[0] = math.lcm(int(window_size[0]), int(netG['clip_size']))
         spike_chans = netG['spike_chans'] if 'spike_chans' in netG else 0
         return cls(net, device, opt['val'], window_size, spike_chans)
 
