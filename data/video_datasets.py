@@ -189,6 +189,23 @@ def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str
     problems.raise_if_any()
 
 
+def sample_neighbors(rng: random.Random, first: int, start: int, num: int, num_frame: int,
+                     interval_list: Sequence[int], random_reverse: bool) -> Tuple[List[int], bool]:
+    """Frame numbers of a training clip from frame `first` of a sequence of `num` frames from `start`
+    (KAIR/BasicSR): an interval from `interval_list`, the clip moved back inside the sequence when it
+    would run past its end, reversed with probability 1/2 under `random_reverse`. Returns the frames
+    and whether they were reversed. The draws come in a fixed order, so items stay bit-identical."""
+    interval = rng.choice(interval_list)
+    last_start = start + num - (num_frame - 1) * interval - 1
+    if first > last_start:
+        first = rng.randint(start, last_start)
+    neighbors = list(range(first, first + num_frame * interval, interval))
+    reverse = random_reverse and rng.random() < 0.5
+    if reverse:
+        neighbors.reverse()
+    return neighbors, reverse
+
+
 def _describe(params: Dict[str, Any]) -> str:
     return 'spike_repr_params ' + (', '.join(f'{k}={v}' for k, v in params.items()) if params else '(defaults)')
 
@@ -390,14 +407,8 @@ class VideoRecurrentTrainDataset(Dataset):
         clip, first = self.keys[index]
         num, start = self.clips[clip]
 
-        interval = rng.choice(self.interval_list)
-        last_start = start + num - (self.num_frame - 1) * interval - 1
-        if first > last_start:
-            first = rng.randint(start, last_start)
-        neighbors = list(range(first, first + self.num_frame * interval, interval))
-        reverse = self.opt['random_reverse'] and rng.random() < 0.5
-        if reverse:
-            neighbors.reverse()
+        neighbors, reverse = sample_neighbors(rng, first, start, num, self.num_frame, self.interval_list,
+                                              self.opt['random_reverse'])
 
         gts, lqs = [], []
         for i in neighbors:

@@ -26,7 +26,7 @@ from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, random_crop
 from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _parse_meta_info, _stack_tensor,
-                                 _to_float, check_frames)
+                                 _to_float, check_frames, sample_neighbors)
 from data.vimeo_datasets import FrameStore, _check_names, _positive_int
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
@@ -133,13 +133,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
         rng = random.Random(index if seed is None else seed)
         clip, first = self.keys[index]
         num, start = self.clips[clip]
-        interval = rng.choice(self.interval_list)
-        last_start = start + num - (self.num_frame - 1) * interval - 1
-        if first > last_start:
-            first = rng.randint(start, last_start)
-        neighbors = list(range(first, first + self.num_frame * interval, interval))
-        if self.opt['random_reverse'] and rng.random() < 0.5:
-            neighbors.reverse()
+        neighbors, _ = sample_neighbors(rng, first, start, num, self.num_frame, self.interval_list,
+                                        self.opt['random_reverse'])
         gts = [_to_float(self.store.read('gt', f'{clip}/{i:{self.tmpl}}')) for i in neighbors]
         item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'
         gts = random_crop(gts, self.gt_size, rng, where=f'{self.prefix} {item_key}')
