@@ -12,6 +12,7 @@ on every rank, which does not fit REDS/GoPro on a normal machine).
 Both datasets check their option values and the header of every frame and spike file when they are
 built (`check_frames`, data/checks.py), so a bad value or file ends the run at start-up.
 """
+import math
 import os
 import random
 import re
@@ -204,6 +205,22 @@ def sample_neighbors(rng: random.Random, first: int, start: int, num: int, num_f
     if reverse:
         neighbors.reverse()
     return neighbors, reverse
+
+
+def noise_level_option(opt: Dict[str, Any], prefix: str, key: str) -> float:
+    """A noise std on the 0..255 scale; one line naming `<prefix>.<key>` when it is not a number >= 0."""
+    v = opt[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise UserError(f'{prefix}.{key}: must be a number >= 0 (noise std on the 0..255 scale), got {v!r}')
+    return float(v)
+
+
+def add_noise(clean: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
+    """T×3×H×W clean frames → T×4×H×W: plus gaussian noise of std sigma/255 from `seed`, then the level map."""
+    level = sigma / 255.0
+    noise = torch.randn(clean.shape, generator=torch.Generator().manual_seed(seed))
+    t, _, h, w = clean.shape
+    return torch.cat([clean + noise.mul_(level), torch.full((t, 1, h, w), level, dtype=clean.dtype)], 1)
 
 
 def _describe(params: Dict[str, Any]) -> str:
@@ -444,6 +461,7 @@ class VideoRecurrentTestDataset(Dataset):
         'io_backend': {'type': 'disk'},
         'num_frame': -1,
         'cache_data': False,
+        'sigma': None,                 # KAIR's non-blind denoising test (VRT 008): L = GT + noise + level map
         **SPIKE_OPTIONS,
     }
 
@@ -452,6 +470,9 @@ class VideoRecurrentTestDataset(Dataset):
         self.opt = opt
         p = self.prefix = opt['_where']
         _check_io_backend(opt, p, ('disk',))
+        self.sigma = None if opt['sigma'] is None else noise_level_option(opt, p, 'sigma')
+        if self.sigma is not None and opt['dataroot_spike']:
+            raise UserError(f'{p}.sigma: noisy clips are made from the GT frames; they take no spike streams')
         num_frame = opt['num_frame']
         if not isinstance(num_frame, int) or not (num_frame == -1 or num_frame > 0):
             raise UserError(f'{p}.num_frame: must be -1 (whole clips) or a positive integer, got {num_frame!r}')
@@ -504,6 +525,10 @@ class VideoRecurrentTestDataset(Dataset):
         if not isinstance(index, (int, np.integer)):
             raise TypeError(f'VideoRecurrentTestDataset takes integer indices, got {index!r}')
         clip, lq_paths, gt_paths, spike_paths = self.clips[index]
+        if self.sigma is not None:  # as KAIR: the LQ folder is not read, noise is added to the GT frames
+            H = _stack_tensor([_to_float(imread_uint(path, 3)) for path in gt_paths])
+            return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
+                    'lq_path': list(gt_paths), 'gt_path': list(gt_paths)}
         lqs = []
         for i, path in enumerate(lq_paths):
             lq = _to_float(imread_uint(path, 3))

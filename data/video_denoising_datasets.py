@@ -13,39 +13,22 @@ noise-level map sigma/255 appended to every frame as a 4th channel: L is T×4×H
 - Evaluation: one `sigma`; the noise of clip i is drawn from seed i, so every run, rank and loader
   worker scores the same noisy clips (KAIR reseeds with 0 for every clip).
 """
-import math
 import os
 import random
 from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, random_crop
 from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _parse_meta_info, _stack_tensor,
-                                 _to_float, check_frames, sample_neighbors)
+                                 _to_float, add_noise, check_frames, noise_level_option, sample_neighbors)
 from data.vimeo_datasets import FrameStore, _check_names, _positive_int
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
 from utils.options import IGNORED, REQUIRED
-
-
-def _level(opt: Dict[str, Any], prefix: str, key: str) -> float:
-    v = opt[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise UserError(f'{prefix}.{key}: must be a number >= 0 (noise std on the 0..255 scale), got {v!r}')
-    return float(v)
-
-
-def add_noise(clean: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
-    """T×3×H×W clean frames → T×4×H×W: plus gaussian noise of std sigma/255 from `seed`, then the level map."""
-    level = sigma / 255.0
-    noise = torch.randn(clean.shape, generator=torch.Generator().manual_seed(seed))
-    t, _, h, w = clean.shape
-    return torch.cat([clean + noise.mul_(level), torch.full((t, 1, h, w), level, dtype=clean.dtype)], 1)
 
 
 @DATASETS.register('VideoRecurrentTrainNonblindDenoisingDataset')
@@ -88,7 +71,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
         if opt['test_mode']:
             raise UserError(f'{p}.test_mode: no clips are held out of the training set here; evaluate with '
                             f'VideoRecurrentTestNonblindDenoisingDataset')
-        self.sigma_min, self.sigma_max = _level(opt, p, 'sigma_min'), _level(opt, p, 'sigma_max')
+        self.sigma_min = noise_level_option(opt, p, 'sigma_min')
+        self.sigma_max = noise_level_option(opt, p, 'sigma_max')
         if self.sigma_min > self.sigma_max:
             raise UserError(f'{p}.sigma_min: {opt["sigma_min"]} is larger than sigma_max {opt["sigma_max"]}')
         self.tmpl, ext = _check_names(opt, p)
@@ -168,7 +152,7 @@ class VideoRecurrentTestNonblindDenoisingDataset(Dataset):
         if not isinstance(num_frame, int) or isinstance(num_frame, bool) or not (num_frame == -1 or num_frame > 0):
             raise UserError(f'{p}.num_frame: must be -1 (whole clips) or a positive integer, got {num_frame!r}')
         _check_bool(opt, p, 'cache_data')
-        self.sigma = _level(opt, p, 'sigma')
+        self.sigma = noise_level_option(opt, p, 'sigma')
         root = _check_folder(opt['dataroot_gt'], f'{p}.dataroot_gt')
         self.clips: List[Tuple[str, List[str]]] = []
         for clip_dir in sorted(d for d in root.iterdir() if d.is_dir()):

@@ -142,6 +142,18 @@ def test_test_set_noise_is_seeded_by_the_clip_index_so_evaluation_is_determinist
         ds.check_train_options()
 
 
+def test_kairs_video_test_set_with_sigma_gives_the_same_noisy_clips(davis):
+    """KAIR's VRT 008 file tests with VideoRecurrentTestDataset + `sigma` (dataroot_lq = the GT folder)."""
+    kair = build_dataset(dataset_options('VideoRecurrentTestDataset', 'test', dataroot_gt=str(davis / 'test'),
+                                         dataroot_lq=str(davis / 'test'), sigma=20))
+    ours = build_dataset(_test_opt(davis))
+    for i in range(len(ours)):
+        assert torch.equal(kair[i]['L'], ours[i]['L']) and torch.equal(kair[i]['H'], ours[i]['H'])
+    with pytest.raises(UserError, match=r'^datasets\.test\.sigma: must be a number >= 0'):
+        build_dataset(dataset_options('VideoRecurrentTestDataset', 'test', dataroot_gt=str(davis / 'test'),
+                                      dataroot_lq=str(davis / 'test'), sigma=-1))
+
+
 def test_kair_option_files_with_dataroot_lq_are_accepted_with_a_note(davis):
     raw = {'task': 't', 'netG': {'net_type': 'dncnn'}, 'datasets': {
         'train': {'dataset_type': TRAIN, 'dataroot_gt': str(davis / 'train'), 'dataroot_lq': 'unused',
