@@ -223,6 +223,15 @@ def add_noise(clean: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
     return torch.cat([clean + noise.mul_(level), torch.full((t, 1, h, w), level, dtype=clean.dtype)], 1)
 
 
+def check_gt_size(prefix: str, gt_size: int, sizes: Dict[str, Tuple[int, int]], what: str) -> None:
+    """Fail in the main process, not in a worker, when `gt_size` cannot be cropped from a listed `what`
+    (clip, sequence) of the sizes its meta_info_file gives."""
+    for name, (h, w) in sizes.items():
+        if gt_size > min(h, w):
+            raise UserError(f'{prefix}.gt_size: {gt_size} is larger than the {h}×{w} frames of {what} {name} '
+                            f'(meta_info_file)')
+
+
 def _describe(params: Dict[str, Any]) -> str:
     return 'spike_repr_params ' + (', '.join(f'{k}={v}' for k, v in params.items()) if params else '(defaults)')
 

@@ -24,7 +24,8 @@ from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, random_crop
 from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _parse_meta_info, _stack_tensor,
-                                 _to_float, add_noise, check_frames, noise_level_option, sample_neighbors)
+                                 _to_float, add_noise, check_frames, check_gt_size, noise_level_option,
+                                 sample_neighbors)
 from data.vimeo_datasets import FrameStore, _check_names, _positive_int
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
@@ -104,10 +105,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
         check_frames(self.prefix, [(clip, path, path, None) for clip, path in paths], 1, self.gt_size, None)
 
     def check_train_options(self) -> None:
-        for clip, (h, w) in self.gt_sizes.items():
-            if self.gt_size > min(h, w):
-                raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is larger than the {h}×{w} frames '
-                                f'of clip {clip} (meta_info_file)')
+        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'clip')
 
     def __len__(self) -> int:
         return len(self.keys)

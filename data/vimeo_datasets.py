@@ -40,7 +40,8 @@ from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop
-from data.video_datasets import _check_bool, _check_folder, _check_io_backend, _stack_tensor, _to_float, check_frames
+from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _stack_tensor, _to_float, check_frames,
+                                 check_gt_size)
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.options import REQUIRED
@@ -280,11 +281,7 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         check_frames(self.prefix, jobs, self.scale, self.gt_size, None)
 
     def check_train_options(self) -> None:
-        """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
-        for seq, (h, w) in self.gt_sizes.items():
-            if self.gt_size > min(h, w):
-                raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is larger than the {h}×{w} frames of '
-                                f'sequence {seq} (meta_info_file)')
+        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'sequence')
 
     def __len__(self) -> int:
         return len(self.seqs)
