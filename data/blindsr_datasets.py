@@ -41,6 +41,7 @@ class DatasetBlindSR(ImageDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     def check_options(self) -> None:

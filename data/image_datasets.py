@@ -2,8 +2,11 @@
 
 Keys decide the mode: a `(index, seed)` tuple from the training sampler means training (random
 crop + flips, noise drawn from the sample seed); a plain int means evaluation (whole image,
-deterministic noise seeded by the index). Images are decoded as uint8 and cropped before they
-are converted to float, which keeps large training images cheap.
+deterministic noise seeded by the index). Images are decoded as uint8 in the decoder's BGR order
+and cropped before anything else touches them (colour order, float conversion), which keeps large
+training images cheap; images read from files leave as uint8 tensors and are scaled to [0, 1] where
+they are used (`utils.image.to_float_image`: on the device in the train step). `cache_data: true`
+keeps every decoded image in RAM (data/frame_cache.py).
 
 A dataset checks its option values and the header of every file when it is built (data/checks.py),
 so a bad value or file ends the run at start-up with one line per problem.
@@ -18,11 +21,13 @@ import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
+from data.frame_cache import FrameCache, cache_option, frame_shapes
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
 from utils.errors import UserError
-from utils.image import IMG_EXTENSIONS, imread_uint, imresize_bicubic, list_images, uint2tensor
+from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, imread_uint, imresize_bicubic, list_images, uint2tensor,
+                         uint8_tensor)
 from utils.metrics import metric_border
 from utils.options import REQUIRED
 
@@ -85,6 +90,11 @@ class ImageDataset(Dataset):
                                 'the folders must pair up one to one')
         self.files_checked_for_training = False
         self.check_files()
+        self.cache: Optional[FrameCache] = None
+        if cache_option(opt, self.where):
+            paths = self.paths_H + (self.paths_L or [])
+            self.cache = FrameCache(frame_shapes(paths, image_sizes(paths), self.n_channels), self._decode,
+                                    self.where)
 
     def check_options(self) -> None:
         """Option values, at construction (the options file only checks their types)."""
@@ -205,8 +215,16 @@ class ImageDataset(Dataset):
         problem = ssim_problem(size_H, self.border, (hl * s, wl * s))
         return ('H', problem) if problem else None
 
+    def _decode(self, path: str) -> np.ndarray:
+        return imread_uint(path, self.n_channels, bgr=True)
+
+    def _read_bgr(self, path: str) -> np.ndarray:
+        """HWC uint8 with colour in BGR order (`bgr_to_rgb` after cropping), from the cache if there is one."""
+        return self.cache.get(path) if self.cache is not None else self._decode(path)
+
     def _read(self, path: str) -> np.ndarray:
-        return imread_uint(path, self.n_channels)
+        """The whole image, RGB."""
+        return np.array(bgr_to_rgb(self._read_bgr(path)), order='C')  # a copy of its own, also of a cached frame
 
     def __getitem__(self, key: Key) -> Dict[str, Any]:
         index, seed = parse_key(key)
@@ -224,13 +242,12 @@ class ImageDataset(Dataset):
         """Path and image H of item `index`; for a training key (a seed) cropped to the patch, with the
         sample's random generator returned for the augmentation that follows (None for evaluation)."""
         path_H = self.paths_H[index]
-        img_H = self._read(path_H)
         if seed is None:
-            return path_H, img_H, None
+            return path_H, self._read(path_H), None
         rng = random.Random(seed)
         self._check_patch_options()
-        (img_H,) = random_crop([img_H], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
-        return path_H, img_H, rng
+        (img_H,) = random_crop([self._read_bgr(path_H)], self.patch_size, rng, where=f'{self.where}.H_size ({path_H})')
+        return path_H, np.array(bgr_to_rgb(img_H), order='C'), rng
 
     def _augment(self, imgs: List[np.ndarray], rng: random.Random) -> List[np.ndarray]:
         return augment(imgs, bool(self.opt['use_hflip']), bool(self.opt['use_rot']), rng)
@@ -240,7 +257,7 @@ class ImageDataset(Dataset):
         self._check_patch_options()
         (img_H,), (img_L,) = paired_random_crop([img_H], [img_L], self.patch_size, self.scale, rng,
                                                 where=f'{self.where}.H_size ({path_H})')
-        img_H, img_L = self._augment([img_H, img_L], rng)
+        img_H, img_L = self._augment([bgr_to_rgb(img_H), bgr_to_rgb(img_L)], rng)
         return img_H, img_L
 
     def _paired_eval(self, img_H: np.ndarray, img_L: np.ndarray, path_H: str) -> np.ndarray:
@@ -254,19 +271,20 @@ class ImageDataset(Dataset):
     def _paired_item(self, index: int, seed: Optional[int]) -> Dict[str, Any]:
         """Item from an H file and its L file: random crop + augment for training, else whole."""
         path_H, path_L = self.paths_H[index], self.paths_L[index]
-        img_H, img_L = self._read(path_H), self._read(path_L)
         if seed is not None:
-            img_H, img_L = self._paired_train(img_H, img_L, random.Random(seed), path_H)
+            img_H, img_L = self._paired_train(self._read_bgr(path_H), self._read_bgr(path_L), random.Random(seed), path_H)
         else:
+            img_H, img_L = self._read(path_H), self._read(path_L)
             img_H = self._paired_eval(img_H, img_L, path_H)
         return self._item(img_L, img_H, path_L, path_H)
 
     @staticmethod
     def _item(img_L: np.ndarray, img_H: np.ndarray, path_L: str, path_H: str) -> Dict[str, Any]:
-        """Tensors of an item: uint8 images scaled to [0, 1], float images (already in [0, 1]) as they are."""
-        L = uint2tensor(img_L) if img_L.dtype == np.uint8 else torch.from_numpy(
+        """Tensors of an item: uint8 images as uint8 tensors (scaled where they are used), float images
+        (already in [0, 1]) as float32."""
+        L = uint8_tensor(img_L) if img_L.dtype == np.uint8 else torch.from_numpy(
             np.ascontiguousarray(img_L.transpose(2, 0, 1))).float()
-        return {'L': L, 'H': uint2tensor(img_H), 'L_path': path_L, 'H_path': path_H}
+        return {'L': L, 'H': uint8_tensor(img_H), 'L_path': path_L, 'H_path': path_H}
 
 
 @DATASETS.register('plain')
@@ -283,6 +301,7 @@ class DatasetPlain(ImageDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     needs_L = True
@@ -308,6 +327,7 @@ class DatasetDnCNN(ImageDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     def check_options(self) -> None:
@@ -355,6 +375,7 @@ class DatasetSR(ImageDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     def check_options(self) -> None:

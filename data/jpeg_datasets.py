@@ -44,6 +44,7 @@ class DatasetJPEG(ImageDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     def _channels(self) -> int:

@@ -96,6 +96,7 @@ class DatasetUSRNet(_KernelDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     uses_step_seed = True  # the loader gives keys a seed per optimizer step: one scale per batch
@@ -187,6 +188,7 @@ class DatasetSRMD(_KernelDataset):
         'use_rot': True,
         'metric_border': None,
         'metric_round_y': None,
+        'cache_data': False,
     }
 
     def check_options(self) -> None:

@@ -18,7 +18,7 @@ import torch
 from data.image_datasets import DatasetDnCNN, DatasetSR, ImageDataset
 from data.registry import DATASETS
 from utils.errors import UserError
-from utils.image import uint2tensor
+from utils.image import to_float_image, uint2tensor
 
 
 class _NoiseLevelDataset(ImageDataset):
@@ -82,7 +82,9 @@ def noise_levels(opt: Dict[str, Any], where: str) -> Tuple[Tuple[float, float], 
 
 
 def with_level_map(L: torch.Tensor, level: float) -> torch.Tensor:
-    """L with a constant map of the noise level (0..1 scale) appended as its last channel."""
+    """L (scaled to [0, 1] if it is still uint8) with a constant map of the noise level (0..1 scale)
+    appended as its last channel."""
+    L = to_float_image(L)
     return torch.cat([L, torch.full_like(L[:1], level)], 0)
 
 

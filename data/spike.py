@@ -40,21 +40,28 @@ REPRESENTATIONS: Dict[str, Dict[str, Any]] = {
 }
 
 
-def _check_planes(planes: np.ndarray, where: str) -> np.ndarray:
+def _check_planes(planes: np.ndarray, where: str, values: bool = True) -> np.ndarray:
+    """Shape and type; with `values` also that every value is 0 or 1 (then bool planes become uint8)."""
     if planes.ndim != 3:
         raise UserError(f'{where}: spike stream must be T×H×W, got shape {tuple(planes.shape)}')
     if planes.dtype == np.bool_:
-        return planes.astype(np.uint8)
+        return planes.astype(np.uint8) if values else planes
     if planes.dtype != np.uint8:
         raise UserError(f'{where}: spike stream must be uint8 or bool, got {planes.dtype}')
-    if planes.size and planes.max() > 1:
+    if values and planes.size and planes.max() > 1:
         raise UserError(f'{where}: spike stream must be binary (0/1), found value {int(planes.max())}')
     return planes
 
 
-def read_spike_npy(path: Union[str, os.PathLike], data: bytes = None) -> np.ndarray:
-    """Read a T×H×W binary spike stream saved with `np.save` (from `path`, or from `data` bytes)."""
+def read_spike_npy(path: Union[str, os.PathLike], data: bytes = None, mapped: bool = False) -> np.ndarray:
+    """Read a T×H×W binary spike stream saved with `np.save` (from `path`, or from `data` bytes).
+
+    `mapped`: memory-map the file, for a caller that crops it (only the crop's pages are read); its
+    values are then checked where they are used (`spike_to_representation`), not here.
+    """
     try:
+        if mapped and data is None:
+            return _check_planes(np.load(path, mmap_mode='r', allow_pickle=False), str(path), values=False)
         planes = np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False)
     except FileNotFoundError:
         raise UserError(f'spike file not found: {path}') from None

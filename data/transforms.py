@@ -26,8 +26,20 @@ def _common_size(imgs: List[np.ndarray], what: str, where: str) -> Tuple[int, in
 def paired_random_crop(gts: List[np.ndarray], lqs: List[np.ndarray], gt_size: int, scale: int,
                        rng: random.Random, where: str = '') -> Tuple[List[np.ndarray], List[np.ndarray]]:
     """Crop a gt_size patch from every gt and the matching gt_size/scale patch from every lq."""
-    h_gt, w_gt = _common_size(gts, 'ground-truth', where)
-    h_lq, w_lq = _common_size(lqs, 'low-quality', where)
+    top, left = paired_crop_window(_common_size(gts, 'ground-truth', where), _common_size(lqs, 'low-quality', where),
+                                   gt_size, scale, rng, where)
+    lq_size = gt_size // scale
+    lqs = [img[top:top + lq_size, left:left + lq_size] for img in lqs]
+    t, l = top * scale, left * scale
+    gts = [img[t:t + gt_size, l:l + gt_size] for img in gts]
+    return gts, lqs
+
+
+def paired_crop_window(gt_hw: Tuple[int, int], lq_hw: Tuple[int, int], gt_size: int, scale: int,
+                       rng: random.Random, where: str = '') -> Tuple[int, int]:
+    """(top, left) in low-quality pixels of the random patch `paired_random_crop` takes, for callers
+    that crop more than images with it (spike planes, before they become float channels)."""
+    (h_gt, w_gt), (h_lq, w_lq) = gt_hw, lq_hw
     if gt_size % scale:
         raise UserError(f'{_prefix(where)}patch size {gt_size} is not divisible by scale {scale}')
     if (h_gt, w_gt) != (h_lq * scale, w_lq * scale):
@@ -39,10 +51,7 @@ def paired_random_crop(gts: List[np.ndarray], lqs: List[np.ndarray], gt_size: in
                         f'size {gt_size}')
     top = rng.randint(0, h_lq - lq_size)
     left = rng.randint(0, w_lq - lq_size)
-    lqs = [img[top:top + lq_size, left:left + lq_size] for img in lqs]
-    t, l = top * scale, left * scale
-    gts = [img[t:t + gt_size, l:l + gt_size] for img in gts]
-    return gts, lqs
+    return top, left
 
 
 def random_crop(imgs: List[np.ndarray], size: int, rng: random.Random,
@@ -57,11 +66,12 @@ def random_crop(imgs: List[np.ndarray], size: int, rng: random.Random,
 
 
 def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool,
-            rng: random.Random) -> List[np.ndarray]:
+            rng: random.Random, copy: bool = True) -> List[np.ndarray]:
     """Apply one random horizontal flip / vertical flip / 90° rotation to all arrays.
 
     Together the three draws cover the 8 dihedral transforms (KAIR's augment_img modes). The three
-    numbers are always drawn so the rng stream does not depend on the flags.
+    numbers are always drawn so the rng stream does not depend on the flags. `copy=False` returns
+    views, for a caller whose next step copies anyway (stacking a clip).
     """
     do_h, do_v, do_rot = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5
     do_h = hflip and do_h
@@ -75,5 +85,5 @@ def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool,
             img = img[::-1]
         if do_rot:
             img = img.transpose((1, 0) + tuple(range(2, img.ndim)))
-        out.append(np.ascontiguousarray(img))
+        out.append(np.ascontiguousarray(img) if copy else img)
     return out

@@ -20,20 +20,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import cv2
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
-from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
+from data.frame_cache import FrameCache, cache_option, frame_shapes
+from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.spike import (decode_spike_dat, min_planes, read_spike_dat, read_spike_npy, representation_channels,
                         spike_to_representation)
-from data.transforms import augment, paired_random_crop
+from data.transforms import augment, paired_crop_window
 from utils.errors import UserError
-from utils.image import imread_uint, list_images
+from utils.image import bgr_to_rgb, imread_uint, list_images
 from utils.options import REQUIRED
 
 SPIKE_OPTIONS: Dict[str, Any] = {
@@ -55,8 +55,20 @@ def _to_float(img: np.ndarray) -> np.ndarray:
 
 
 def _stack_tensor(frames: Sequence[np.ndarray]) -> torch.Tensor:
-    """List of HWC float32 arrays → T×C×H×W float32 tensor."""
-    return torch.from_numpy(np.ascontiguousarray(np.stack(frames).transpose(0, 3, 1, 2)))
+    """List of HWC arrays (any strides: crops, flips, channel-reversed views) → T×C×H×W tensor of their
+    dtype, in one copy per frame."""
+    h, w, c = frames[0].shape
+    out = np.empty((len(frames), c, h, w), dtype=frames[0].dtype)
+    for t, frame in enumerate(frames):
+        out[t] = frame.transpose(2, 0, 1)
+    return torch.from_numpy(out)
+
+
+def _common_size(frames: Sequence[np.ndarray], what: str, where: str) -> Tuple[int, int]:
+    sizes = {f.shape[:2] for f in frames}
+    if len(sizes) != 1:
+        raise UserError(f'{where}: {what} frames in one sample differ in size: {sorted(sizes)}')
+    return sizes.pop()
 
 
 def _check_io_backend(opt: Dict[str, Any], prefix: str, allowed: Tuple[str, ...]) -> str:
@@ -99,23 +111,32 @@ class SpikeSource:
     def filename(self, stem: str) -> str:
         return f'{stem}.{self.format}'
 
-    def decode(self, source: Union[str, bytes], lq_hw: Tuple[int, int], where: str) -> np.ndarray:
-        """`source` is a file path or (lmdb) the file's bytes; `where` names it in errors."""
+    def decode(self, source: Union[str, bytes], lq_hw: Tuple[int, int], where: str,
+               window: Optional[Tuple[int, int, int]] = None) -> np.ndarray:
+        """H×W×S float32 channels; `source` is a file path or (lmdb) the file's bytes; `where` names it in errors.
+
+        `window` (top, left, size) in LQ pixels crops the planes first, so only the crop becomes float
+        channels (the representations are per pixel: the same numbers as cropping afterwards), and a
+        `.npy` file is memory-mapped so only the crop's pages are read.
+        """
         h, w = self.size or lq_hw
         try:
             if self.format == 'npy':
-                planes = read_spike_npy(where, data=source) if isinstance(source, bytes) else read_spike_npy(source)
+                planes = (read_spike_npy(where, data=source) if isinstance(source, bytes)
+                          else read_spike_npy(source, mapped=window is not None))
             elif isinstance(source, bytes):
                 planes = decode_spike_dat(source, h, w, where)
             else:
                 planes = read_spike_dat(source, h, w)
-            rep = spike_to_representation(planes, self.repr, **self.params)
+            if planes.shape[1:] != tuple(lq_hw):
+                raise UserError(f'spike frames are {planes.shape[1]}×{planes.shape[2]} '
+                                f'but the LQ frames are {lq_hw[0]}×{lq_hw[1]}')
+            if window is not None:
+                top, left, size = window
+                planes = planes[:, top:top + size, left:left + size]
+            return spike_to_representation(planes, self.repr, **self.params)
         except UserError as e:
             raise UserError(f'{self.prefix}.dataroot_spike: {where}: {e}') from None
-        if rep.shape[:2] != tuple(lq_hw):
-            raise UserError(f'{self.prefix}.dataroot_spike: {where}: spike frames are {rep.shape[0]}×{rep.shape[1]} '
-                            f'but the LQ frames are {lq_hw[0]}×{lq_hw[1]}')
-        return rep
 
 
 def _check_bool(opt: Dict[str, Any], prefix: str, *keys: str) -> None:
@@ -289,6 +310,7 @@ class VideoRecurrentTrainDataset(Dataset):
         'random_reverse': False,
         'use_hflip': True,
         'use_rot': True,
+        'cache_data': False,           # decoded frames in RAM (data/frame_cache.py), disk backend
         **SPIKE_OPTIONS,
     }
 
@@ -345,6 +367,7 @@ class VideoRecurrentTrainDataset(Dataset):
         self.keys = [(clip, i) for clip, num, start in clips for i in range(start, start + num)]
         self.check_train_options()
         self.check_files()
+        self.cache = self._fill_cache()
 
     def check_files(self) -> None:
         """Header and size of every listed GT/LQ frame and spike file (disk backend; see check_frames)."""
@@ -401,33 +424,45 @@ class VideoRecurrentTrainDataset(Dataset):
     def __len__(self) -> int:
         return len(self.keys)
 
-    def _read_rgb(self, name: str, clip: str, frame: str) -> np.ndarray:
+    def _frame_path(self, name: str, clip: str, frame: str) -> str:
+        return str(self.roots[name] / clip / f'{frame}.{self.ext}')
+
+    def _read_bgr(self, name: str, clip: str, frame: str) -> np.ndarray:
+        """HWC uint8 BGR (`bgr_to_rgb` after cropping): from the cache, the LMDB (PNG or raw) or the file."""
         where = f'{self.prefix}.dataroot_{name}'
         if self.lmdb is not None:
-            raw = self.lmdb.get(name, f'{clip}/{frame}', where)
-            try:
-                img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
-            except cv2.error as e:
-                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-                raise UserError(f'{where}: key {clip}/{frame} in {self.roots[name]} cannot be decoded: '
-                                f'{lines[-1] if lines else "OpenCV error"}') from None
-            if img is None:
-                raise UserError(f'{where}: key {clip}/{frame} in {self.roots[name]} is not an image')
-            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-        path = self.roots[name] / clip / f'{frame}.{self.ext}'
-        if not path.is_file():
+            key = f'{clip}/{frame}'
+            return decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}')
+        path = self._frame_path(name, clip, frame)
+        if self.cache is not None:
+            return self.cache.get(path)
+        if not os.path.isfile(path):
             raise UserError(f'{where}: frame {clip}/{frame} not found: {path}')
-        return imread_uint(str(path), 3)
+        return imread_uint(path, 3, bgr=True)
 
-    def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int]) -> np.ndarray:
+    def _fill_cache(self) -> Optional[FrameCache]:
+        """`cache_data`: every listed GT and LQ frame decoded into RAM (spike streams are read per sample)."""
+        if not cache_option(self.opt, self.prefix):
+            return None
+        if self.backend == 'lmdb':
+            raise UserError(f'{self.prefix}.cache_data: works with io_backend disk; an LMDB is read from mapped '
+                            f'memory already, store its frames raw (scripts/make_lmdb.py --compress raw) to skip '
+                            f'decoding them')
+        paths = [self._frame_path(name, clip, f'{i:{self.tmpl}}') for name in ('gt', 'lq') for clip, i in self.keys]
+        return FrameCache(frame_shapes(paths, image_sizes(paths), 3), lambda path: imread_uint(path, 3, bgr=True),
+                          self.prefix)
+
+    def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int], window: Tuple[int, int, int]) -> np.ndarray:
         if self.lmdb is not None:
             key = f'{clip}/{frame}'
             raw = self.lmdb.get('spike', key, f'{self.prefix}.dataroot_spike')
-            return self.spike.decode(raw, lq_hw, f'{self.roots["spike"]}:{key}')
+            return self.spike.decode(raw, lq_hw, f'{self.roots["spike"]}:{key}', window)
         path = self.roots['spike'] / clip / self.spike.filename(frame)
-        return self.spike.decode(str(path), lq_hw, str(path))
+        return self.spike.decode(str(path), lq_hw, str(path), window)
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
+        """Frames are cropped as decoded (uint8 BGR) and leave as uint8 T×3×h×w tensors; with spikes, L holds
+        the crop's RGB scaled to [0, 1] and the spike channels, float32."""
         index, seed = parse_key(key)
         rng = random.Random(index if seed is None else seed)
         clip, first = self.keys[index]
@@ -435,22 +470,24 @@ class VideoRecurrentTrainDataset(Dataset):
 
         neighbors, reverse = sample_neighbors(rng, first, start, num, self.num_frame, self.interval_list,
                                               self.opt['random_reverse'])
-
-        gts, lqs = [], []
-        for i in neighbors:
-            frame = f'{i:{self.tmpl}}'
-            gts.append(_to_float(self._read_rgb('gt', clip, frame)))
-            lq = _to_float(self._read_rgb('lq', clip, frame))
-            if self.spike:
-                spikes = self._read_spike(clip, frame, lq.shape[:2])
-                if reverse:  # played backwards, each exposure's spike channels run backwards too
-                    spikes = spikes[:, :, ::-1]
-                lq = np.concatenate([lq, spikes], axis=2)
-            lqs.append(lq)
+        frames = [f'{i:{self.tmpl}}' for i in neighbors]
+        gts = [self._read_bgr('gt', clip, frame) for frame in frames]
+        lqs = [self._read_bgr('lq', clip, frame) for frame in frames]
 
         item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'
-        gts, lqs = paired_random_crop(gts, lqs, self.gt_size, self.scale, rng, where=f'{self.prefix} {item_key}')
-        out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng)
+        where = f'{self.prefix} {item_key}'
+        lq_hw = _common_size(lqs, 'LQ', where)
+        top, left = paired_crop_window(_common_size(gts, 'GT', where), lq_hw, self.gt_size, self.scale, rng, where)
+        lq_size, t, l = self.gt_size // self.scale, top * self.scale, left * self.scale
+        gts = [bgr_to_rgb(img[t:t + self.gt_size, l:l + self.gt_size]) for img in gts]
+        lqs = [bgr_to_rgb(img[top:top + lq_size, left:left + lq_size]) for img in lqs]
+        if self.spike:
+            for j, frame in enumerate(frames):
+                spikes = self._read_spike(clip, frame, lq_hw, (top, left, lq_size))
+                if reverse:  # played backwards, each exposure's spike channels run backwards too
+                    spikes = spikes[:, :, ::-1]
+                lqs[j] = np.concatenate([_to_float(lqs[j]), spikes], axis=2)
+        out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng, copy=False)
         n = len(lqs)
         return {'L': _stack_tensor(out[:n]), 'H': _stack_tensor(out[n:]), 'key': item_key, 'folder': clip}
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.lmdb_util import LazyLmdbReader, check_lmdb_folder
+from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop
@@ -77,15 +77,7 @@ class FrameStore:
             if not os.path.isfile(path):
                 raise UserError(f'{where}: frame {key} not found: {path}')
             return imread_uint(path, 3)
-        raw = self.lmdb.get(name, key, where)
-        try:
-            img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
-        except cv2.error as e:
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            raise UserError(f'{where}: key {key} in {self.roots[name]} cannot be decoded: '
-                            f'{lines[-1] if lines else "OpenCV error"}') from None
-        if img is None:
-            raise UserError(f'{where}: key {key} in {self.roots[name]} is not an image')
+        img = decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}')
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
@@ -293,8 +285,8 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         inputs, targets = self.frames(num, rng.choice(self.interval_list))
         if self.opt['random_reverse'] and rng.random() < 0.5:
             inputs, targets = inputs[::-1], targets[::-1]
-        lqs = [_to_float(self.store.read('lq', self.frame_key(seq, i))) for i in inputs]
-        gts = [_to_float(self.store.read('gt', self.frame_key(seq, i))) for i in targets]
+        lqs = [self.store.read('lq', self.frame_key(seq, i)) for i in inputs]  # uint8: scaled in the train step
+        gts = [self.store.read('gt', self.frame_key(seq, i)) for i in targets]
         gts, lqs = paired_random_crop(gts, lqs, self.gt_size, self.scale, rng, where=f'{self.prefix} {seq}')
         out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng)
         n = len(lqs)

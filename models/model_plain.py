@@ -23,6 +23,7 @@ from models.registry import MODELS
 from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
+from utils.image import images_to_float
 from utils.logger import get_logger
 
 AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -155,8 +156,11 @@ class ModelPlain:
         return f'network {type(self.net_g).__name__}: {n:,} parameters'
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned
+        on CUDA, so the copy overlaps the previous step), a quarter of the bytes of float32."""
         nb = self.device.type == 'cuda'
-        out = {k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v for k, v in batch.items()}
+        out = images_to_float({k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v
+                               for k, v in batch.items()})
         if self.channels_last:
             for k, v in out.items():
                 if torch.is_tensor(v) and v.dim() == 4:

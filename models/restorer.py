@@ -19,7 +19,7 @@ from models.registry import build_network
 from utils import dist
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
-from utils.image import encode_image, tensor2uint
+from utils.image import encode_image, images_to_float, tensor2uint
 from utils.logger import get_logger
 from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
 from utils.progress import progress
@@ -168,6 +168,7 @@ class ImageRestorer:
 
         Images are single-frame items; video restorers return whole clips. Frames are HWC uint8.
         """
+        batch = images_to_float(batch)
         out = self.test(*self.inputs(batch))
         return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
                 for j in range(out.shape[0])]
@@ -310,6 +311,7 @@ class VideoRestorer(ImageRestorer):
 
     def restore(self, batch: Dict[str, Any]) -> List[Item]:
         """(clip name, restored frames, GT frames) per clip of the batch; frames are HWC uint8."""
+        batch = images_to_float(batch)
         v = self.val
         L, H = batch['L'], batch['H']
         n = L.shape[1]

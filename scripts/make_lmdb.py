@@ -2,14 +2,18 @@
 
     python scripts/make_lmdb.py --input <folder> --output <x.lmdb> [--layout vimeo|reds] [--compress none|fast]
                                 [--meta-info <meta_info_file>]
+        --compress raw: decoded uint8 frames (no PNG), about 3x larger, nothing to decode when training
 
 Layouts (the key of a frame is its path below --input without the extension, as BasicSR's create_lmdb):
   vimeo  <input>/<clip>/<seq>/im1.png ..  → keys `00001/0001/im1`  (Vimeo-90K `sequences` folder)
   reds   <input>/<clip>/<frame>.png ..    → keys `000/00000000`    (REDS, GoPro, DAVIS: any image type)
 Every frame is decoded (8-bit RGB, as the datasets read it) and stored as PNG bytes, so the LMDB
 gives the datasets exactly the pixels of the folder. `--compress` is the PNG compression: `fast`
-(zlib level 1, BasicSR's default) or `none` (level 0: larger, quickest to decode).
-`<output>/meta_info.txt` has one line per frame, `<key>.png (h,w,c) <compress level>`, as BasicSR's.
+(zlib level 1, BasicSR's default) or `none` (level 0: larger, no faster to decode: PNG decoding is
+row filters and inflate either way), or `raw`: the decoded pixels themselves (data/lmdb_util.py
+`encode_raw_frame`), so reading a training clip is a memory copy instead of a PNG decode per frame
+(see bench/bench_loader.py). `<output>/meta_info.txt` has one line per frame, `<key>.png (h,w,c)
+<compress level>` as BasicSR's (`<key>.raw (h,w,c) raw` for raw frames).
 `--meta-info` keeps only the clips/sequences named by the first field of that file's lines.
 
 The LMDB is written into `<output>.tmp-<pid>` and renamed into place, so an interrupted run leaves
@@ -30,12 +34,12 @@ if ROOT not in sys.path:
 
 import cv2  # noqa: E402
 
-from data.lmdb_util import import_lmdb  # noqa: E402
+from data.lmdb_util import encode_raw_frame, import_lmdb  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.image import imread_uint, is_image_file  # noqa: E402
 
 LAYOUT_DEPTH = {'vimeo': 3, 'reds': 2}   # path components below --input: clip/seq/frame, clip/frame
-COMPRESS_LEVEL = {'none': 0, 'fast': 1}
+COMPRESS_LEVEL = {'none': 0, 'fast': 1, 'raw': None}  # PNG level; None: raw pixels
 BATCH = 500                              # frames per write transaction
 T = TypeVar('T')
 
@@ -95,13 +99,16 @@ def progress(items: Sequence[T], desc: str, stream=None) -> Iterator[T]:
             shown = tenth
 
 
-def encode_frame(path: Path, level: int) -> Tuple[bytes, Tuple[int, int, int]]:
-    """PNG bytes (BGR, as cv2.imdecode reads them back to the same RGB) and (h, w, c) of one frame."""
-    rgb = imread_uint(str(path), 3)
-    ok, buf = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, level])
+def encode_frame(path: Path, level: Optional[int]) -> Tuple[bytes, Tuple[int, int, int]]:
+    """PNG bytes (BGR, as cv2.imdecode reads them back to the same RGB), or raw pixels for level None,
+    and (h, w, c) of one frame."""
+    bgr = imread_uint(str(path), 3, bgr=True)
+    if level is None:
+        return encode_raw_frame(bgr), bgr.shape
+    ok, buf = cv2.imencode('.png', bgr, [cv2.IMWRITE_PNG_COMPRESSION, level])
     if not ok:
         raise UserError(f'--input: cannot encode {path} as PNG')
-    return buf.tobytes(), rgb.shape
+    return buf.tobytes(), bgr.shape
 
 
 def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compress: str = 'fast',
@@ -147,7 +154,7 @@ def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compre
         for key, path in show(frames, f'{src.name} -> {out.name}'):
             data, (h, w, c) = encode_frame(path, level)
             batch.append((key.encode('utf-8'), data))
-            meta.append(f'{key}.png ({h},{w},{c}) {level}\n')
+            meta.append(f'{key}.png ({h},{w},{c}) {level}\n' if level is not None else f'{key}.raw ({h},{w},{c}) raw\n')
             if len(batch) >= BATCH:
                 flush()
         flush()
@@ -166,7 +173,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--output', required=True, help='the LMDB folder to create, e.g. train_GT.lmdb')
     parser.add_argument('--layout', choices=sorted(LAYOUT_DEPTH), default='reds')
     parser.add_argument('--compress', choices=sorted(COMPRESS_LEVEL), default='fast',
-                        help='PNG compression of the stored frames: fast (level 1) or none (level 0)')
+                        help='stored frames: PNG with fast (level 1) or none (level 0) compression, or raw '
+                             'decoded pixels (about 3x larger, no decoding when training)')
     parser.add_argument('--meta-info', default=None, help='only the clips/sequences listed in this file')
     args = parser.parse_args(argv)
     try:

@@ -262,7 +262,7 @@ def test_plain_dataset_train_crops_pairs_identically_and_eval_returns_whole_imag
     assert item['H_path'].endswith('001.png') and item['L_path'].startswith(l)
     assert torch.equal(ds[(1, 12345)]['H'], item['H'])
     full = ds[0]
-    assert full['H'].shape == (3, 40, 48) and full['L'].dtype == torch.float32
+    assert full['H'].shape == (3, 40, 48) and full['L'].dtype == torch.uint8  # scaled where it is used
 
 
 def test_dncnn_training_sample_is_a_function_of_its_seed(tmp_path):

@@ -16,7 +16,7 @@ from data.spike import read_spike_npy, spike_to_representation
 from data.synthetic_gopro import luminance, make_gopro_spike, sharp_frames
 from data.video_datasets import VideoRecurrentTestDataset, VideoRecurrentTrainDataset
 from utils.errors import UserError
-from utils.image import imread_uint, imwrite
+from utils.image import imread_uint, imwrite, to_float_image
 
 SIZE = 32          # pattern frames: R = 8*y, G = 8*x, B = 8*frame index
 BITS = 10          # spike plane k = bit k of y*SIZE + x
@@ -64,7 +64,7 @@ SPIKE_RAW = {'spike_repr': 'raw', 'spike_repr_params': {'num_planes': BITS}}
 
 def decode_coords(lq: torch.Tensor):
     """T×C×h×w with pattern RGB + raw spike planes → (index from RGB, index from spikes)."""
-    arr = lq.numpy()
+    arr = to_float_image(lq).numpy()
     y = np.round(arr[:, 0] * 255 / 8).astype(int)
     x = np.round(arr[:, 1] * 255 / 8).astype(int)
     bits = np.round(arr[:, 3:3 + BITS]).astype(int)
@@ -73,7 +73,7 @@ def decode_coords(lq: torch.Tensor):
 
 
 def frame_indices(t: torch.Tensor):
-    return [int(round(v)) for v in (t[:, 2, 0, 0].numpy() * 255 / 8)]
+    return [int(round(v)) for v in (to_float_image(t)[:, 2, 0, 0].numpy() * 255 / 8)]
 
 
 def test_spikes_stay_aligned_with_rgb_under_crop_flip_and_rotation(pattern_root):
@@ -86,7 +86,7 @@ def test_spikes_stay_aligned_with_rgb_under_crop_flip_and_rotation(pattern_root)
         assert item['L'].shape == (3, 3 + BITS, 16, 16)
         from_rgb, from_spikes = decode_coords(item['L'])
         np.testing.assert_array_equal(from_rgb, from_spikes)
-        torch.testing.assert_close(item['H'], item['L'][:, :3])
+        torch.testing.assert_close(to_float_image(item['H']), item['L'][:, :3])
         y = from_rgb[0] // SIZE
         transposed += int(y[0, 1] != y[0, 0])       # rows vary along the width: rotated
         flipped += int(from_rgb[0, 0, 0] > from_rgb[0, -1, -1])
@@ -97,7 +97,8 @@ def test_train_item_shapes_follow_num_frame_gt_size_and_scale(pattern_root, tmp_
     item = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root,
                                                num_frame=5, gt_size=24))[(3, 7)]
     assert item['L'].shape == (5, 3, 24, 24) and item['H'].shape == (5, 3, 24, 24)
-    assert item['L'].dtype == torch.float32 and item['folder'] == 'a' and item['key'] == 'a/00000003'
+    # frames leave the worker as uint8 (scaled to [0, 1] in the train step); with spikes L is float32
+    assert item['L'].dtype == item['H'].dtype == torch.uint8 and item['folder'] == 'a' and item['key'] == 'a/00000003'
     # SR layout: LQ frames are 1/scale of GT.
     for clip, n in CLIPS.items():
         for i in range(n):

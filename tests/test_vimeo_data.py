@@ -17,7 +17,7 @@ from data.synthetic_vimeo import SPLITS, bd_downsample, make_vimeo, septuplet
 from data.vimeo_datasets import (VideoRecurrentTrainVimeoDataset, VideoRecurrentTrainVimeoVFIDataset,
                                  VideoTestVimeo90KDataset, VideoTestVimeo90KVFIDataset)
 from utils.errors import UserError
-from utils.image import imread_uint, imresize_bicubic
+from utils.image import images_to_float, imread_uint, imresize_bicubic, to_float_image
 
 TRAIN_SEQS = [f'{c}/{s}' for c, s in SPLITS['train']]
 TEST_SEQS = [f'{c}/{s}' for c, s in SPLITS['test']]
@@ -104,14 +104,16 @@ def test_train_items_are_kair_s_centred_frames_of_the_septuplet(vimeo_root, num_
     assert len(ds) == 4
     item = ds[(2, 11)]
     assert item['key'] == item['folder'] == TRAIN_SEQS[2]
-    torch.testing.assert_close(item['H'], _frames(vimeo_root, 'sequences', TRAIN_SEQS[2], numbers), rtol=0, atol=0)
-    torch.testing.assert_close(item['L'], _frames(vimeo_root, 'sequences_BIx4', TRAIN_SEQS[2], numbers), rtol=0, atol=0)
+    torch.testing.assert_close(to_float_image(item['H']), _frames(vimeo_root, 'sequences', TRAIN_SEQS[2], numbers),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(to_float_image(item['L']), _frames(vimeo_root, 'sequences_BIx4', TRAIN_SEQS[2], numbers),
+                               rtol=0, atol=0)
 
 
 def test_crops_flips_and_reverse_depend_on_the_key_only(vimeo_root):
     ds = build_dataset(_opt('VideoRecurrentTrainVimeoDataset', vimeo_root, random_reverse=True))
     item = ds[(1, 5)]
-    assert item['L'].shape == (7, 3, 8, 8) and item['H'].shape == (7, 3, 32, 32) and item['L'].dtype == torch.float32
+    assert item['L'].shape == (7, 3, 8, 8) and item['H'].shape == (7, 3, 32, 32) and item['L'].dtype == torch.uint8
     for seed in range(6):
         random.seed(seed)
         np.random.seed(seed)
@@ -128,7 +130,7 @@ def test_interval_and_reverse_are_drawn_from_the_seed_and_stay_centred(vimeo_roo
     gt = _frames(vimeo_root, 'sequences', TRAIN_SEQS[0], range(1, 8))
     seen = set()
     for seed in range(40):
-        H = ds[(0, seed)]['H']
+        H = to_float_image(ds[(0, seed)]['H'])
         numbers = [next(n for n in range(7) if torch.equal(gt[n], frame)) + 1 for frame in H]
         assert numbers in ([3, 4, 5], [2, 4, 6], [1, 4, 7], [5, 4, 3], [6, 4, 2], [7, 4, 1])
         seen.add(tuple(numbers))
@@ -176,8 +178,8 @@ def test_frame_interpolation_inputs_are_the_odd_frames_and_the_target_is_im4(vim
                              use_rot=False))
     item = vfi[(1, 3)]
     seq = TRAIN_SEQS[1]
-    assert torch.equal(item['L'], _frames(vimeo_root, 'sequences', seq, [1, 3, 5, 7]))
-    assert torch.equal(item['H'], _frames(vimeo_root, 'sequences', seq, [4]))
+    assert torch.equal(to_float_image(item['L']), _frames(vimeo_root, 'sequences', seq, [1, 3, 5, 7]))
+    assert torch.equal(to_float_image(item['H']), _frames(vimeo_root, 'sequences', seq, [4]))
     # KAIR's name with temporal_scale 2 is the same data set
     kair = build_dataset(_opt('VideoRecurrentTrainVimeoDataset', vimeo_root, temporal_scale=2, scale=1,
                               dataroot_lq=str(vimeo_root / 'sequences')))
@@ -190,7 +192,7 @@ def test_frame_interpolation_inputs_are_the_odd_frames_and_the_target_is_im4(vim
                                use_rot=False, num_frame=3, random_reverse=True))
     seen = set()
     for seed in range(12):
-        it = three[(0, seed)]
+        it = images_to_float(three[(0, seed)])
         inputs = _frames(vimeo_root, 'sequences', TRAIN_SEQS[0], [3, 5])
         assert torch.equal(it['H'], _frames(vimeo_root, 'sequences', TRAIN_SEQS[0], [4]))
         seen.add(torch.equal(it['L'], inputs) or (torch.equal(it['L'], inputs.flip(0)) and 'reversed'))
@@ -218,7 +220,7 @@ def test_frame_interpolation_items_have_the_shapes_of_vrt_s_interpolation_networ
               embed_dims=[8] * 8, num_heads=[1] * 8, pa_frames=0, drop_path_rate=0.).eval()
     item = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, gt_size=64))[(0, 1)]
     with torch.no_grad():
-        out = net(item['L'][None])
+        out = net(to_float_image(item['L'])[None])
     assert out.shape == item['H'][None].shape == (1, 1, 3, 64, 64)
 
 

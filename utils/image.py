@@ -5,7 +5,7 @@ Files are decoded with cv2 (BGR) and converted, so every reader in the project s
 """
 import math
 import os
-from typing import List
+from typing import Any, Dict, List
 
 import cv2
 import numpy as np
@@ -37,8 +37,12 @@ def _to_uint8(img: np.ndarray, path: str) -> np.ndarray:
     raise UserError(f'cannot use image {path}: {img.dtype} samples are not supported (8- or 16-bit images only)')
 
 
-def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
-    """Read an image as HWC uint8: RGB for n_channels=3, gray (C=1) for n_channels=1."""
+def imread_uint(path: str, n_channels: int = 3, bgr: bool = False) -> np.ndarray:
+    """Read an image as HWC uint8: RGB for n_channels=3, gray (C=1) for n_channels=1.
+
+    `bgr=True` leaves colour in the decoder's BGR order: a caller that crops first then reverses only
+    the crop's channels (`bgr_to_rgb`), the same pixels as converting the whole image, for less work.
+    """
     if n_channels not in (1, 3):
         raise UserError(f'n_channels: must be 1 or 3, got {n_channels!r}')
     try:
@@ -65,7 +69,12 @@ def imread_uint(path: str, n_channels: int = 3) -> np.ndarray:
         return np.ascontiguousarray(img)
     if img.shape[2] == 1:
         return np.ascontiguousarray(np.repeat(img, 3, axis=2))
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return img if bgr else cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def bgr_to_rgb(img: np.ndarray) -> np.ndarray:
+    """HWC BGR (or gray, returned as it is) → RGB, as a view: the copy happens where the caller stacks."""
+    return img[:, :, ::-1] if img.shape[2] == 3 else img
 
 
 def _cv2_problem(e: 'cv2.error', path: str) -> str:
@@ -106,9 +115,26 @@ def imwrite(path: str, img: np.ndarray) -> None:
 
 def uint2tensor(img: np.ndarray) -> torch.Tensor:
     """HWC (or HW) uint8 -> CHW float32 in [0, 1]."""
+    return to_float_image(uint8_tensor(img))
+
+
+def uint8_tensor(img: np.ndarray) -> torch.Tensor:
+    """HWC (or HW) uint8 -> CHW uint8 tensor: what loader workers pass on (a quarter of float32's bytes
+    through worker queues, pinned memory and the host-to-device copy); `to_float_image` scales it."""
     if img.ndim == 2:
         img = img[:, :, None]
-    return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1))).float().div_(255.0)
+    return torch.from_numpy(np.array(img.transpose(2, 0, 1), order='C'))  # always a copy: never a view of a cache
+
+
+def to_float_image(t: torch.Tensor) -> torch.Tensor:
+    """A uint8 image tensor -> float32 in [0, 1] (other tensors unchanged): the one place images are
+    normalised, on the device in the train step, so every path gives the same floats."""
+    return t.float().div_(255.0) if t.dtype == torch.uint8 else t
+
+
+def images_to_float(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """`to_float_image` on every tensor of a batch (or item) dict."""
+    return {k: to_float_image(v) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
 def tensor2uint(t: torch.Tensor) -> np.ndarray:
@@ -120,6 +146,8 @@ def tensor2uint(t: torch.Tensor) -> np.ndarray:
         t = t[0]
     if t.dim() != 3:
         raise ValueError(f'tensor2uint expects CHW or 1xCHW, got shape {tuple(t.shape)}')
+    if t.dtype == torch.uint8:  # a loader's image, not yet scaled
+        return np.ascontiguousarray(t.cpu().permute(1, 2, 0).numpy())
     t = (t.float().cpu().clamp(0, 1) * 255.0).round()  # out of place: never modify the caller's tensor
     return np.ascontiguousarray(t.to(torch.uint8).permute(1, 2, 0).numpy())
 

@@ -1,0 +1,218 @@
+"""`cache_data`: decoded frames held in RAM never change what a dataset yields, a corrupt file still
+fails with one line naming it, and a cache that cannot fit is refused before it is filled.
+
+Also the other fast storage: LMDB frames stored raw (`--compress raw`) give the same items as PNG frames.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run, tiny_options, unchecked_section, write_options
+from data import frame_cache
+from data.frame_cache import FrameCache
+from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
+from data.lmdb_util import decode_frame, encode_raw_frame, make_lmdb_from_folder
+from data.loader import build_train_loader
+from data.synthetic_gopro import make_gopro_spike
+from data.video_datasets import VideoRecurrentTrainDataset
+from utils.errors import UserError
+from utils.image import imread_uint, imwrite
+
+PY = sys.executable
+TRAIN_KEYS = [(0, 11), (3, 12345), (5, 7)]
+
+
+def _images(folder, count=6, seed=0):
+    """Colour, gray and RGBA PNGs of a few sizes: every conversion imread_uint makes."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        h, w = 40 + 4 * i, 48 + 8 * (i % 2)
+        channels = (3, 1, 4)[i % 3]
+        imwrite(os.path.join(folder, f'{i:03d}.png'), rng.integers(0, 256, (h, w, channels)).astype(np.uint8))
+    return str(folder)
+
+
+def _items_equal(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if torch.is_tensor(a[k]):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+@pytest.mark.parametrize('cls, extra', [
+    (DatasetDnCNN, {'H_size': 24}),
+    (DatasetSR, {'H_size': 24, 'scale': 2}),
+    (DatasetPlain, {'H_size': 24}),
+], ids=['dncnn', 'sr', 'plain'])
+@pytest.mark.parametrize('n_channels', [3, 1])
+def test_cached_image_datasets_yield_the_same_training_and_evaluation_items(tmp_path, cls, extra, n_channels):
+    root = _images(tmp_path / 'H')
+    if cls is DatasetPlain:
+        extra = dict(extra, dataroot_L=root)
+    opts = dict(dataroot_H=root, n_channels=n_channels, **extra)
+    for phase, keys in (('train', TRAIN_KEYS), ('test', [0, 4])):
+        plain = cls(unchecked_section(cls, phase, **opts))
+        cached = cls(unchecked_section(cls, phase, cache_data=True, **opts))
+        assert plain.cache is None and cached.cache is not None
+        for key in keys:
+            _items_equal(plain[key], cached[key])
+
+
+def test_the_cache_holds_what_the_reader_returns_in_one_shared_read_only_buffer(tmp_path):
+    root = _images(tmp_path / 'H', count=3)
+    ds = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
+    sizes = [imread_uint(p, 3).size for p in ds.paths_H]
+    assert ds.cache.buffer.size == sum(sizes)
+    for path in ds.paths_H:
+        frame = ds.cache.get(path)
+        np.testing.assert_array_equal(frame, imread_uint(path, 3, bgr=True))
+        assert not frame.flags.writeable and frame.base is not None  # a view, not a copy
+
+
+@pytest.fixture(scope='module')
+def gopro(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('gopro'))
+    return make_gopro_spike(root, train_clips=2, train_frames=8, test_clips=1, test_frames=4, size=64)
+
+
+def _video(root, **over):
+    opt = unchecked_section(VideoRecurrentTrainDataset, 'train', dataroot_gt=f'{root}/train_GT',
+                            dataroot_lq=f'{root}/train_GT_blurred', meta_info_file=f'{root}/meta_info_GoPro_train_GT.txt',
+                            filename_tmpl='06d', gt_size=32, num_frame=4, interval_list=[1, 2], random_reverse=True)
+    opt.update(over)
+    return VideoRecurrentTrainDataset(opt)
+
+
+@pytest.mark.parametrize('spikes', [False, True], ids=['rgb', 'rgb+spike'])
+def test_cached_video_clips_are_the_same_items(gopro, spikes):
+    extra = {'dataroot_spike': f'{gopro}/train_spike', 'spike_repr': 'count', 'spike_repr_params': {'num_bins': 4}} \
+        if spikes else {}
+    plain, cached = _video(gopro, **extra), _video(gopro, cache_data=True, **extra)
+    assert len(cached.cache.index) == 2 * len(cached)  # every GT and LQ frame
+    for key in TRAIN_KEYS + [(9, 3), 2]:
+        _items_equal(plain[key], cached[key])
+
+
+def test_forked_loader_workers_read_the_cache_filled_before_they_started(gopro):
+    cached, plain = _video(gopro, cache_data=True), _video(gopro)
+    opt = {'dataloader_batch_size': 2, 'dataloader_num_workers': 2, 'dataloader_shuffle': True,
+           'dataloader_persistent_workers': False, 'dataloader_prefetch_factor': 2, '_where': 'datasets.train'}
+    batches = [list(build_train_loader(ds, opt, 1, 0, 5, torch.device('cpu'))[0]) for ds in (cached, plain)]
+    assert len(batches[0]) == len(batches[1]) == len(plain) // 2
+    for a, b in zip(*batches):
+        assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H']) and a['key'] == b['key']
+
+
+def _corrupt(path):
+    """Zero bytes inside the pixel data, keeping the header and the length (the start-up file checks pass):
+    only decoding can tell."""
+    with open(path, 'rb') as f:
+        data = bytearray(f.read())
+    mid = len(data) // 2
+    data[mid:mid + 60] = bytes(60)
+    with open(path, 'wb') as f:
+        f.write(bytes(data))
+
+
+def test_a_corrupt_image_fails_while_the_cache_fills_naming_the_file(tmp_path):
+    root = _images(tmp_path / 'H')
+    bad = os.path.join(root, '002.png')
+    _corrupt(bad)
+    with pytest.raises(UserError, match=r'cannot decode image .*002\.png'):
+        DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
+
+
+def test_a_corrupt_frame_fails_while_the_cache_fills_naming_the_file(gopro, tmp_path):
+    import shutil
+    root = str(tmp_path / 'gopro')
+    shutil.copytree(gopro, root)
+    bad = f'{root}/train_GT_blurred/train_001/000005.png'
+    _corrupt(bad)
+    with pytest.raises(UserError, match=r'cannot decode image .*train_001/000005\.png'):
+        _video(root, cache_data=True)
+
+
+def test_main_train_with_a_corrupt_cached_image_exits_2_with_one_line_and_writes_nothing(tmp_path, demo_images):
+    import shutil
+    data = str(tmp_path / 'data')
+    shutil.copytree(demo_images, data)
+    _corrupt(os.path.join(data, 'train', sorted(os.listdir(os.path.join(data, 'train')))[3]))
+    opt = tiny_options(str(tmp_path / 'exp'), data)
+    opt['datasets']['train']['cache_data'] = True
+    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 2, res.stderr[-2000:]
+    ours = [ln for ln in res.stderr.splitlines() if not ln.startswith('libpng')]  # the decoder's own note
+    assert len(ours) == 1 and ours[0].startswith('error: '), res.stderr
+    assert 'cannot decode image' in ours[0] and os.path.join(data, 'train') in ours[0], res.stderr
+    assert not (tmp_path / 'exp').exists()
+
+
+def test_a_cache_larger_than_the_available_memory_is_refused_before_filling(tmp_path, monkeypatch):
+    root = _images(tmp_path / 'H')
+    monkeypatch.setattr(frame_cache, 'available_memory', lambda: 1000)
+    with pytest.raises(UserError, match=r'datasets\.train: the decoded frames need .* GiB but this machine has .* '
+                                        r'available; set cache_data to false'):
+        DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
+
+
+def test_cache_data_must_be_a_boolean_and_is_refused_with_an_lmdb_backend(gopro, tmp_path):
+    with pytest.raises(UserError, match=r'datasets\.train\.cache_data: must be true or false'):
+        _video(gopro, cache_data='yes')
+    for name, folder in (('gt', 'train_GT'), ('lq', 'train_GT_blurred')):
+        make_lmdb_from_folder(f'{gopro}/{folder}', tmp_path / f'{name}.lmdb')
+    with pytest.raises(UserError, match=r'cache_data: works with io_backend disk.*--compress raw'):
+        _video(gopro, cache_data=True, io_backend={'type': 'lmdb'}, dataroot_gt=str(tmp_path / 'gt.lmdb'),
+               dataroot_lq=str(tmp_path / 'lq.lmdb'))
+
+
+def test_lmdb_frames_stored_raw_give_the_items_of_png_frames_and_of_the_folder(gopro, tmp_path):
+    for kind, raw in (('png', False), ('raw', True)):
+        for name, folder, exts in (('gt', 'train_GT', ['.png']), ('lq', 'train_GT_blurred', ['.png']),
+                                   ('spike', 'train_spike', ['.npy'])):
+            make_lmdb_from_folder(f'{gopro}/{folder}', tmp_path / kind / f'{name}.lmdb', exts, raw=raw)
+    spikes = {'spike_repr': 'count', 'spike_repr_params': {'num_bins': 2}}
+    disk = _video(gopro, dataroot_spike=f'{gopro}/train_spike', **spikes)
+    sets = {kind: _video(gopro, io_backend={'type': 'lmdb'}, dataroot_gt=str(tmp_path / kind / 'gt.lmdb'),
+                         dataroot_lq=str(tmp_path / kind / 'lq.lmdb'), dataroot_spike=str(tmp_path / kind / 'spike.lmdb'),
+                         **spikes) for kind in ('png', 'raw')}
+    raw_size = os.path.getsize(tmp_path / 'raw' / 'gt.lmdb' / 'data.mdb')
+    assert raw_size > os.path.getsize(tmp_path / 'png' / 'gt.lmdb' / 'data.mdb')  # really the pixels
+    for key in TRAIN_KEYS:
+        _items_equal(disk[key], sets['png'][key])
+        _items_equal(disk[key], sets['raw'][key])
+
+
+def test_raw_frame_values_round_trip_and_a_truncated_one_names_the_key():
+    frame = np.random.default_rng(0).integers(0, 256, (5, 7, 3)).astype(np.uint8)
+    np.testing.assert_array_equal(decode_frame(encode_raw_frame(frame), 'x'), frame)
+    with pytest.raises(UserError, match=r'^where: raw frame of \d+ bytes does not hold the 5x7x3 pixels'):
+        decode_frame(encode_raw_frame(frame)[:-1], 'where')
+    with pytest.raises(UserError, match=r'^key 1 in x\.lmdb is not an image'):
+        decode_frame(b'not a png', 'key 1 in x.lmdb')
+
+
+def test_make_lmdb_compress_raw_writes_decoded_frames_the_datasets_read(gopro, tmp_path):
+    out = tmp_path / 'gt.lmdb'
+    res = run([PY, 'scripts/make_lmdb.py', '--input', f'{gopro}/train_GT', '--output', str(out), '--compress', 'raw'])
+    assert res.returncode == 0, res.stderr
+    lines = (out / 'meta_info.txt').read_text().splitlines()
+    assert lines[0] == 'train_000/000000.raw (64,64,3) raw' and len(lines) == 16
+    ds = _video(gopro, io_backend={'type': 'lmdb'}, dataroot_gt=str(out), dataroot_lq=str(out),
+                dataroot_spike=None)
+    ref = _video(gopro, dataroot_lq=f'{gopro}/train_GT')
+    for key in TRAIN_KEYS:
+        _items_equal(ref[key], ds[key])
+
+
+def test_frame_cache_refuses_a_frame_that_decodes_to_another_size_than_its_header():
+    with pytest.raises(UserError, match=r'^w: a decodes to 2x2x3 but its header says 3x3x3'):
+        FrameCache({'a': (3, 3, 3)}, lambda p: np.zeros((2, 2, 3), np.uint8), 'w')
+
+
+if __name__ == '__main__':
+    sys.exit(pytest.main([__file__, '-q']))
