@@ -93,6 +93,7 @@ class Reporter:
     def __init__(self, opt: Dict[str, Any], enabled: bool, wandb_id: Optional[str] = None, start_iter: int = 0):
         self.enabled = enabled
         self.tb = None
+        self.tb_dir: Optional[str] = None
         self.wandb_run = None
         self.history: Optional[History] = None
         self.plotter: Optional[BackgroundPlotter] = None
@@ -106,8 +107,7 @@ class Reporter:
         self.plotter = BackgroundPlotter(opt['path']['task'])
         log_opt = opt['logging']
         if log_opt['use_tensorboard']:
-            from torch.utils.tensorboard import SummaryWriter
-            self.tb = SummaryWriter(log_dir=opt['path']['tb_logger'])
+            self.tb_dir = opt['path']['tb_logger']
         if log_opt['use_wandb']:
             import json
             import wandb
@@ -126,6 +126,14 @@ class Reporter:
                                      f'(upload later with `wandb sync`)')
                 self.wandb_run = wandb.init(mode='offline', **kwargs)
 
+    def _tensorboard(self) -> Any:
+        """The TensorBoard writer, made at the first write: importing tensorboard takes ~0.5 s that need not
+        come before the first training step (bench/bench_startup.py)."""
+        if self.tb is None and self.tb_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(log_dir=self.tb_dir)
+        return self.tb
+
     @property
     def wandb_id(self) -> Optional[str]:
         return self.wandb_run.id if self.wandb_run is not None else None
@@ -133,9 +141,10 @@ class Reporter:
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         if not self.enabled:
             return
-        if self.tb is not None:
+        tb = self._tensorboard()
+        if tb is not None:
             for k, v in values.items():
-                self.tb.add_scalar(k, v, step)
+                tb.add_scalar(k, v, step)
         if self.wandb_run is not None:
             self.wandb_run.log(dict(values), step=step)
 
@@ -143,9 +152,10 @@ class Reporter:
         """HWC uint8 images (e.g. restored validation samples)."""
         if not self.enabled or not images:
             return
-        if self.tb is not None:
+        tb = self._tensorboard()
+        if tb is not None:
             for k, img in images.items():
-                self.tb.add_image(k, img, step, dataformats='HWC')
+                tb.add_image(k, img, step, dataformats='HWC')
         if self.wandb_run is not None:
             import wandb
             self.wandb_run.log({k: wandb.Image(img) for k, img in images.items()}, step=step)
@@ -167,6 +177,7 @@ class Reporter:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+        self.tb_dir = None
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None
