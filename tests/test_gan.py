@@ -140,6 +140,7 @@ def test_the_g_step_gives_no_gradient_to_d_and_the_d_step_none_to_g(tmp_path, de
     assert all(p.grad is None for p in model.net_g.parameters()) and any(g.abs().sum() > 0 for g in g_grads)
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_checkpoints_hold_g_d_and_e_and_resume_bit_exactly(tmp_path, demo_images):
     straight = _tiny(tmp_path, demo_images, total_iter=8, checkpoint_save=4, checkpoint_test=4)
     straight['task'] = 'straight'

@@ -45,6 +45,7 @@ def _options(tmp_path, demo_images, task, **train):
     return write_options(str(tmp_path / f'{task}.json'), opt)
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_training_folds_batchnorm_after_the_startpoint_and_resumes_bit_exactly(tmp_path, demo_images):
     train = dict(total_iter=8, checkpoint_save=4, checkpoint_test=4, checkpoint_print=2)
     straight = run([PY, 'main_train.py', '--opt', _options(tmp_path, demo_images, 'straight', **train)])

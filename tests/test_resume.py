@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_options
@@ -78,6 +79,7 @@ def test_interrupted_and_resumed_run_is_bitwise_identical_to_a_straight_run(tmp_
     _assert_same_run_state(_models(tmp_path, 'straight'), _models(tmp_path, 'resumed'), 20)
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_ddp_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, demo_images):
     a = tiny_options(str(tmp_path / 'exp'), demo_images, **dict(STRAIGHT, total_iter=12, checkpoint_save=6))
     a['task'] = 'straight'
@@ -143,6 +145,7 @@ def test_signal_to_one_rank_stops_all_ranks_together(tmp_path, demo_images):
     assert (_models(tmp_path) / 'latest').exists()
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_sigkill_during_a_checkpoint_write_resumes_from_the_previous_complete_one(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=100, checkpoint_save=4, checkpoint_test=100000,
                 checkpoint_print=100)

@@ -256,6 +256,7 @@ def test_main_test_evaluates_a_run_folder_while_its_training_job_holds_the_lock(
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_a_lock_left_by_a_sigkilled_job_does_not_block_the_next_start(tmp_path, demo_images):
     path = _options(tmp_path, demo_images, **QUIET)
     out = str(tmp_path / 'killed.out')
@@ -273,6 +274,7 @@ def test_a_lock_left_by_a_sigkilled_job_does_not_block_the_next_start(tmp_path, 
     assert lock.exists()  # never deleted
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_a_torchrun_restart_after_rank_0_crashed_retakes_the_lock_ignores_fresh_and_resumes(tmp_path, demo_images):
     """The crashed attempt's rank 0 held the lock: the kernel dropped it, so the restart is not refused.
     `--fresh` moved the earlier run aside on the first attempt only; the restart resumes from the save

@@ -96,6 +96,7 @@ def test_video_models_refuse_the_image_tiling_options(tmp_path):
         VideoRestorer.from_options(nn.Identity(), opt, CPU)
 
 
+@pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_main_test_restores_in_tiles_and_with_the_ensemble_as_the_options_ask(tmp_path, demo_images):
     opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
     assert run([sys.executable, 'main_train.py', '--opt', opt]).returncode == 0
