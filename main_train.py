@@ -38,6 +38,7 @@ from utils.seed import rng_state, seed_everything, set_rng_state
 from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
 
 EXIT_USER_ERROR = 2
+DATA_WAIT_HINT = 0.25  # share of an iteration spent waiting for data above which the log says so, once
 
 
 def option_rules() -> Rules:
@@ -104,6 +105,8 @@ class Trainer:
         self.best = {'psnr': float('-inf'), 'iter': 0}
         self.skipped_in_a_row = 0
         self.signals = StopSignals()
+        self.print_windows = 0
+        self.data_hinted = False
 
     def build(self) -> None:
         """Everything that depends on the user's input, before anything is written to the run folder.
@@ -428,6 +431,12 @@ class Trainer:
         self.reporter.row({'kind': 'train', 'iter': self.step, 'epoch': self.epoch, 'lr': lr, **losses,
                            'iter_time': iter_time, 'data_time': data_time, 'samples_per_sec': throughput,
                            'time': time.time()})
+        self.print_windows += 1
+        if self.main and self.print_windows > 1 and data_time > DATA_WAIT_HINT * iter_time and not self.data_hinted:
+            self.data_hinted = True  # the first window holds the workers' start-up; later ones are the steady state
+            self.log.warning(f'data loading takes {100 * data_time / iter_time:.0f} % of each iteration: the network '
+                             f'waits for data; see README.md "Is my GPU waiting for data?" (more '
+                             f'dataloader_num_workers, cache_data, LMDB frames stored raw)')
 
     def close(self) -> None:
         # Dropping the loaders shuts their (persistent) worker processes down now, not at exit.

@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 
 if [[ "${QUICK:-0}" == "1" ]]; then
   LOOP=(--reps 3 --steps 5 --no-compile); DATA=(--iters 24); RESUME=(--reps 2); DDP=(--reps 2 --steps 10); DCN=(--reps 3)
+  LOADER=(--quick); STARTUP=(--reps 2)
 else
-  LOOP=(); DATA=(); RESUME=(); DDP=(); DCN=()
+  LOOP=(); DATA=(); RESUME=(); DDP=(); DCN=(); LOADER=(); STARTUP=()
 fi
 
 echo "== run_all.sh $(date '+%Y-%m-%d %H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
@@ -37,5 +38,11 @@ python bench/bench_zoo.py $([[ "${QUICK:-0}" == "1" ]] && echo --repeat 1)
 echo
 echo "== bench_curves.py: cost of redrawing curves.png"
 python bench/bench_curves.py
+echo
+echo "== bench_startup.py: time to the first finished step, main_train.py vs bare PyTorch"
+python bench/bench_startup.py "${STARTUP[@]}"
+echo
+echo "== bench_loader.py: loader samples/s, ours vs KAIR/BasicSR-style baseline (images, clips, lmdb, spikes)"
+python bench/bench_loader.py "${LOADER[@]}"
 echo
 echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
