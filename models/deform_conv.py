@@ -6,15 +6,19 @@ zero padding outside the image). On CUDA it always calls `torchvision.ops.deform
 it uses the implementation chosen by `DEFORM_IMPL`:
 
 - ``'torch'``: bilinear sampling with `F.grid_sample` + one batched matmul. Measured faster than
-  torchvision's CPU kernel for VRT-sized shapes (see bench/bench_deform_conv.py), at the price of
-  materialising the sampled columns (B × C_in × 9 × H_out × W_out).
+  torchvision's CPU kernel for VRT-sized shapes (see bench/bench_deform_conv.py). The sampled
+  columns (B × C_in × 9 × H_out × W_out, 9× the input) exist only inside one call: under autograd
+  the layer saves its inputs alone and samples again in backward (`_DeformConv2dFunction`), as
+  torchvision's kernel does, instead of autograd keeping the columns (twice: before and after the
+  mask) and the sampling grid of every layer until the backward pass reaches it. Outputs and
+  gradients are those of plain autograd through the same operations, bit for bit.
 - ``'torchvision'``: torchvision's C++ CPU kernel.
 
 The default is read once from the environment variable ``VRT_DEFORM_IMPL`` (``torch`` if unset);
 assign ``models.deform_conv.DEFORM_IMPL`` to switch at run time.
 """
 import os
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +50,49 @@ def deform_conv2d(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tenso
 def deform_conv2d_torch(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
                         bias: Optional[torch.Tensor] = None, stride: _Pair = 1, padding: _Pair = 0,
                         dilation: _Pair = 1, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Pure-PyTorch deformable convolution with torchvision's semantics (differentiable by autograd).
+    """Pure-PyTorch deformable convolution with torchvision's semantics; see `_deform_conv2d_ops` for the
+    sampling. With gradients wanted it runs through `_DeformConv2dFunction`, which keeps only the inputs."""
+    tensors = (input, offset, weight, bias, mask)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return _DeformConv2dFunction.apply(input, offset, weight, bias, mask, stride, padding, dilation)
+    return _deform_conv2d_ops(input, offset, weight, bias, stride, padding, dilation, mask)
+
+
+class _DeformConv2dFunction(torch.autograd.Function):
+    """Saves the layer's inputs only; backward samples the columns again and differentiates the same
+    operations with autograd, so gradients equal plain autograd's bit for bit while the columns of every
+    layer no longer stay alive from the forward to the backward pass (the peak-memory cost of the pure
+    path in VRT). The price is one more sampling per layer in backward. Autocast state is restored for
+    the recomputation (`custom_fwd`/`custom_bwd`)."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type='cpu')
+    def forward(ctx: Any, input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
+                bias: Optional[torch.Tensor], mask: Optional[torch.Tensor], stride: _Pair, padding: _Pair,
+                dilation: _Pair) -> torch.Tensor:
+        ctx.save_for_backward(input, offset, weight, bias, mask)
+        ctx.conv = (stride, padding, dilation)
+        return _deform_conv2d_ops(input, offset, weight, bias, stride, padding, dilation, mask)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type='cpu')
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        saved = ctx.saved_tensors
+        need = ctx.needs_input_grad[:5]
+        leaves = [t.detach().requires_grad_(n) if t is not None else None for t, n in zip(saved, need)]
+        with torch.enable_grad():
+            input, offset, weight, bias, mask = leaves
+            out = _deform_conv2d_ops(input, offset, weight, bias, *ctx.conv, mask)
+        wanted = [t for t, n in zip(leaves, need) if t is not None and n]
+        grads = iter(torch.autograd.grad(out, wanted, grad_out) if wanted else ())
+        return (*(next(grads) if t is not None and n else None for t, n in zip(leaves, need)), None, None, None)
+
+
+def _deform_conv2d_ops(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
+                       bias: Optional[torch.Tensor] = None, stride: _Pair = 1, padding: _Pair = 0,
+                       dilation: _Pair = 1, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The deformable convolution as differentiable PyTorch operations.
 
     Every kernel tap of every output pixel is sampled bilinearly at
     ``(y, x) = (h_out*stride - pad + i*dil + dy, w_out*stride - pad + j*dil + dx)``, where

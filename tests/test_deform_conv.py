@@ -81,3 +81,74 @@ def test_unknown_DEFORM_IMPL_is_rejected(monkeypatch):
     (x, offset, weight, bias, mask), _, (s, p, d) = _inputs(*CASES[0])
     with pytest.raises(ValueError, match='VRT_DEFORM_IMPL'):
         deform_conv2d(x, offset, weight, bias, s, p, d, mask)
+
+
+# The pure path keeps only its inputs for backward and samples again there. Plain autograd through the
+# same operations (`_deform_conv2d_ops`) is the reference: outputs and gradients must be equal bit for bit.
+
+def _float32(case, seed=0):
+    (x, offset, weight, bias, mask), _, conv = _inputs(*case, seed=seed)
+    leaves = [t.detach().float().requires_grad_() if t is not None else None for t in (x, offset, weight, bias, mask)]
+    return leaves, conv
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_outputs_and_gradients_equal_plain_autograd_bit_for_bit(case):
+    (x, offset, weight, bias, mask), (s, p, d) = _float32(case)
+    tensors = [t for t in (x, offset, weight, bias, mask) if t is not None]
+    ref = dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask)
+    out = deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask)
+    assert out.grad_fn is not None and 'DeformConv2dFunction' in type(out.grad_fn).__name__
+    assert torch.equal(out, ref)
+    cot = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
+    for a, b in zip(torch.autograd.grad(out, tensors, cot), torch.autograd.grad(ref, tensors, cot)):
+        assert torch.equal(a, b)
+
+
+def test_only_the_gradients_asked_for_are_computed_frozen_weights_and_no_mask_grad():
+    (x, offset, weight, bias, mask), (s, p, d) = _float32(CASES[0])
+    weight.requires_grad_(False)
+    bias.requires_grad_(False)
+    mask = mask.detach()
+    out = deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask)
+    gx, goff = torch.autograd.grad(out.square().sum(), [x, offset])
+    rx, roff = torch.autograd.grad(dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask).square().sum(),
+                                   [x, offset])
+    assert torch.equal(gx, rx) and torch.equal(goff, roff)
+    with torch.no_grad():  # evaluation: no autograd function at all
+        assert deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask).grad_fn is None
+
+
+def _saved_bytes(fn) -> int:
+    """Bytes of every tensor autograd keeps for backward while `fn()` runs (distinct storages)."""
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def test_backward_keeps_the_inputs_not_the_sampled_columns():
+    b, c, dg, h, w = 1, 16, 4, 24, 24
+    (x, offset, weight, bias, mask), (s, p, d) = _float32((b, c, c, 1, dg, h, w, 3, 1, 1, 1, True))
+    columns = b * c * 9 * h * w * 4  # float32 bytes of the sampled columns
+    inputs = sum(t.numel() * 4 for t in (x, offset, weight, bias, mask))
+    ours = _saved_bytes(lambda: deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask))
+    plain = _saved_bytes(lambda: dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask))
+    assert ours <= inputs < columns
+    assert plain > 2 * columns  # what autograd kept before: the columns before and after the mask, and more
+
+
+def test_bf16_autocast_gradients_match_plain_autograd_under_autocast():
+    (x, offset, weight, bias, mask), (s, p, d) = _float32(CASES[0])
+    tensors = [x, offset, weight, bias, mask]
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask)
+        ref = dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask)
+    assert out.dtype == ref.dtype and torch.equal(out, ref)
+    cot = torch.ones_like(out)
+    for a, r in zip(torch.autograd.grad(out, tensors, cot), torch.autograd.grad(ref, tensors, cot)):
+        assert torch.equal(a, r)
