@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
-from models.deform_conv import deform_conv2d_torch  # noqa: E402
+from models.deform_conv import _deform_conv2d_ops, deform_conv2d_torch  # noqa: E402
 
 # (label, batch, channels, deformable groups, height, width)
 SHAPES = [
@@ -31,6 +31,8 @@ SHAPES = [
 IMPLS = {
     'torchvision': lambda *a: torchvision.ops.deform_conv2d(*a[:4], (1, 1), (1, 1), (1, 1), a[4]),
     'torch': lambda *a: deform_conv2d_torch(*a[:4], 1, 1, 1, a[4]),
+    # the pure path as plain autograd (before it kept only its inputs and sampled again in backward)
+    'torch before': lambda *a: _deform_conv2d_ops(*a[:4], 1, 1, 1, a[4]),
 }
 
 
@@ -99,7 +101,9 @@ def main():
         print(f'{label}:')
         for impl in IMPLS:
             print(f'  {impl:12s} {med[impl] * 1e3:8.1f} ms/iter   peak RSS growth {mem[impl]:7.1f} MiB')
-        print(f'  ratio torchvision/torch = {med["torchvision"] / med["torch"]:.2f}')
+        print(f'  ratio torchvision/torch = {med["torchvision"] / med["torch"]:.2f}, '
+              f'torch/torch before = {med["torch"] / med["torch before"]:.2f} (time), '
+              f'{mem["torch"] / mem["torch before"]:.2f} (peak RSS growth of one layer\'s step)')
 
 
 if __name__ == '__main__':

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every benchmark in bench/ once and print all ratios (raw output; see bench/README.md).
 #
-#   bash bench/run_all.sh            # full run, about 10-15 minutes on 2 CPU cores
+#   bash bench/run_all.sh            # full run, about 35-40 minutes on 2 CPU cores (VRT step: ~20)
 #   QUICK=1 bash bench/run_all.sh    # fewer reps, no torch.compile row (a smoke run, noisy)
 #
 # Timings are only meaningful on an otherwise idle machine: check `uptime` first.
@@ -39,6 +39,11 @@ echo
 echo "== bench_curves.py: cost of redrawing curves.png"
 python bench/bench_curves.py
 echo
+if [[ "${QUICK:-0}" != "1" ]]; then
+  echo "== bench_vrt_step.py: VRT 006 training step, deformable conv paths x checkpointing (~20 min)"
+  python bench/bench_vrt_step.py
+  echo
+fi
 echo "== bench_startup.py: time to the first finished step, main_train.py vs bare PyTorch"
 python bench/bench_startup.py "${STARTUP[@]}"
 echo
