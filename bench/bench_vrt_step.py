@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
