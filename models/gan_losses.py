@@ -92,10 +92,13 @@ class VGGFeatures(nn.Module):
         if self.use_input_norm:
             x = (x - self.mean) / self.std
         out = []
+        last = self.layers[-1]
         for i, layer in enumerate(self.features):
             x = layer(x)
             if i in self.layers:
-                out.append(x)
+                # The next layer of torchvision's VGG may be an in-place ReLU, which would overwrite a
+                # stored tensor with its post-ReLU values: keep a copy (KAIR's pre-activation features).
+                out.append(x if i == last else x.clone())
         return out
 
 

@@ -98,6 +98,41 @@ def test_vgg_weights_from_a_file_are_used(tmp_path):
     assert x.grad is not None and loss.vgg.features[0].weight.grad is None
 
 
+def test_several_perceptual_layers_compare_features_before_the_activation_as_kair_does(tmp_path):
+    """KAIR's [2, 7, 16, 25, 34] (BSRGAN, SwinIR real-world GAN): each feature is the conv output itself,
+    not what torchvision's in-place ReLU after it leaves in the same tensor."""
+    from torch import nn
+    from torchvision.models import vgg19
+    torch.manual_seed(0)
+    net = vgg19(weights=None)
+    torch.save(net.state_dict(), tmp_path / 'vgg.pth')
+    layers, weights = [2, 7, 16, 25, 34], [0.1, 0.1, 1.0, 1.0, 1.0]
+    loss = PerceptualLoss(layers, weights, 'l1', True, False, str(tmp_path / 'vgg.pth'))
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+
+    def reference(x):  # every layer out of place: each stored feature is its own tensor
+        x, feats = (x - mean) / std, []
+        for i, layer in enumerate(net.features[:35]):
+            x = torch.relu(x) if isinstance(layer, nn.ReLU) else layer(x)
+            if i in layers:
+                feats.append(x)
+        return feats
+
+    x = torch.rand(2, 3, 48, 48, requires_grad=True)
+    y = torch.rand(2, 3, 48, 48)
+    ours, ref = loss.vgg(x), reference(x)
+    for i, a, b in zip(layers, ours, ref):
+        assert torch.equal(a, b), f'layer {i}'
+        assert (a < 0).any(), f'layer {i}: a conv output before its ReLU has negative values'
+    value = loss(x, y)
+    expected = sum(w * torch.nn.functional.l1_loss(a, b) for w, a, b in zip(weights, ref, reference(y)))
+    assert torch.allclose(value, expected, rtol=1e-6, atol=0)
+    grad, = torch.autograd.grad(value, x)
+    expected_grad, = torch.autograd.grad(expected, x)
+    assert torch.allclose(grad, expected_grad, rtol=1e-5, atol=1e-9)
+
+
 @pytest.mark.parametrize('gan_type, real, fake', [('gan', 0.2201, 1.7201), ('lsgan', 0.5, 2.5), ('wgan', -1.5, 1.5),
                                                   ('softplusgan', 0.2201, 1.7201), ('ragan', 0.2201, 1.7201)])
 def test_adversarial_losses_of_real_and_fake_targets(gan_type, real, fake):
