@@ -112,14 +112,16 @@ def _deform_conv2d_ops(input: torch.Tensor, offset: torch.Tensor, weight: torch.
         raise ValueError(f'deform_conv2d: inconsistent shapes input {tuple(input.shape)}, '
                          f'weight {tuple(weight.shape)}, offset {tuple(offset.shape)}')
 
-    dev, dt = input.device, input.dtype
+    # Positions and sampling in (at least) float32 whatever the input's dtype: under autocast it is bf16/fp16,
+    # which cannot hold a fractional pixel position (bf16 steps by 1 px from 128 px); columns return in its dtype.
+    dev, dt = input.device, torch.promote_types(input.dtype, torch.float32)
     base_y = (torch.arange(kh, device=dev, dtype=dt) * dh).view(kh, 1, 1, 1) \
         + (torch.arange(h_out, device=dev, dtype=dt) * sh - ph).view(1, 1, h_out, 1)
     base_x = (torch.arange(kw, device=dev, dtype=dt) * dw).view(1, kw, 1, 1) \
         + (torch.arange(w_out, device=dev, dtype=dt) * sw - pw).view(1, 1, 1, w_out)
     base_y = base_y.expand(kh, kw, h_out, w_out).reshape(k, h_out, w_out)
     base_x = base_x.expand(kh, kw, h_out, w_out).reshape(k, h_out, w_out)
-    off = offset.view(b, n_off, k, 2, h_out, w_out)
+    off = offset.to(dt).view(b, n_off, k, 2, h_out, w_out)
     y = base_y + off[:, :, :, 0]
     x = base_x + off[:, :, :, 1]
 
@@ -129,8 +131,8 @@ def _deform_conv2d_ops(input: torch.Tensor, offset: torch.Tensor, weight: torch.
         h, w = input.shape[-2:]
     grid = torch.stack((x * (2.0 / (w - 1)) - 1.0, y * (2.0 / (h - 1)) - 1.0), dim=-1)
     grid = grid.view(b * n_off, k * h_out, w_out, 2)
-    cols = F.grid_sample(input.reshape(b * n_off, c_in // n_off, h, w), grid, mode='bilinear',
-                         padding_mode='zeros', align_corners=True)
+    cols = F.grid_sample(input.to(dt).reshape(b * n_off, c_in // n_off, h, w), grid, mode='bilinear',
+                         padding_mode='zeros', align_corners=True).to(input.dtype)
     cols = cols.view(b, n_off, c_in // n_off, k, h_out, w_out)
     if mask is not None:
         cols = cols * mask.view(b, n_off, 1, k, h_out, w_out)

@@ -94,9 +94,12 @@ def guided_deformable_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if kk != kh * kw or d % g or d % heads:
         raise ValueError(f'guided_deformable_attention: offset {tuple(offset.shape)} does not fit window {window}, '
                          f'{d} channels, {heads} heads')
-    dev, dt = q.device, q.dtype
+    # positions and sampling in (at least) float32 whatever the features' dtype: bf16 cannot hold fractional
+    # pixel positions
+    dev, dt = q.device, torch.promote_types(q.dtype, torch.float32)
     base_y = (torch.arange(kh, device=dev, dtype=dt) - kh // 2).repeat_interleave(kw).view(kk, 1, 1)
     base_x = (torch.arange(kw, device=dev, dtype=dt) - kw // 2).repeat(kh).view(kk, 1, 1)
+    offset = offset.to(dt)
     y = torch.arange(h, device=dev, dtype=dt).view(1, h, 1) + base_y + offset[:, :, :, :, 0]
     x = torch.arange(w, device=dev, dtype=dt).view(1, 1, w) + base_x + offset[:, :, :, :, 1]
     kv = torch.cat([k.reshape(b, m, g, 1, d // g, h, w), v.reshape(b, m, g, 1, d // g, h, w)], 3)
@@ -106,7 +109,7 @@ def guided_deformable_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         kv = F.pad(kv, (0, int(w == 1), 0, int(h == 1)))
     hs, ws = kv.shape[-2:]
     grid = torch.stack((x * (2.0 / (ws - 1)) - 1.0, y * (2.0 / (hs - 1)) - 1.0), -1).view(b * m * g, kk * h, w, 2)
-    sampled = F.grid_sample(kv, grid, mode='bilinear', padding_mode='zeros', align_corners=True)
+    sampled = F.grid_sample(kv.to(dt), grid, mode='bilinear', padding_mode='zeros', align_corners=True).to(kv.dtype)
     # b m g (k|v) c K (h w) -> (k|v) b g c m K (h w): channel g·D/G + c, sampled point m·K + κ
     sampled = sampled.view(b, m, g, 2, d // g, kk, h * w).permute(3, 0, 2, 4, 1, 5, 6)
     ks, vs = (s.reshape(b, heads, d // heads, m * kk, h * w) for s in sampled)

@@ -44,20 +44,26 @@ def flow_warp(x: torch.Tensor, flow: torch.Tensor, interp_mode: str = 'bilinear'
 
     `interp_mode='nearest4'` returns the four integer neighbours of each sample point stacked on the
     channel axis (N,4C,H,W): the official image pre-alignment feeds those to conv_first.
+    Positions and sampling are (at least) float32 whatever the features' dtype: under `train.amp` they are bf16/fp16,
+    which cannot hold a fractional pixel position (bf16 steps by 1 px from 128 px, 2 px from 256 px);
+    the result comes back in x's dtype.
     """
     n, _, h, w = x.shape
-    grid_y, grid_x = torch.meshgrid(torch.arange(h, dtype=x.dtype, device=x.device),
-                                    torch.arange(w, dtype=x.dtype, device=x.device), indexing='ij')
-    vgrid = torch.stack((grid_x, grid_y), 2) + flow
+    dt = torch.promote_types(x.dtype, torch.float32)  # float64 stays float64
+    grid_y, grid_x = torch.meshgrid(torch.arange(h, dtype=dt, device=x.device),
+                                    torch.arange(w, dtype=dt, device=x.device), indexing='ij')
+    vgrid = torch.stack((grid_x, grid_y), 2) + flow.to(dt)
     sx, sy = 2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)
+    src = x.to(dt)
     if interp_mode == 'nearest4':
         xf, xc = torch.floor(vgrid[..., 0]) * sx - 1.0, torch.ceil(vgrid[..., 0]) * sx - 1.0
         yf, yc = torch.floor(vgrid[..., 1]) * sy - 1.0, torch.ceil(vgrid[..., 1]) * sy - 1.0
-        return torch.cat([F.grid_sample(x, torch.stack(g, dim=3), mode='nearest', padding_mode=padding_mode,
+        return torch.cat([F.grid_sample(src, torch.stack(g, dim=3), mode='nearest', padding_mode=padding_mode,
                                         align_corners=align_corners)
-                          for g in ((xf, yf), (xf, yc), (xc, yf), (xc, yc))], 1)
+                          for g in ((xf, yf), (xf, yc), (xc, yf), (xc, yc))], 1).to(x.dtype)
     vgrid = torch.stack((vgrid[..., 0] * sx - 1.0, vgrid[..., 1] * sy - 1.0), dim=3)
-    return F.grid_sample(x, vgrid, mode=interp_mode, padding_mode=padding_mode, align_corners=align_corners)
+    return F.grid_sample(src, vgrid, mode=interp_mode, padding_mode=padding_mode,
+                         align_corners=align_corners).to(x.dtype)
 
 
 class BasicModule(nn.Module):
