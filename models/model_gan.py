@@ -157,7 +157,7 @@ class ModelGAN(ModelPlain):
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():
                     with self.autocast():
                         E = self.predict(self.net, batch)
-                        loss_g = self._generator_loss(E, batch['H'], parts) / n
+                        loss_g = self._generator_loss(E, batch['H'], parts, n)
                     (loss_g if self.scaler is None else self.scaler.scale(loss_g)).backward()
                 total_g += loss_g.detach()
                 parts[6] += 1.0 / n
@@ -170,16 +170,17 @@ class ModelGAN(ModelPlain):
         self._d_loss = total_d
         return total_g
 
-    def _generator_loss(self, E: torch.Tensor, H: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
-        """Pixel + perceptual + adversarial loss of one micro-batch, with D frozen and unwrapped."""
+    def _generator_loss(self, E: torch.Tensor, H: torch.Tensor, parts: torch.Tensor, n: int) -> torch.Tensor:
+        """Pixel + perceptual + adversarial loss of one of `n` micro-batches, divided by n (the iteration's
+        loss is their mean), with D frozen and unwrapped; `parts` sums the divided terms for the log."""
         t = self.train_opt
         loss = E.new_zeros((), dtype=torch.float32)
         if t['G_lossfn_weight'] > 0:
-            pix = self.loss_fn(E, H).float()
+            pix = self.loss_fn(E, H).float() / n
             loss = loss + pix
             parts[0] += pix.detach()
         if self.perceptual is not None:
-            percep = t['F_lossfn_weight'] * self.perceptual(E, H).float()
+            percep = t['F_lossfn_weight'] * self.perceptual(E, H).float() / n
             loss = loss + percep
             parts[1] += percep.detach()
         self._set_d_trainable(False)
@@ -193,7 +194,7 @@ class ModelGAN(ModelPlain):
                 adv = self.gan_loss(pred_fake, True)
         finally:
             self._set_d_trainable(True)
-        adv = t['D_lossfn_weight'] * adv
+        adv = t['D_lossfn_weight'] * adv / n
         parts[2] += adv.detach()
         return loss + adv
 

@@ -160,6 +160,21 @@ def test_g_steps_follow_d_update_ratio_and_d_init_iters_while_d_steps_every_iter
     assert {'G_loss', 'l_g_pix', 'l_g_percep', 'l_g_gan', 'D_loss', 'D_real', 'D_fake'} <= set(logged)
 
 
+def test_losses_logged_with_accumulation_are_means_over_the_micro_batches(tmp_path, demo_images):
+    """Two micro-batches of the same data log what one does: the iteration's loss is their mean, not their sum."""
+    logged = []
+    for n in (1, 2):
+        torch.manual_seed(0)
+        model = _model(tmp_path, demo_images, accumulate_steps=n)
+        model.step(1, model.backward([_batch(3)] * n))
+        logged.append(model.log_losses())
+    once, twice = logged
+    assert set(once) == {'G_loss', 'l_g_pix', 'l_g_percep', 'l_g_gan', 'D_loss', 'D_real', 'D_fake'} == set(twice)
+    for key in once:
+        assert twice[key] == pytest.approx(once[key], rel=1e-5), key
+    assert once['G_loss'] == pytest.approx(once['l_g_pix'] + once['l_g_percep'] + once['l_g_gan'], rel=1e-6)
+
+
 def test_the_g_step_gives_no_gradient_to_d_and_the_d_step_none_to_g(tmp_path, demo_images):
     model = _model(tmp_path, demo_images, gan_type='ragan')
     model.backward([_batch()])
