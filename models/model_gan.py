@@ -17,7 +17,7 @@ Relativistic ("ragan") and BatchNorm discriminators compare within each process'
 processes x batch b differ from one process x batch N*b there, as in every DDP GAN trainer.
 """
 import contextlib
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -30,7 +30,7 @@ from models.optim import build_optimizer, build_scheduler, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
 from utils import dist
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 from utils.logger import get_logger
 from utils.options import Key
 
@@ -116,6 +116,31 @@ class ModelGAN(ModelPlain):
         self._d_loss = torch.zeros((), device=device)
         # sums since the last log: pixel, perceptual, adversarial (G steps), D loss, D(real), D(fake), G steps, D steps
         self._parts = torch.zeros(8, device=device)
+
+    def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """netG's check (see ModelPlain), then netD and the perceptual loss on its output: a netD that does not
+        fit the data (`in_nc`, a patch size a VGG-style netD cannot take) or a perceptual loss that cannot
+        take the images is one line at start-up, before anything is written, not a traceback at iteration 1."""
+        out, batch = super().check_sample(sample, where)
+        shape = tuple(out.shape[1:])
+        try:
+            with self.probe(self.net_d):
+                self.net_d(out)
+        except (RuntimeError, ValueError, TypeError, UserError) as e:
+            hint = '' if isinstance(e, UserError) else ' (check netD.in_nc against "n_channels")'
+            raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape} for a sample '
+                            f'of {where}: {first_line(e)[:300]}{hint}') from None
+        if self.perceptual is not None:
+            try:
+                with self.probe(self.perceptual):
+                    self.perceptual(out, batch['H'])
+            except (RuntimeError, ValueError, TypeError) as e:
+                hint = (' (VGG19 takes 3 channels: gray images get them from F_use_input_norm true, whose '
+                        'normalisation broadcasts them, as in KAIR; else set F_lossfn_weight to 0)' if shape[0] != 3
+                        else '')
+                raise UserError(f'train.F_lossfn_weight: the VGG19 perceptual loss cannot take netG\'s output {shape} '
+                                f'for a sample of {where}: {first_line(e)[:200]}{hint}') from None
+        return out, batch
 
     def network_info(self) -> str:
         n_d = sum(p.numel() for p in self.net_d.parameters())

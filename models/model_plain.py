@@ -7,7 +7,7 @@ eval network to the model's `restorer_class` (models/restorer.py), which main_te
 """
 import contextlib
 import gc
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -180,33 +180,44 @@ class ModelPlain:
     def forward_loss(self, batch: Dict[str, Any]) -> torch.Tensor:
         return self.loss_fn(self.predict(self.net, batch), batch['H'])
 
-    def check_sample(self, sample: Dict[str, Any], where: str) -> None:
+    def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Run one training sample through netG (no grad, eval mode) before anything is written.
 
         A network that cannot take the data (channel counts, `nc: 0`, a scale that differs from the
         dataset's) fails here with one line instead of at the first iteration, after the run
-        folder, log and options were written. The random states are left as they were.
+        folder, log and options were written. The random states are left as they were. Returns
+        netG's output and the batch on the device, for models that check more networks on them.
         """
         batch = {k: v.unsqueeze(0) if torch.is_tensor(v) else [v] for k, v in sample.items()}
         batch = self.to_device(batch)
-        net = self.net_g
-        was_training = net.training
-        net.eval()
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=[self.device] if self.device.type == 'cuda' else []):
-                with self.autocast():
-                    out = self.predict(net, batch)
+            with self.probe(self.net_g):
+                out = self.predict(self.net_g, batch)
         except (RuntimeError, ValueError, TypeError) as e:
             shapes = ', '.join(f'{k} {tuple(v.shape[1:])}' for k, v in batch.items() if torch.is_tensor(v))
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) cannot take a sample of {where} ({shapes}): '
                             f'{first_line(e)[:300]}') from None
-        finally:
-            net.train(was_training)
         target = batch['H']
         if out.shape != target.shape:
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) turns {where} input {tuple(batch["L"].shape[1:])} '
                             f'into {tuple(out.shape[1:])}, but the target H is {tuple(target.shape[1:])} '
                             f'(check netG\'s scale/channels against "scale" and "n_channels")')
+        return out, batch
+
+    @contextlib.contextmanager
+    def probe(self, *nets: nn.Module) -> Iterator[None]:
+        """For start-up checks that must leave no trace: `nets` in eval mode (no BatchNorm statistics or
+        spectral-norm vectors updated), no autograd, the random states restored after, under `train.amp`."""
+        modes = [net.training for net in nets]
+        for net in nets:
+            net.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[self.device] if self.device.type == 'cuda' else []):
+                with self.autocast():
+                    yield
+        finally:
+            for net, mode in zip(nets, modes):
+                net.train(mode)
 
     def predict(self, net: nn.Module, batch: Dict[str, Any]) -> torch.Tensor:
         """`net`'s output for a training batch, the tensor the loss compares with batch['H']."""

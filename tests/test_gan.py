@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -75,6 +76,29 @@ def test_missing_vgg_weights_are_one_line_naming_the_file_and_nothing_is_written
     res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr.count('\n') == 1 and missing in res.stderr and 'download.pytorch.org' in res.stderr
+    assert not (tmp_path / 'exp').exists()
+
+
+@pytest.mark.parametrize('change, expected', [
+    ({'netD': {'in_nc': 1}}, r'netD \(discriminator_vgg_96\) cannot take netG\'s output \(3, 96, 96\) for a sample of '
+                             r'datasets\.train: .*check netD\.in_nc against "n_channels"'),
+    ({'H_size': 128}, r'netD \(discriminator_vgg_96\) cannot take netG\'s output \(3, 128, 128\) .*needs 96x96 inputs'),
+    ({'n_channels': 1, 'netG': {'in_nc': 1, 'out_nc': 1}, 'netD': {'in_nc': 1}, 'train': {'F_use_input_norm': False}},
+     r'train\.F_lossfn_weight: the VGG19 perceptual loss cannot take netG\'s output \(1, 96, 96\) .*'
+     r'F_use_input_norm'),  # gray images reach VGG19 as 3 channels only through the normalisation's broadcast
+], ids=['netD-in_nc', 'netD-patch-size', 'perceptual-gray'])
+def test_a_netd_or_perceptual_loss_that_does_not_fit_the_data_is_one_line_at_start_up(tmp_path, demo_images, change,
+                                                                                      expected):
+    opt = _tiny(tmp_path, demo_images)
+    for section in ('netG', 'netD', 'train'):
+        opt[section].update(change.get(section, {}))
+    if 'H_size' in change:
+        opt['datasets']['train']['H_size'] = change['H_size']
+    if 'n_channels' in change:
+        opt['n_channels'] = change['n_channels']
+    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.count('\n') == 1 and re.search(expected, res.stderr), res.stderr
     assert not (tmp_path / 'exp').exists()
 
 
