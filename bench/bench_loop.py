@@ -33,7 +33,6 @@ from models.init import init_weights  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from utils import dist  # noqa: E402
-from utils.logger import Reporter  # noqa: E402
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
 
@@ -112,8 +111,12 @@ def framework(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]],
     trainer.steps_per_epoch = len(trainer.train_loader) // trainer.accum
     trainer.effective_batch = trainer.train_loader.batch_size * trainer.accum * state.world_size
     trainer.model = ModelPlain(opt, torch.device('cpu'))
-    trainer.step = trainer.epoch = trainer.epoch_step = 0
-    trainer.reporter = Reporter(opt, dist.is_main_process())
+    # The run folder as `prepare_run_dir` makes it (its lock, log file and saved options are not
+    # per-step costs), then the real `start()`: the Reporter appends history.jsonl rows at print steps.
+    for key in ('task', 'models', 'options'):
+        os.makedirs(opt['path'][key], exist_ok=True)
+    trainer.point = None
+    trainer.start()
     trainer.save = lambda: None  # end-of-run checkpoint: not a per-step cost
     trainer.check_replicas = lambda: None
 
