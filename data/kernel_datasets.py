@@ -30,7 +30,7 @@ from data.registry import DATASETS
 from data.sampler import key_step_seed, parse_key
 from utils.errors import UserError
 from utils.image import imresize_bicubic, uint2tensor
-from utils.options import REQUIRED
+from utils.options import IGNORED, REQUIRED
 
 USRNET_KERNEL_SIZE = 25  # KAIR's USRNet kernels (motion and gaussian) are 25x25
 MOTION_PROB = 0.5        # KAIR: motion blur for 4 of the 8 values of randint(0, 7)
@@ -94,6 +94,7 @@ class DatasetUSRNet(_KernelDataset):
         'sf_validation': 3,
         'use_hflip': True,
         'use_rot': True,
+        'use_flip': IGNORED,           # in KAIR's train_usrnet.json; its USRNet dataset never reads it
         'metric_border': None,
         'metric_round_y': None,
         'cache_data': False,

@@ -1,4 +1,4 @@
-"""Random crops and flips on lists of HWC numpy arrays (any channel count).
+"""Random crops and flips on lists of HWC numpy arrays (any channel count), colour jitter of a clip.
 
 Every list element gets the same crop / flip so paired frames, video clips and spike planes stay
 aligned. All randomness comes from the `rng` argument (per-sample seeded by the caller).
@@ -7,6 +7,7 @@ import random
 from typing import List, Tuple
 
 import numpy as np
+import torch
 
 from utils.errors import UserError
 
@@ -15,7 +16,8 @@ def _prefix(where: str) -> str:
     return f'{where}: ' if where else ''
 
 
-def _common_size(imgs: List[np.ndarray], what: str, where: str) -> Tuple[int, int]:
+def common_size(imgs: List[np.ndarray], what: str, where: str) -> Tuple[int, int]:
+    """The (h, w) all `imgs` share; UserError naming `where` when they differ."""
     sizes = {img.shape[:2] for img in imgs}
     if len(sizes) != 1:
         raise UserError(f'{_prefix(where)}{what} images in one sample differ in size: '
@@ -26,7 +28,7 @@ def _common_size(imgs: List[np.ndarray], what: str, where: str) -> Tuple[int, in
 def paired_random_crop(gts: List[np.ndarray], lqs: List[np.ndarray], gt_size: int, scale: int,
                        rng: random.Random, where: str = '') -> Tuple[List[np.ndarray], List[np.ndarray]]:
     """Crop a gt_size patch from every gt and the matching gt_size/scale patch from every lq."""
-    top, left = paired_crop_window(_common_size(gts, 'ground-truth', where), _common_size(lqs, 'low-quality', where),
+    top, left = paired_crop_window(common_size(gts, 'ground-truth', where), common_size(lqs, 'low-quality', where),
                                    gt_size, scale, rng, where)
     lq_size = gt_size // scale
     lqs = [img[top:top + lq_size, left:left + lq_size] for img in lqs]
@@ -57,7 +59,7 @@ def paired_crop_window(gt_hw: Tuple[int, int], lq_hw: Tuple[int, int], gt_size: 
 def random_crop(imgs: List[np.ndarray], size: int, rng: random.Random,
                 where: str = '') -> List[np.ndarray]:
     """Crop the same size x size patch from every image (all of one size)."""
-    h, w = _common_size(imgs, 'the', where)
+    h, w = common_size(imgs, 'the', where)
     if h < size or w < size:
         raise UserError(f'{_prefix(where)}image of size {h}x{w} is smaller than the patch size {size}')
     top = rng.randint(0, h - size)
@@ -87,3 +89,22 @@ def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool,
             img = img.transpose((1, 0) + tuple(range(2, img.ndim)))
         out.append(np.ascontiguousarray(img) if copy else img)
     return out
+
+
+def color_jitter(clip: torch.Tensor, rng: random.Random, strength: float = 0.05) -> torch.Tensor:
+    """One random colour jitter of a whole uint8 clip (T×C×H×W, RGB), the same for every frame: KAIR's VRT 009
+    `color_jitter` (torchvision's ColorJitter(0.05, 0.05, 0.05, 0.05) on the stacked input and target).
+
+    Brightness, contrast and saturation factors are drawn from [1 - s, 1 + s], the hue shift from [-s, s],
+    and the four adjustments run in a random order, as ColorJitter does, but from the sample's own `rng`
+    (data order and augmentation stay a function of the sample seed). The result is rounded back to uint8,
+    the loader's format: at most half a grey level from KAIR's float result.
+    """
+    from torchvision.transforms import functional as TF  # torchvision is heavy: only when jitter is on
+    factors = [rng.uniform(1 - strength, 1 + strength) for _ in range(3)] + [rng.uniform(-strength, strength)]
+    order = rng.sample(range(4), 4)
+    adjust = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue)
+    x = clip.float() / 255.0
+    for i in order:
+        x = adjust[i](x, factors[i])
+    return (x * 255.0).round_().clamp_(0, 255).to(torch.uint8)

@@ -16,11 +16,14 @@ Temporal padding, applied to L and H alike so every frame the network returns ha
 (KAIR's test set pads only L; the model's `val.pad_seq` / `val.flip_seq` do KAIR's test-time
 padding, dropping the padded output / averaging the two directions.)
 
-Frame interpolation (`temporal_scale` 2 with KAIR's names, or the *VFI* dataset types), as VRT 009:
-the window's frames at even offsets are the input and its centre frame, which is not among them,
-is the target: num_frame 7 → L = im1, im3, im5, im7 (4×3×H×W), H = im4 (1×3×H×W); num_frame 3 →
-L = im3, im5, H = im4. VRT's interpolation network (pa_frames 0) returns N×1×3×H×W for this L.
-The input frames are read from `dataroot_lq` (the VFI types default it to `dataroot_gt`).
+Frame interpolation, as VRT 009: the window's frames `temporal_scale` apart are the input and its
+centre frame is the target: num_frame 7, temporal_scale 2 → L = im1, im3, im5, im7 (4×3×H×W),
+H = im4 (1×3×H×W); num_frame 3 → L = im3, im5, H = im4. VRT's interpolation network (pa_frames 0)
+returns N×1×3×H×W for this L. KAIR's names: `VideoRecurrentTrainVimeoVFIDataset` takes any
+temporal_scale, default 1 as in KAIR (every frame in, the target among them: said in the log);
+`VideoTestVimeo90KDataset` and `VideoRecurrentTrainVimeoDataset` interpolate with temporal_scale 2
+(1: restoration); `VideoTestVimeo90KVFIDataset` (ours) is the test set with temporal_scale 2. The
+input frames are read from `dataroot_lq` (the VFI types default it to `dataroot_gt`).
 
 Randomness of training items (interval, reverse, crop, flips) comes only from the key's seed
 (`(index, seed)` from the train sampler; a bare index seeds with itself).
@@ -39,11 +42,13 @@ from torch.utils.data import Dataset
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.registry import DATASETS
 from data.sampler import parse_key
-from data.transforms import augment, paired_random_crop
+from data.transforms import augment, color_jitter, paired_random_crop
 from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _stack_tensor, _to_float, check_frames,
                                  check_gt_size)
+from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.image import imread_uint
+from utils.logger import get_logger
 from utils.options import REQUIRED
 
 Size = Tuple[int, int]
@@ -111,9 +116,9 @@ def frame_window(num: int, num_frame: int, interval: int = 1) -> List[int]:
     return [first + k * interval for k in range(num_frame)]
 
 
-def vfi_split(frames: Sequence[int]) -> Tuple[List[int], List[int]]:
-    """(input frames, target frames) for interpolation: every second frame in, the centre frame out."""
-    return list(frames[::2]), [frames[len(frames) // 2]]
+def vfi_split(frames: Sequence[int], step: int = 2) -> Tuple[List[int], List[int]]:
+    """(input frames, target frames) for interpolation: every `step`-th frame in, the centre frame out."""
+    return list(frames[::step]), [frames[len(frames) // 2]]
 
 
 def _positive_int(opt: Dict[str, Any], prefix: str, key: str) -> int:
@@ -202,13 +207,15 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         'temporal_scale': 1,           # 2: frame interpolation (see the module docstring)
         'test_mode': False,            # accepted for KAIR option files; Vimeo's test split is its own meta_info_file
     }
+    jitter = False  # colour jitter of each item (the VFI type's `color_jitter`)
 
     def __init__(self, opt: Dict[str, Any]):
         super().__init__()
         self.opt = opt
         p = self.prefix = opt['_where']
-        self.vfi = _temporal_scale(opt, p) == 2
         self.num_frame = _positive_int(opt, p, 'num_frame')
+        self.input_step = self.interpolation_step(opt, p)
+        self.vfi = self.input_step is not None
         self.gt_size = _positive_int(opt, p, 'gt_size')
         self.scale = _positive_int(opt, p, 'scale')
         self.interval_list = opt['interval_list']
@@ -222,7 +229,6 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
                             f'meta_info_Vimeo90K_test_GT.txt); evaluate with VideoTestVimeo90KDataset')
         self.pad, self.mirror = _temporal_padding(opt, p, self.vfi)
         if self.vfi:
-            _check_vfi_num_frame(self.num_frame, p)
             if self.scale != 1:
                 raise UserError(f'{p}.scale: frame interpolation keeps the frame size: scale must be 1, '
                                 f'got {self.scale}')
@@ -249,13 +255,24 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         self.check_train_options()
         self.check_files()
 
+    def interpolation_step(self, opt: Dict[str, Any], prefix: str) -> Optional[int]:
+        """The step between input frames when the dataset is for frame interpolation, else None.
+
+        Here temporal_scale 1 is restoration and 2 interpolation from every second frame (KAIR's
+        training set has no working temporal_scale 2: it stacks a hard-coded 7 frames).
+        """
+        if _temporal_scale(opt, prefix) != 2:
+            return None
+        _check_vfi_num_frame(self.num_frame, prefix)
+        return 2
+
     def frame_key(self, seq: str, frame: int) -> str:
         return f'{seq}/im{frame:{self.tmpl}}'
 
     def frames(self, num: int, interval: int) -> Tuple[List[int], List[int]]:
         """(LQ input frames, GT target frames), 1-based, in time order."""
         window = frame_window(num, self.num_frame, interval)
-        return vfi_split(window) if self.vfi else (window, window)
+        return vfi_split(window, self.input_step) if self.vfi else (window, window)
 
     def check_files(self) -> None:
         """Header and size of every frame a training item can read (disk backend; see check_frames)."""
@@ -290,25 +307,46 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         gts, lqs = paired_random_crop(gts, lqs, self.gt_size, self.scale, rng, where=f'{self.prefix} {seq}')
         out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng)
         n = len(lqs)
-        L = _pad_in_time(_stack_tensor(out[:n]), self.pad, self.mirror)
-        H = _pad_in_time(_stack_tensor(out[n:]), self.pad, self.mirror)
-        return {'L': L, 'H': H, 'key': seq, 'folder': seq}
+        L, H = _stack_tensor(out[:n]), _stack_tensor(out[n:])
+        if self.jitter:  # the VFI type (scale 1): one draw for input and target
+            both = color_jitter(torch.cat([L, H]), rng)
+            L, H = both[:n], both[n:]
+        return {'L': _pad_in_time(L, self.pad, self.mirror), 'H': _pad_in_time(H, self.pad, self.mirror),
+                'key': seq, 'folder': seq}
 
 
-# Keys of KAIR's types that the VFI types fix (the values they get) or drop.
-_VFI_FIXED = {'temporal_scale': 2, 'scale': 1, 'interval_list': [1], 'pad_sequence': False, 'mirror_sequence': False}
+# Keys of the SR types that the VFI types fix (the values they get).
+_VFI_TRAIN_FIXED = {'scale': 1, 'pad_sequence': False, 'mirror_sequence': False}
+_VFI_TEST_FIXED = {'temporal_scale': 2, 'pad_sequence': False, 'mirror_sequence': False}
 
 
 @DATASETS.register('VideoRecurrentTrainVimeoVFIDataset')
 class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
-    """Frame interpolation training on Vimeo-90K: im1, im3, im5, im7 → im4 (VideoRecurrentTrainVimeoDataset
-    with temporal_scale 2; the input frames come from dataroot_gt unless dataroot_lq is given)."""
+    """Frame interpolation training on Vimeo-90K, KAIR's type: the window's frames `temporal_scale` apart are
+    the input, its centre frame the target (num_frame 7, temporal_scale 2, as VRT 009: im1, im3, im5, im7 →
+    im4). KAIR's default temporal_scale is 1, which feeds every frame, the target included (said once in the
+    log). Input frames come from dataroot_gt unless dataroot_lq is given; `color_jitter` jitters input and
+    target alike (KAIR's 009)."""
 
     OPTIONS: Dict[str, Any] = {**{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
-                                  if k not in _VFI_FIXED}, 'dataroot_lq': None}
+                                  if k not in _VFI_TRAIN_FIXED}, 'dataroot_lq': None, 'color_jitter': False}
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__({**opt, **_VFI_FIXED, 'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
+        _check_bool(opt, opt['_where'], 'color_jitter')
+        super().__init__({**opt, **_VFI_TRAIN_FIXED, 'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
+        self.jitter = opt['color_jitter']
+
+    def interpolation_step(self, opt: Dict[str, Any], prefix: str) -> Optional[int]:
+        """KAIR's rule: inputs are the window's frames [::temporal_scale], the target its centre frame."""
+        step = opt['temporal_scale']
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise UserError(f'{prefix}.temporal_scale: must be a positive integer (the step between input frames; '
+                            f'2 for VRT 009), got {step!r}')
+        if (self.num_frame // 2) % step == 0 and is_main_process():
+            get_logger().warning(f'{prefix}.temporal_scale: {step} with num_frame {self.num_frame} makes the target '
+                                 f'(the centre frame) one of the inputs, as KAIR does; interpolation from frames '
+                                 f'around it takes temporal_scale 2 (VRT 009)')
+        return step
 
 
 @DATASETS.register('VideoTestVimeo90KDataset')
@@ -396,8 +434,7 @@ class VideoTestVimeo90KVFIDataset(VideoTestVimeo90KDataset):
     with temporal_scale 2; the input frames come from dataroot_gt unless dataroot_lq is given)."""
 
     OPTIONS: Dict[str, Any] = {**{k: v for k, v in VideoTestVimeo90KDataset.OPTIONS.items()
-                                  if k not in _VFI_FIXED}, 'dataroot_lq': None}
+                                  if k not in _VFI_TEST_FIXED}, 'dataroot_lq': None}
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__({**opt, 'temporal_scale': 2, 'pad_sequence': False, 'mirror_sequence': False,
-                          'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
+        super().__init__({**opt, **_VFI_TEST_FIXED, 'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})

@@ -157,7 +157,8 @@ def test_mirror_sequence_appends_the_reversed_clip_and_pad_sequence_repeats_the_
 
 @pytest.mark.parametrize('dataset_type', ['VideoRecurrentTrainVimeoDataset', 'VideoRecurrentTrainVimeoVFIDataset'])
 def test_loaders_with_0_and_2_workers_give_identical_batches(vimeo_root, dataset_type):
-    extra = {'mirror_sequence': True} if 'VFI' not in dataset_type else {}
+    # VFI: KAIR's 009 choices, colour jitter included (drawn from the sample's seed like every other choice)
+    extra = {'mirror_sequence': True} if 'VFI' not in dataset_type else {'temporal_scale': 2, 'color_jitter': True}
     batches = {}
     for workers in (0, 2):
         opt = _opt(dataset_type, vimeo_root, random_reverse=True, dataloader_num_workers=workers,
@@ -175,7 +176,7 @@ def test_loaders_with_0_and_2_workers_give_identical_batches(vimeo_root, dataset
 
 def test_frame_interpolation_inputs_are_the_odd_frames_and_the_target_is_im4(vimeo_root):
     vfi = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, gt_size=64, use_hflip=False,
-                             use_rot=False))
+                             use_rot=False, temporal_scale=2))
     item = vfi[(1, 3)]
     seq = TRAIN_SEQS[1]
     assert torch.equal(to_float_image(item['L']), _frames(vimeo_root, 'sequences', seq, [1, 3, 5, 7]))
@@ -183,13 +184,13 @@ def test_frame_interpolation_inputs_are_the_odd_frames_and_the_target_is_im4(vim
     # KAIR's name with temporal_scale 2 is the same data set
     kair = build_dataset(_opt('VideoRecurrentTrainVimeoDataset', vimeo_root, temporal_scale=2, scale=1,
                               dataroot_lq=str(vimeo_root / 'sequences')))
-    crops = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root))
+    crops = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, temporal_scale=2))
     for key in [(0, 4), (3, 8)]:
         a, b = kair[key], crops[key]
         assert a['L'].shape == (4, 3, 32, 32) and a['H'].shape == (1, 3, 32, 32)
         assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H'])
     three = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, gt_size=64, use_hflip=False,
-                               use_rot=False, num_frame=3, random_reverse=True))
+                               use_rot=False, num_frame=3, random_reverse=True, temporal_scale=2))
     seen = set()
     for seed in range(12):
         it = images_to_float(three[(0, seed)])
@@ -197,6 +198,52 @@ def test_frame_interpolation_inputs_are_the_odd_frames_and_the_target_is_im4(vim
         assert torch.equal(it['H'], _frames(vimeo_root, 'sequences', TRAIN_SEQS[0], [4]))
         seen.add(torch.equal(it['L'], inputs) or (torch.equal(it['L'], inputs.flip(0)) and 'reversed'))
     assert seen == {True, 'reversed'}
+
+
+def _kair_vimeo_inputs(num_frame, temporal_scale):
+    """KAIR's Vimeo frame choice, written out: `[i + (9 - num_frame) // 2 for i in range(num_frame)][::temporal_scale]`
+    (dataset_video_train.py and dataset_video_test.py); the interpolation target is always im4."""
+    return [i + (9 - num_frame) // 2 for i in range(num_frame)][::temporal_scale]
+
+
+@pytest.mark.parametrize('temporal_scale', [1, 2])
+@pytest.mark.parametrize('num_frame', [7, 5, 3])
+def test_frame_interpolation_picks_kairs_frames_for_temporal_scale_1_and_2(vimeo_root, caplog, num_frame,
+                                                                          temporal_scale):
+    kair_inputs = _kair_vimeo_inputs(num_frame, temporal_scale)
+    with caplog.at_level('WARNING', logger='restoration'):
+        train = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, gt_size=64, use_hflip=False,
+                                   use_rot=False, num_frame=num_frame, temporal_scale=temporal_scale))
+    # KAIR's default temporal_scale 1 feeds the target itself to the network: said once
+    warned = [r.getMessage() for r in caplog.records if 'temporal_scale' in r.getMessage()]
+    assert len(warned) == (4 in kair_inputs) and all('makes the target (the centre frame) one of the inputs' in w
+                                                     for w in warned)
+    item = images_to_float(train[(1, 3)])
+    seq = TRAIN_SEQS[1]
+    assert torch.equal(item['L'], _frames(vimeo_root, 'sequences', seq, kair_inputs))
+    assert torch.equal(item['H'], _frames(vimeo_root, 'sequences', seq, [4]))
+    if num_frame == 7:  # KAIR's 009 test set: VideoTestVimeo90KDataset with the same temporal_scale
+        test = build_dataset(_opt('VideoTestVimeo90KDataset', vimeo_root, num_frame=7, temporal_scale=temporal_scale,
+                                  dataroot_lq=str(vimeo_root / 'sequences')))[1]
+        assert [os.path.basename(p) for p in test['lq_path']] == [f'im{i}.png' for i in kair_inputs]
+        # interpolation (2): the target is im4 as in KAIR; restoration (1): every frame's target, of which
+        # val.center_frame_only scores im4 alone (KAIR returns only im4)
+        assert [os.path.basename(p) for p in test['gt_path']] == (['im4.png'] if temporal_scale == 2 else
+                                                                  [f'im{i}.png' for i in kair_inputs])
+
+
+def test_colour_jitter_changes_input_and_target_alike_and_only_slightly(vimeo_root):
+    plain = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, temporal_scale=2))
+    jitter = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, temporal_scale=2, color_jitter=True))
+    a, b = images_to_float(plain[(2, 9)]), images_to_float(jitter[(2, 9)])
+    assert jitter[(2, 9)]['L'].dtype == torch.uint8  # still the loader's format
+    assert not torch.equal(a['L'], b['L']) and not torch.equal(a['H'], b['H'])
+    assert (a['L'] - b['L']).abs().mean() < 0.05 and (a['H'] - b['H']).abs().mean() < 0.05  # +-5 % factors
+    assert torch.equal(images_to_float(jitter[(2, 9)])['L'], b['L'])  # a function of the sample seed
+    # one draw for the whole item: the same factors on an input frame and on the target when they are equal
+    same = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, temporal_scale=1, gt_size=64,
+                              use_hflip=False, use_rot=False, color_jitter=True))[(0, 5)]
+    assert torch.equal(same['L'][3], same['H'][0])  # im4 is both input and target at temporal_scale 1
 
 
 @pytest.mark.parametrize('dataset_type, over', [('VideoTestVimeo90KVFIDataset', {}),
@@ -218,7 +265,7 @@ def test_frame_interpolation_items_have_the_shapes_of_vrt_s_interpolation_networ
     torch.manual_seed(0)
     net = VRT(upscale=1, img_size=[4, 64, 64], window_size=[4, 8, 8], depths=[1] * 8, indep_reconsts=[],
               embed_dims=[8] * 8, num_heads=[1] * 8, pa_frames=0, drop_path_rate=0.).eval()
-    item = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, gt_size=64))[(0, 1)]
+    item = build_dataset(_opt('VideoRecurrentTrainVimeoVFIDataset', vimeo_root, gt_size=64, temporal_scale=2))[(0, 1)]
     with torch.no_grad():
         out = net(to_float_image(item['L'])[None])
     assert out.shape == item['H'][None].shape == (1, 1, 3, 64, 64)
@@ -363,7 +410,12 @@ def test_make_lmdb_problems_are_one_line_and_exit_2(vimeo_root, tmp_path, capsys
     ('VideoTestVimeo90KDataset', {'temporal_scale': 2, 'mirror_sequence': True},
      'datasets.test.mirror_sequence: not for frame interpolation: the network takes exactly the known frames; '
      'set it to false'),
-    ('VideoRecurrentTrainVimeoVFIDataset', {'num_frame': 5},
+    ('VideoRecurrentTrainVimeoVFIDataset', {'temporal_scale': 0},
+     'datasets.train.temporal_scale: must be a positive integer (the step between input frames; 2 for VRT 009), '
+     'got 0'),
+    ('VideoRecurrentTrainVimeoVFIDataset', {'color_jitter': 'yes'},
+     "datasets.train.color_jitter: must be true or false, got 'yes'"),
+    ('VideoRecurrentTrainVimeoDataset', {'temporal_scale': 2, 'scale': 1, 'num_frame': 5},
      'datasets.train.num_frame: frame interpolation needs a window whose centre frame is not an input (every second '
      'frame is): 3 (im3, im5 → im4) or 7 (im1, im3, im5, im7 → im4), got 5'),
     ('VideoRecurrentTrainVimeoDataset', {'test_mode': True},

@@ -529,8 +529,9 @@ class _Validator:
         ignored = [key for key in data if schema[key] is IGNORED]
         if ignored:
             section = where.rstrip('.')
-            kind = f' ({data["net_type"]})' if 'net_type' in data else ''
-            self.notes.append(f'{section}{kind}: {", ".join(ignored)} ignored: not arguments of this {section}, '
+            name = data.get('net_type', data.get('dataset_type'))
+            kind = f' ({name})' if isinstance(name, str) else ''
+            self.notes.append(f'{section}{kind}: {", ".join(ignored)} ignored: not read by this {section}, '
                               f'which KAIR ignores too')
         for key, spec in schema.items():
             if spec is IGNORED:
