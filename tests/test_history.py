@@ -11,6 +11,7 @@ import cv2
 
 from conftest import ROOT, clean_env, run, tiny_options, write_options
 from utils.history import History, read_history
+from utils.plot import CURVES_FILE, BackgroundPlotter
 from utils.progress import progress
 
 PY = sys.executable
@@ -95,6 +96,25 @@ def test_curves_png_is_drawn_at_validation_and_again_from_the_history_alone(tmp_
     assert cv2.imread(str(curves)) is not None
     bad = run([PY, '-m', 'utils.plot', str(tmp_path)])
     assert bad.returncode == 2 and bad.stderr.count('\n') == 1 and 'no history.jsonl' in bad.stderr
+
+
+def test_curves_are_drawn_from_a_working_directory_with_its_own_utils_package(tmp_path, monkeypatch):
+    """A user's project folder often has a `utils` package: the plotting child must still import ours."""
+    folder = tmp_path / 'runs' / 'tiny'
+    folder.mkdir(parents=True)
+    h = History(str(folder))
+    for it in (2, 4):
+        h.append({'kind': 'train', 'iter': it, 'epoch': 0, 'lr': 1e-3, 'G_loss': 1.0 / it, 'time': 0.0})
+    h.append({'kind': 'val', 'iter': 4, 'epoch': 0, 'psnr': 20.0, 'ssim': 0.5, 'psnr_y': 20.0, 'ssim_y': 0.5,
+              'time': 0.0})
+    (tmp_path / 'utils').mkdir()
+    (tmp_path / 'utils' / '__init__.py').write_text('')
+    (tmp_path / 'utils' / 'plot.py').write_text('raise SystemExit("the user\'s utils.plot ran")\n')
+    monkeypatch.chdir(tmp_path)
+    plotter = BackgroundPlotter(os.path.join('runs', 'tiny'))  # relative to the user's working directory
+    plotter.redraw()
+    plotter.close()
+    assert (folder / CURVES_FILE).stat().st_size > 0
 
 
 def test_truncation_keeps_rows_up_to_the_resumed_iteration_and_drops_a_partial_line(tmp_path):

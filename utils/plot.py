@@ -91,8 +91,11 @@ class BackgroundPlotter:
             return
         env = {**os.environ, 'MPLBACKEND': 'Agg', 'OMP_NUM_THREADS': '1',
                'PYTHONPATH': os.pathsep.join(filter(None, [_ROOT, os.environ.get('PYTHONPATH')]))}
-        self._child = subprocess.Popen([sys.executable, '-m', 'utils.plot', self.folder], env=env,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # errors: on stderr
+        # `-m` looks in the working directory first: run from the repository, or a user's own `utils` package
+        # next to their option files would be imported instead of this one
+        self._child = subprocess.Popen([sys.executable, '-m', 'utils.plot', os.path.abspath(self.folder)], env=env,
+                                       cwd=_ROOT, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL)  # errors: on stderr
 
     def close(self, timeout: float = 60.0) -> None:
         if self._child is not None:
