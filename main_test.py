@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from data.demo import ensure_demo_data
-from data.loader import build_val_loader
+from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
 from main_train import read_options
 from models.registry import MODELS
@@ -80,8 +80,7 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     if dist.is_main_process():
         ensure_demo_data(test_opt)
     dist.barrier()
-    loader = build_val_loader(build_dataset(test_opt), state.world_size, state.rank,
-                              test_opt['dataloader_num_workers'])
+    loader = build_val_loader(build_dataset(test_opt), state.world_size, state.rank, **val_loader_options(test_opt))
     weights = args.weights or default_weights(opt)
     net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
     restorer = MODELS.get(opt['model'], 'model').restorer_class.from_options(net, opt, device)

@@ -20,8 +20,8 @@ os.environ.setdefault('TORCH_CPP_LOG_LEVEL', 'ERROR')
 import torch  # noqa: E402
 
 from data.demo import ensure_demo_data
-from data.loader import build_train_loader, build_val_loader
-from data.registry import build_dataset, dataset_options
+from data.loader import build_train_loader, build_val_loader, val_loader_options
+from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options
 from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
 from models.optim import OPTIMIZERS, SCHEDULERS
@@ -44,7 +44,7 @@ DATA_WAIT_HINT = 0.25  # share of an iteration spent waiting for data above whic
 def option_rules() -> Rules:
     """What models/ and data/ require of the options: utils/options.py knows neither."""
     return Rules(network=network_options, dataset=dataset_options, model=model_options,
-                 discriminator=discriminator_options,
+                 discriminator=discriminator_options, train_only_dataset_keys=TRAIN_ONLY_OPTIONS,
                  names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
                         'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get,
                         'train.G_lossfn_type': LOSSES.get, 'train.G_optimizer_type': OPTIMIZERS.get,
@@ -135,7 +135,7 @@ class Trainer:
         self.val_loader = None
         if val_set is not None:
             self.val_loader = build_val_loader(val_set, self.state.world_size, self.state.rank,
-                                               opt['datasets']['test']['dataloader_num_workers'])
+                                               **val_loader_options(opt['datasets']['test']))
         self.accum = t['accumulate_steps']
         self.steps_per_epoch = len(self.train_loader) // self.accum
         if self.steps_per_epoch < 1:

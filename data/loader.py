@@ -64,9 +64,25 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
     return loader, sampler
 
 
-def build_val_loader(dataset: Dataset, world_size: int, rank: int, num_workers: int = 0) -> DataLoader:
-    """Batch-1 loader over rank::world_size (every sample exactly once across ranks)."""
+def build_val_loader(dataset: Dataset, world_size: int, rank: int, num_workers: int = 0,
+                     persistent_workers: bool = False, prefetch_factor: int = 2) -> DataLoader:
+    """Batch-1 loader over rank::world_size (every sample exactly once across ranks), in order.
+
+    Evaluation items are whole images or clips of different sizes, so there is no batch size or
+    shuffling to choose (the options refuse them in test sections); the worker keys are a test
+    section's own (`persistent_workers`: workers kept between validations of a training run).
+    """
+    extra: Dict[str, Any] = {}
+    if num_workers > 0:
+        extra.update(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
+                     worker_init_fn=ignore_stop_signals)
     return DataLoader(dataset, batch_size=1, sampler=ShardSampler(len(dataset), world_size, rank),
                       num_workers=num_workers, shuffle=False, drop_last=False,
-                      generator=torch.Generator().manual_seed(0),
-                      worker_init_fn=ignore_stop_signals if num_workers > 0 else None)
+                      generator=torch.Generator().manual_seed(0), **extra)
+
+
+def val_loader_options(dataset_opt: Dict[str, Any]) -> Dict[str, Any]:
+    """`build_val_loader`'s worker keywords from a validated test section."""
+    return {'num_workers': dataset_opt['dataloader_num_workers'],
+            'persistent_workers': dataset_opt['dataloader_persistent_workers'],
+            'prefetch_factor': dataset_opt['dataloader_prefetch_factor']}

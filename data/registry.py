@@ -34,6 +34,15 @@ LOADER_OPTIONS: Dict[str, Any] = {
 }
 
 
+# Loader keys of training sections only, with why a test section has none: evaluation goes through every
+# item once, in order, one whole image or clip at a time (their sizes differ).
+TRAIN_ONLY_OPTIONS: Dict[str, str] = {
+    'dataloader_batch_size': 'evaluation takes one whole image or clip at a time (sizes differ); the batch size '
+                             'is for datasets.train',
+    'dataloader_shuffle': 'evaluation goes through every item once, in order; shuffling is for datasets.train',
+}
+
+
 def dataset_options(dataset_type: str, where: str = 'dataset_type') -> Dict[str, Any]:
     """The keys a `datasets.<phase>` section of `dataset_type` accepts, with their defaults."""
     return {**LOADER_OPTIONS, **DATASETS.get(dataset_type, where).OPTIONS}

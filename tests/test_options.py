@@ -77,6 +77,26 @@ def test_unknown_dataset_key_names_the_phase(tmp_path):
         read_options(_opts(tmp_path, datasets__train__dataroot_h='x'))
 
 
+@pytest.mark.parametrize('key, value, why', [
+    ('dataloader_batch_size', 4, 'evaluation takes one whole image or clip at a time'),
+    ('dataloader_shuffle', True, 'evaluation goes through every item once, in order'),
+])
+def test_training_only_loader_keys_in_a_test_section_are_refused_not_ignored(tmp_path, key, value, why):
+    with pytest.raises(OptionsError, match=rf'datasets\.test\.{key}: {why}'):
+        read_options(_opts(tmp_path, **{f'datasets__test__{key}': value}))
+    assert key in read_options(_opts(tmp_path, **{f'datasets__train__{key}': value}))['datasets']['train']
+
+
+def test_test_sections_take_their_own_worker_keys_and_the_validation_loader_uses_them(tmp_path):
+    from data.loader import build_val_loader, val_loader_options
+    opt = read_options(_opts(tmp_path, datasets__test__dataloader_num_workers=2,
+                             datasets__test__dataloader_prefetch_factor=5,
+                             datasets__test__dataloader_persistent_workers=False))
+    loader = build_val_loader(list(range(3)), 1, 0, **val_loader_options(opt['datasets']['test']))
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (2, 5, False)
+    assert loader.batch_size == 1 and list(loader) == [torch.tensor([0]), torch.tensor([1]), torch.tensor([2])]
+
+
 def test_unknown_network_and_dataset_types_suggest_names(tmp_path):
     with pytest.raises(OptionsError, match=r'netG\.net_type: unknown network "dncn" \(did you mean "dncnn"\?\)'):
         read_options(_opts(tmp_path, netG__net_type='dncn'))

@@ -491,6 +491,8 @@ class Rules:
     # `model(name, where)`: what the model adds, {'train': {...}, 'path': {...}, 'netD': True}
     model: Optional[Callable[[str, str], Dict[str, Any]]] = None
     discriminator: Optional[Callable[[str, str], Dict[str, Any]]] = None  # keys of `netD`, as `network`
+    # dataset keys only training sections take: {key: why a test section has none} (an error there)
+    train_only_dataset_keys: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Validator:
@@ -620,6 +622,11 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         if not isinstance(section, dict) or 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
         schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
+        if phase != 'train':
+            for key, why in rules.train_only_dataset_keys.items():
+                if key in section:
+                    v.fail(f'{where}{key}', why)
+            schema = {k: spec for k, spec in schema.items() if k not in rules.train_only_dataset_keys}
         section = dict(section)
         for inherited in INHERITED:  # KAIR propagates these top-level keys into datasets
             if inherited in schema and inherited not in section and opt[inherited] is not None:
