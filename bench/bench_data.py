@@ -7,8 +7,12 @@ are exact; the loop's log line rounds to ms, this does not. Validation, checkpoi
 replica check are switched off (not per-step costs). The first `--skip` iterations (worker start-up,
 first batch) are reported separately from the steady state. Epoch boundaries are included: the demo
 has 64 images / batch 16 = 4 iterations per epoch, so every 4th step starts a new loader iterator.
+The demo images are generated under a temporary folder (as the demo config would under demo_data/),
+so the benchmark leaves nothing in the project.
 
-    python bench/bench_data.py [--iters 60] [--workers 1 0 2] [--threads N]
+    python bench/bench_data.py [--quick] [--iters 60] [--workers 1 0 2] [--threads N]
+
+`--quick` (8 iterations per row: 4 start-up, one epoch start and 3 inside) is a smoke run, noisy.
 """
 import argparse
 import os
@@ -34,8 +38,6 @@ def measure(opt: Dict[str, Any], iters: int) -> Tuple[List[Tuple[float, float]],
     args = main_train.parse_args(['--opt', DEMO])
     trainer = main_train.Trainer(opt, dist.detect({}), torch.device('cpu'), args)
     samples: List[Tuple[float, float]] = []
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the demo's data roots are relative to the project
     try:
         trainer.build()
         trainer.start()
@@ -45,7 +47,6 @@ def measure(opt: Dict[str, Any], iters: int) -> Tuple[List[Tuple[float, float]],
         trainer.print_status = lambda it, data, *_: samples.append((it, data))
         trainer.run()
     finally:
-        os.chdir(cwd)
         trainer.close()
     return samples, trainer.steps_per_epoch
 
@@ -64,18 +65,22 @@ def summary(samples: Sequence[Tuple[float, float]], skip: int, per_epoch: int) -
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--iters', type=int, default=60)
+    p.add_argument('--quick', action='store_true', help='smoke run: 8 iterations per row')
+    p.add_argument('--iters', type=int, default=None, help='iterations per row (default 60; --quick 8)')
     p.add_argument('--skip', type=int, default=4, help='start-up iterations reported separately')
     p.add_argument('--workers', type=int, nargs='+', default=[1, 0, 2],
                    help='dataloader_num_workers values to measure (the demo uses 1)')
     p.add_argument('--threads', type=int, default=None)
     a = p.parse_args(argv)
+    a.iters = a.iters or (8 if a.quick else 60)
     if a.threads:
         torch.set_num_threads(a.threads)
     print(machine())
     with tempfile.TemporaryDirectory() as tmp:
         for w in a.workers:
-            opt = demo_options(tmp, f'datasets.train.dataloader_num_workers={w}', 'train.E_decay=0.99')
+            opt = demo_options(tmp, f'datasets.train.dataloader_num_workers={w}', 'train.E_decay=0.99',
+                               f'datasets.train.dataroot_H="{os.path.join(tmp, "demo", "train")}"',
+                               f'datasets.test.dataroot_H="{os.path.join(tmp, "demo", "test")}"')
             ds = opt['datasets']['train']
             samples, per_epoch = measure(opt, a.iters)
             tag = ' (demo setting)' if w == 1 else ''

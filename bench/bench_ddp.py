@@ -5,7 +5,9 @@ Both sides run the real `Trainer.run` loop (see bench_loop.py) with the same glo
 Each measurement is a fresh set of processes (env:// rendezvous, as under torchrun); rank 0 times
 `--steps` iterations after warm-up. The sides alternate rep by rep; samples/s are medians.
 
-    python bench/bench_ddp.py [--reps 5] [--steps 20]
+    python bench/bench_ddp.py [--quick] [--reps 5] [--steps 20]
+
+`--quick` (one run per side of 3 steps) is a smoke run, noisy.
 """
 import argparse
 import os
@@ -78,9 +80,12 @@ def launch(world: int, threads: int, steps: int) -> float:
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--reps', type=int, default=5)
-    p.add_argument('--steps', type=int, default=20)
+    p.add_argument('--quick', action='store_true', help='smoke run: one run per side, 3 timed steps')
+    p.add_argument('--reps', type=int, default=None, help='runs per side (default 5; --quick 1)')
+    p.add_argument('--steps', type=int, default=None, help='timed steps per run (default 20; --quick 3)')
     a = p.parse_args(argv)
+    a.reps = a.reps or (1 if a.quick else 5)
+    a.steps = a.steps or (3 if a.quick else 20)
     sys.path.insert(0, HERE)
     from bench_loop import machine
     print(machine())

@@ -4,9 +4,12 @@ Times forward+backward (grads w.r.t. input, offset, mask, weight, bias) for VRT-
 alternating the two implementations rep by rep so that machine load affects both alike, and reports
 the median. Peak memory is the growth of the process's peak RSS during the runs (Linux: VmHWM after resetting it
 through /proc/self/clear_refs, so the import-time peak does not hide it), measured in a fresh
-subprocess per implementation so the two cannot mask each other.
+subprocess per implementation so the two cannot mask each other (the three run side by side, after
+the timing: only their own peak counts).
 
-    python bench/bench_deform_conv.py [--reps 7] [--threads N]
+    python bench/bench_deform_conv.py [--quick] [--reps 7] [--size 64] [--threads N]
+
+`--quick` (one rep, 32x32 frames) is a smoke run, noisy.
 """
 import argparse
 import os
@@ -15,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Dict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
@@ -23,10 +27,10 @@ import torchvision  # noqa: E402
 
 from models.deform_conv import _deform_conv2d_ops, deform_conv2d_torch  # noqa: E402
 
-# (label, batch, channels, deformable groups, height, width)
+# (label, batch, channels, deformable groups); frames are --size x --size
 SHAPES = [
-    ('official VRT stage1 (C=120, dg=12, 64x64)', 1, 120, 12, 64, 64),
-    ('tiny CPU config (C=16, dg=4, 64x64, batch 2)', 2, 16, 4, 64, 64),
+    ('official VRT stage1 (C=120, dg=12, {size}x{size})', 1, 120, 12),
+    ('tiny CPU config (C=16, dg=4, {size}x{size}, batch 2)', 2, 16, 4),
 ]
 IMPLS = {
     'torchvision': lambda *a: torchvision.ops.deform_conv2d(*a[:4], (1, 1), (1, 1), (1, 1), a[4]),
@@ -68,9 +72,9 @@ def _status_kib(field):
         return int(re.search(rf'{field}:\s+(\d+)', f.read()).group(1))
 
 
-def peak_rss_child(impl, shape_idx, threads):
+def peak_rss_child(impl, shape_idx, threads, size):
     torch.set_num_threads(threads)
-    inputs = make_inputs(*SHAPES[shape_idx][1:])
+    inputs = make_inputs(*SHAPES[shape_idx][1:], size, size)
     with open('/proc/self/clear_refs', 'w') as f:
         f.write('5')  # reset VmHWM to the current RSS
     base = _status_kib('VmRSS')
@@ -79,26 +83,42 @@ def peak_rss_child(impl, shape_idx, threads):
     print((_status_kib('VmHWM') - base) / 1024)
 
 
+def peak_rss(shape_idx: int, threads: int, size: int) -> Dict[str, float]:
+    """MiB of peak RSS growth of each implementation's step, each in a fresh process (run side by side)."""
+    procs = {impl: subprocess.Popen([sys.executable, __file__, '--threads', str(threads), '--size', str(size),
+                                     '--child', impl, str(shape_idx)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for impl in IMPLS}
+    mem = {}
+    for impl, proc in procs.items():
+        out, err = proc.communicate()
+        if proc.returncode:
+            raise RuntimeError(f'peak RSS child for {impl} failed ({proc.returncode}):\n{err[-2000:]}')
+        mem[impl] = float(out)
+    return mem
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument('--reps', type=int, default=7)
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--quick', action='store_true', help='smoke run: one rep, 32x32 frames')
+    ap.add_argument('--reps', type=int, default=None, help='interleaved reps (default 7; --quick 1)')
+    ap.add_argument('--size', type=int, default=None, help='frame height and width (default 64; --quick 32)')
     ap.add_argument('--threads', type=int, default=torch.get_num_threads())
     ap.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.reps = args.reps or (1 if args.quick else 7)
+    args.size = args.size or (32 if args.quick else 64)
     if args.child:
-        peak_rss_child(args.child[0], int(args.child[1]), args.threads)
+        peak_rss_child(args.child[0], int(args.child[1]), args.threads, args.size)
         return
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, float32, CPU, '
           f'torch.set_num_threads({args.threads}) (interop {torch.get_num_interop_threads()}), '
           f'{os.cpu_count()} logical CPUs; median of {args.reps} interleaved reps of forward+backward')
     for i, (label, *shape) in enumerate(SHAPES):
-        med = time_interleaved(make_inputs(*shape), args.reps)
-        mem = {impl: float(subprocess.run([sys.executable, __file__, '--threads', str(args.threads),
-                                           '--child', impl, str(i)], capture_output=True, text=True,
-                                          check=True).stdout)
-               for impl in IMPLS}
-        print(f'{label}:')
+        med = time_interleaved(make_inputs(*shape, args.size, args.size), args.reps)
+        mem = peak_rss(i, args.threads, args.size)
+        print(f'{label.format(size=args.size)}:')
         for impl in IMPLS:
             print(f'  {impl:12s} {med[impl] * 1e3:8.1f} ms/iter   peak RSS growth {mem[impl]:7.1f} MiB')
         print(f'  ratio torchvision/torch = {med["torchvision"] / med["torch"]:.2f}, '

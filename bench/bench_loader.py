@@ -18,6 +18,9 @@ Data (generated with fixed seeds under a temp dir, or kept in `--data DIR` and r
     20×720×1280 uint8, 18 MiB each), spike_repr "count" with num_bins 4 and random_reverse, as
     options/vrt/006_train_vrt_videodeblurring_gopro_rgbspike.json; frame folders only (the spike
     files are read per sample from disk in every variant).
+`--quick` makes less and smaller data of the same kinds (4 HR images of 512×384; clips of 7 frames
+of 320×256; kept under DIR/quick with --data), so every row runs in seconds; its numbers are a smoke
+test of the code paths, not of the speed on real frame sizes.
 Our datasets are built from a `datasets.train` section validated with main_train's option rules
 and `data.registry.build_dataset`, as the framework builds them.
 
@@ -27,10 +30,11 @@ Measured per kind, the two sides interleaved rep by rep (A, B, A, B, ...), media
     does that on the device; counted on our side);
   - per process: a DataLoader with 2 workers (persistent, batch 4 for images, 2 for clips) incl.
     collation and our normalisation, samples/s over a pass of fresh keys (workers already started);
-  - decoders: one 720p and one 2K PNG with cv2.imdecode and torchvision.io.decode_png, from bytes;
+  - decoders: one 720p and one 2K PNG (--quick: the smaller frames) with cv2.imdecode and
+    torchvision.io.decode_png, from bytes;
   - where the time goes: a cProfile of a few samples per side, split into PNG decoding, float
     conversion, spike reading + representation and the rest.
-The full run takes about 3 minutes on 2 cores (~20 s of it generating the data), --quick about 1.
+The full run takes about 3 minutes on 2 cores (~20 s of it generating the data), --quick seconds.
 
     python bench/bench_loader.py [--quick] [--reps 5] [--data DIR] [--workers 2]
 """
@@ -47,7 +51,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 sys.path.insert(0, ROOT)
@@ -66,8 +70,20 @@ from utils.errors import UserError  # noqa: E402
 from utils.image import images_to_float  # noqa: E402
 
 DATA_VERSION = 'v1'  # bump when the generated data changes (a kept --data DIR is then regenerated)
-N_IMAGES, HR_SIZE, SCALE = 12, (1356, 2040), 4
-CLIPS, FRAMES, FRAME_SIZE = ('GOPR0372_07_00', 'GOPR0384_11_01'), 14, (720, 1280)
+SCALE, CLIPS = 4, ('GOPR0372_07_00', 'GOPR0384_11_01')
+
+
+class Sizes(NamedTuple):
+    """How much data to generate: HR images and their size; frames per clip and their size."""
+    images: int
+    hr_size: Tuple[int, int]
+    frames: int
+    frame_size: Tuple[int, int]
+
+
+FULL = Sizes(12, (1356, 2040), 14, (720, 1280))
+# --quick: every row still runs (crops of 192 fit, clips hold num_frame 6), data made in about a second
+QUICK = Sizes(4, (384, 512), 7, (256, 320))
 BLUR_FRAMES, SUBSTEPS = 5, 4  # sharp sub-frames per blurred frame; spike planes per sub-frame (20 planes)
 GOAL_CLIPS, GOAL_IMAGES = 2.0, 1.5
 # Seeds of the keys the identity check uses: with the generated sizes, already the first 3 keys of each
@@ -117,15 +133,15 @@ def _fresh(folder: str) -> None:
     os.makedirs(folder)
 
 
-def make_images(root: str) -> str:
+def make_images(root: str, sizes: Sizes) -> str:
     folder = os.path.join(root, 'div2k')
     if _done(folder):
         return folder
     _fresh(folder)
     os.makedirs(os.path.join(folder, 'HR'))
     os.makedirs(os.path.join(folder, 'LR_x4'))
-    h, w = HR_SIZE
-    for i in range(N_IMAGES):
+    h, w = sizes.hr_size
+    for i in range(sizes.images):
         hr = textured_image(np.random.default_rng([2026, i]), h, w)
         cv2.imwrite(os.path.join(folder, 'HR', f'{i + 1:04d}.png'), hr)
         lr = cv2.resize(hr, (w // SCALE, h // SCALE), interpolation=cv2.INTER_AREA)
@@ -134,7 +150,7 @@ def make_images(root: str) -> str:
     return folder
 
 
-def make_clips(root: str) -> str:
+def make_clips(root: str, sizes: Sizes) -> str:
     """GoPro-like clips: a camera crop moving over a textured canvas; GT = the middle sharp sub-frame,
     LQ = the mean of BLUR_FRAMES sub-frames (motion blur), both with fresh grain; spikes from the
     sub-frames' luminance (integrate-and-fire, SUBSTEPS planes per sub-frame)."""
@@ -142,11 +158,12 @@ def make_clips(root: str) -> str:
     if _done(folder):
         return folder
     _fresh(folder)
-    h, w = FRAME_SIZE
+    h, w = sizes.frame_size
+    frames = sizes.frames
     lines = []
     for c, clip in enumerate(CLIPS):
         rng = np.random.default_rng([2027, c])
-        steps = FRAMES * BLUR_FRAMES
+        steps = frames * BLUR_FRAMES
         angle, speed = rng.uniform(0, 2 * np.pi), rng.uniform(2.0, 3.5)
         travel = np.outer(np.arange(steps), [np.sin(angle), np.cos(angle)]) * speed
         travel -= travel.min(axis=0)
@@ -155,7 +172,7 @@ def make_clips(root: str) -> str:
         charge = rng.uniform(0, 1, (h, w)).astype(np.float32)
         for name in ('train_GT', 'train_GT_blurred', 'train_spike'):
             os.makedirs(os.path.join(folder, name, clip))
-        for f in range(FRAMES):
+        for f in range(frames):
             subs = []
             for s in range(BLUR_FRAMES):
                 y, x = np.rint(travel[f * BLUR_FRAMES + s]).astype(int)
@@ -169,7 +186,7 @@ def make_clips(root: str) -> str:
             lum = np.repeat(np.stack([luminance(sub[:, :, ::-1]) for sub in subs]), SUBSTEPS, axis=0)
             planes, charge = integrate_and_fire(lum, 1.0, charge)
             np.save(os.path.join(folder, 'train_spike', clip, f'{frame}.npy'), planes)
-        lines.append(f'{clip} {FRAMES} ({h},{w},3) 0\n')
+        lines.append(f'{clip} {frames} ({h},{w},3) 0\n')
     with open(os.path.join(folder, 'meta_info_GoPro_train_GT.txt'), 'w') as f:
         f.writelines(lines)
     _mark(folder)
@@ -239,7 +256,7 @@ class Row:
         self.identical: Optional[bool] = None
 
 
-def build_rows(data: str, only: Sequence[str]) -> List[Row]:
+def build_rows(data: str, only: Sequence[str], sizes: Sizes) -> List[Row]:
     rows: List[Row] = []
 
     def ours_or_na(make: Callable[[], Any], supported: bool, what: str) -> Tuple[Any, str]:
@@ -253,7 +270,7 @@ def build_rows(data: str, only: Sequence[str]) -> List[Row]:
             return None, f'n/a (not supported: {str(e).splitlines()[0][:120]})'
 
     if 'images' in only:
-        div2k = make_images(data)
+        div2k = make_images(data, sizes)
         given = dict(dataroot_H=os.path.join(div2k, 'HR'), dataroot_L=os.path.join(div2k, 'LR_x4'), H_size=192,
                      scale=SCALE, use_hflip=True, use_rot=True, dataloader_batch_size=4)
         base = BaselinePairedImages(pngs(given['dataroot_H']), pngs(given['dataroot_L']), 192, SCALE, True, True)
@@ -265,7 +282,7 @@ def build_rows(data: str, only: Sequence[str]) -> List[Row]:
                         why=why if ours is None else '', note=why if ours is not None else ''))
 
     if 'clips' in only or 'spike' in only:
-        gopro = make_clips(data)
+        gopro = make_clips(data, sizes)
         clip_opts = dict(dataroot_gt=os.path.join(gopro, 'train_GT'),
                          dataroot_lq=os.path.join(gopro, 'train_GT_blurred'),
                          meta_info_file=os.path.join(gopro, 'meta_info_GoPro_train_GT.txt'), filename_tmpl='06d',
@@ -509,7 +526,7 @@ def print_table(rows: Sequence[Row], which: str, title: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: 2 reps, few samples')
+    p.add_argument('--quick', action='store_true', help='smoke run: 2 reps, few samples, small data')
     p.add_argument('--reps', type=int, default=None, help='interleaved reps per row (default 5; --quick 2)')
     p.add_argument('--data', default=None, help='generate the data here and keep it (reused when complete); '
                                                 'default: a temp dir, deleted at the end')
@@ -533,10 +550,12 @@ def main() -> None:
     if data is None:
         tmp = tempfile.mkdtemp(prefix='bench_loader_')
         data = tmp
+    if args.quick:
+        data = os.path.join(data, 'quick')  # never mixed with the full-size data of a kept --data DIR
     os.makedirs(data, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        rows = build_rows(data, args.only)
+        rows = build_rows(data, args.only, QUICK if args.quick else FULL)
         print(f'data under {data} ready, datasets built: {time.perf_counter() - t0:.1f} s')
         for row in rows:
             if row.note:
@@ -572,11 +591,11 @@ def main() -> None:
 
         files = {}
         if 'images' in args.only:
-            files['2K HR PNG'] = os.path.join(data, 'div2k', 'HR', '0001.png')
+            files['HR PNG'] = os.path.join(data, 'div2k', 'HR', '0001.png')
             files['x4 LR PNG'] = os.path.join(data, 'div2k', 'LR_x4', '0001x4.png')
         if 'clips' in args.only or 'spike' in args.only:
-            files['720p GT PNG'] = os.path.join(data, 'gopro', 'train_GT', CLIPS[0], '000000.png')
-            files['720p blurred LQ PNG'] = os.path.join(data, 'gopro', 'train_GT_blurred', CLIPS[0], '000000.png')
+            files['GT frame PNG'] = os.path.join(data, 'gopro', 'train_GT', CLIPS[0], '000000.png')
+            files['blurred LQ frame PNG'] = os.path.join(data, 'gopro', 'train_GT_blurred', CLIPS[0], '000000.png')
         dec = decoder_rows(files, max(reps, 5) if not args.quick else 3)
         print('\ndecoders (one frame from bytes, median; ms):')
         print(f'  {"frame":22s} | {"size":>9s} | {"bits/px":>7s} | {"cv2.imdecode":>12s} | {"tv decode_png":>13s} | '

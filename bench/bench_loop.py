@@ -10,7 +10,9 @@ the bare loop has none; the `EMA on / off` row shows its price.
 Every row alternates its two sides rep by rep (A, B, A, B, ...) so machine load hits both alike,
 and reports the median per-step time of each side and their ratio.
 
-    python bench/bench_loop.py [--reps 7] [--steps 15] [--threads N] [--no-compile] [--profile]
+    python bench/bench_loop.py [--quick] [--reps 7] [--steps 15] [--threads N] [--no-compile] [--profile]
+
+`--quick` (2 reps of 3 steps, no compile row) runs every other row in seconds: a smoke run, noisy.
 """
 import argparse
 import cProfile
@@ -184,12 +186,16 @@ def profile(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]], ste
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--reps', type=int, default=7)
-    p.add_argument('--steps', type=int, default=15, help='training steps per rep')
+    p.add_argument('--quick', action='store_true', help='smoke run: 2 reps of 3 steps, no torch.compile row')
+    p.add_argument('--reps', type=int, default=None, help='reps per side (default 7; --quick 2)')
+    p.add_argument('--steps', type=int, default=None, help='training steps per rep (default 15; --quick 3)')
     p.add_argument('--threads', type=int, default=None, help='torch threads (default: torch\'s choice)')
     p.add_argument('--no-compile', action='store_true', help='skip the torch.compile row (slow to compile)')
     p.add_argument('--profile', action='store_true', help='also print a cProfile of framework steps')
     a = p.parse_args(argv)
+    a.reps = a.reps or (2 if a.quick else 7)
+    a.steps = a.steps or (3 if a.quick else 15)
+    a.no_compile = a.no_compile or a.quick
     if a.threads:
         torch.set_num_threads(a.threads)
     print(machine())

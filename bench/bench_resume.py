@@ -8,7 +8,9 @@ loader construction, model building and (for resume) finding and loading the che
 The resumed run continues from a copy of the same iteration-4 checkpoint every rep; the sampler
 skips the consumed samples (no data replay). Fresh and resumed runs alternate rep by rep.
 
-    python bench/bench_resume.py [--reps 5]
+    python bench/bench_resume.py [--quick] [--reps 5]
+
+`--quick` (one fresh and one resumed run) is a smoke run, noisy.
 """
 import argparse
 import os
@@ -64,8 +66,10 @@ def timed_run(opt_path: str, env: Dict[str, str], finish: bool = False) -> Dict[
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--reps', type=int, default=5)
+    p.add_argument('--quick', action='store_true', help='smoke run: one rep per side')
+    p.add_argument('--reps', type=int, default=None, help='reps per side (default 5; --quick 1)')
     a = p.parse_args(argv)
+    a.reps = a.reps or (1 if a.quick else 5)
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, 'tests'))
     sys.path.insert(0, HERE)

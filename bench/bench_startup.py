@@ -12,10 +12,16 @@ folder, logging, a checked sample through the network and the checkpoint/resume 
 Both sides construct torch.optim.Adam, whose first construction imports torch._dynamo (about 1.9 s
 here): that cost is torch's, on both sides.
 
-    python bench/bench_startup.py [--reps 5]
+The demo images are generated under a temporary folder (as the demo config would under demo_data/),
+so the benchmark leaves nothing in the project.
+
+    python bench/bench_startup.py [--quick] [--reps 5]
+
+`--quick` (one pair, and no uncounted warm-up pair first) is a smoke run, noisy.
 """
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,14 +80,19 @@ def bare(argv: Sequence[str]) -> None:
 
 
 def timed(cmd: List[str], env: Dict[str, str]) -> float:
-    """Seconds from launch to the FIRST_STEP line; the process is killed then (ours would train on)."""
+    """Seconds from launch to the FIRST_STEP line; the process is killed then (ours would train on).
+
+    The process gets its own session and is killed with its process group: its DataLoader workers
+    hold the output pipes and would otherwise linger for seconds, until their watchdog notices.
+    """
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     lines = []
     for ln in proc.stdout:
         lines.append(ln)
         if ln.startswith('FIRST_STEP '):
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=60)
             return float(ln.split()[1]) - t0
     _, err = proc.communicate(timeout=60)
@@ -90,8 +101,11 @@ def timed(cmd: List[str], env: Dict[str, str]) -> float:
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--reps', type=int, default=5)
+    p.add_argument('--quick', action='store_true', help='smoke run: one pair, no warm-up pair')
+    p.add_argument('--reps', type=int, default=None, help='interleaved pairs (default 5; --quick 1)')
     a = p.parse_args(argv)
+    a.reps = a.reps or (1 if a.quick else 5)
+    warmup = 0 if a.quick else 1  # the first pair warms the page cache and is not counted
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(ROOT, 'tests'))
@@ -101,25 +115,22 @@ def main(argv: Sequence[str] = None) -> None:
     from data.demo import ensure_demo_data
     print(machine())
     env = clean_env()
-    opt = main_train.read_options(DEMO, [])
-    ds, g, t = opt['datasets']['train'], opt['netG'], opt['train']
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the demo's data roots are relative to the project
-    try:
-        for section in opt['datasets'].values():
-            ensure_demo_data(section)
-    finally:
-        os.chdir(cwd)
-    bare_cmd = [sys.executable, os.path.abspath(__file__), '--bare', os.path.join(ROOT, ds['dataroot_H']),
-                str(g['nc']), str(g['nb']), str(ds['H_size']), str(ds['dataloader_batch_size']),
-                str(ds['dataloader_num_workers']), str(ds['sigma']), str(t['G_optimizer_lr'])]
     times: Dict[str, List[float]] = {'ours': [], 'bare': []}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(a.reps + 1):  # the first pair warms the page cache and is not counted
+        data = [f'datasets.{name}.dataroot_H="{os.path.join(tmp, "demo", name)}"' for name in ('train', 'test')]
+        opt = main_train.read_options(DEMO, data)
+        ds, g, t = opt['datasets']['train'], opt['netG'], opt['train']
+        for section in opt['datasets'].values():
+            ensure_demo_data(section)
+        bare_cmd = [sys.executable, os.path.abspath(__file__), '--bare', ds['dataroot_H'],
+                    str(g['nc']), str(g['nb']), str(ds['H_size']), str(ds['dataloader_batch_size']),
+                    str(ds['dataloader_num_workers']), str(ds['sigma']), str(t['G_optimizer_lr'])]
+        for i in range(a.reps + warmup):
             ours_cmd = [sys.executable, os.path.join(HERE, 'bench_resume.py'), '--child', '--opt', DEMO,
-                        '--set', f'path.root="{os.path.join(tmp, str(i))}"']
+                        '--set', f'path.root="{os.path.join(tmp, str(i))}"'] + \
+                       [arg for override in data for arg in ('--set', override)]
             ours, base = timed(ours_cmd, env), timed(bare_cmd, env)
-            if i:
+            if i >= warmup:
                 times['ours'].append(ours)
                 times['bare'].append(base)
     med = {k: statistics.median(v) for k, v in times.items()}

@@ -10,7 +10,11 @@ steps (median): forward time (training mode, autograd on), backward time of a me
 peak resident memory of the steps (Linux VmHWM, reset through /proc/self/clear_refs after the network
 and input exist; "peak" is the whole process, "growth" what the steps added).
 
-    python bench/bench_vrt_step.py [--threads 2] [--reps 1] [--size 64]
+    python bench/bench_vrt_step.py [--quick] [--threads 2] [--reps 1] [--size 64]
+
+`--quick` runs every row on a tiny VRT of the same layout (11 stages of depth 1, 8 channels, window
+2x4x4, deformable groups 2) and a 1x2x7x40x40 clip (SpyNet needs more than 32 pixels): seconds per
+row instead of minutes, a smoke run whose numbers say little about the real network.
 """
 import argparse
 import json
@@ -25,6 +29,9 @@ from typing import Dict, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 OPT = os.path.join(ROOT, 'options', 'vrt', '006_train_vrt_videodeblurring_gopro_rgbspike.json')
+# --quick: the same network type, stage layout and inputs (RGB + spikes), everything small
+TINY = ['netG.img_size=[2,40,40]', 'netG.window_size=[2,4,4]', f'netG.depths={[1] * 11}',
+        f'netG.embed_dims={[8] * 11}', f'netG.num_heads={[1] * 11}', 'netG.deformable_groups=2']
 ROWS = [('torch', False), ('torchvision', False), ('torch, before', False),
         ('torch', True), ('torchvision', True), ('torch, before', True)]
 
@@ -34,7 +41,7 @@ def _kib(field: str) -> int:
         return int(re.search(rf'{field}:\s+(\d+)', f.read()).group(1))
 
 
-def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int) -> Dict[str, float]:
+def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick: bool) -> Dict[str, float]:
     sys.path.insert(0, ROOT)
     import torch
 
@@ -44,14 +51,16 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int) -> Di
     torch.set_num_threads(threads)
     flag = 'true' if checkpoint else 'false'
     opt = main_train.read_options(OPT, ['netG.spynet_path=null', f'netG.use_checkpoint_attn={flag}',
-                                        f'netG.use_checkpoint_ffn={flag}'])
+                                        f'netG.use_checkpoint_ffn={flag}'] + (TINY if quick else []))
     dc.DEFORM_IMPL = 'torchvision' if impl == 'torchvision' else 'torch'
     if impl == 'torch, before':
         dc.deform_conv2d_torch = dc._deform_conv2d_ops  # plain autograd: keeps the sampled columns
     torch.manual_seed(0)
     net = build_network(opt['netG']).train()
     g = opt['netG']
-    x = torch.rand(1, 6, g['in_chans'] + g['spike_chans'], size, size, generator=torch.Generator().manual_seed(1))
+    frames = g['img_size'][0]
+    x = torch.rand(1, frames, g['in_chans'] + g['spike_chans'], size, size,
+                   generator=torch.Generator().manual_seed(1))
     fwd, bwd = [], []
     with open('/proc/self/clear_refs', 'w') as f:
         f.write('5')  # VmHWM := current RSS
@@ -72,22 +81,26 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int) -> Di
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--quick', action='store_true', help='smoke run: a tiny VRT of the same layout, 1x2x7x40x40 clip')
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--reps', type=int, default=1, help='timed steps per row after one warm-up step (median)')
-    p.add_argument('--size', type=int, default=64, help='frame height and width')
+    p.add_argument('--size', type=int, default=None, help='frame height and width (default 64; --quick 40)')
     p.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    a.size = a.size or (40 if a.quick else 64)
     if a.child:
-        print(json.dumps(child(a.child[0], a.child[1] == 'on', a.threads, a.reps, a.size)))
+        print(json.dumps(child(a.child[0], a.child[1] == 'on', a.threads, a.reps, a.size, a.quick)))
         return
     load = ', '.join(f'{v:.2f}' for v in os.getloadavg())
-    print(f'VRT 006 (RGB+spike, {OPT.split(os.sep)[-1]}), one 1x6x7x{a.size}x{a.size} clip, CPU, '
+    what = 'tiny VRT of the same layout (--quick)' if a.quick else 'VRT 006'
+    frames = 2 if a.quick else 6
+    print(f'{what} (RGB+spike, {OPT.split(os.sep)[-1]}), one 1x{frames}x7x{a.size}x{a.size} clip, CPU, '
           f'{a.threads} threads, 1 warm-up + {a.reps} timed step(s) per row, fresh process per row; load avg {load}')
     results: Dict[tuple, Dict[str, float]] = {}
     for impl, ckpt in ROWS:
         out = subprocess.run([sys.executable, os.path.abspath(__file__), '--threads', str(a.threads), '--reps',
-                              str(a.reps), '--size', str(a.size), '--child', impl, 'on' if ckpt else 'off'],
-                             capture_output=True, text=True, cwd=ROOT)
+                              str(a.reps), '--size', str(a.size), '--child', impl, 'on' if ckpt else 'off']
+                             + (['--quick'] if a.quick else []), capture_output=True, text=True, cwd=ROOT)
         if out.returncode:
             raise SystemExit(f'{impl} checkpoint={ckpt} failed:\n{out.stderr[-3000:]}')
         results[impl, ckpt] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,14 +1,15 @@
 """Model zoo on CPU: parameters and forward+backward time of every KAIR image configuration, and the
 cost of GAN training against plain training of the same generator.
 
-    python bench/bench_zoo.py [--threads 2] [--repeat 3] [--only swinir]
+    python bench/bench_zoo.py [--quick] [--threads 2] [--repeat 3] [--size 64] [--only swinir]
 
 Networks are built from the KAIR listings' options (tests/data/kair/*.netG.tsv headers), exactly
-as KAIR's files define them; each takes one 1 x C x 64 x 64 input (x scale out for SR) plus what
+as KAIR's files define them; each takes one 1 x C x 64 x 64 input (`--size`; x scale out for SR) plus what
 it needs beside (FFDNet's noise level, USRNet's kernel, scale and noise level). Times are medians
 of `--repeat` runs after one warm-up, with `--threads` intra-op threads. The last table times one
 training iteration of model `gan` (pixel + VGG perceptual + adversarial, D step) against model
-`plain` with the same generator and batch, measured in this run.
+`plain` with the same generator and batch, measured in this run. `--quick` (16 x 16 inputs, one
+timed run after the warm-up) builds and steps every configuration in seconds: a smoke run, noisy.
 """
 import argparse
 import glob
@@ -73,14 +74,14 @@ def median_time(fn: Callable[[], None], repeat: int) -> float:
     return statistics.median(times)
 
 
-def bench_networks(repeat: int, only: str) -> None:
+def bench_networks(repeat: int, only: str, size: int) -> None:
     print(f'{"KAIR configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
     for name, netG, scale in configurations():
         if only and only not in name:
             continue
         torch.manual_seed(0)
         net = build_network(netG).train()
-        args = inputs(netG, scale)
+        args = inputs(netG, scale, size)
 
         def step() -> None:
             net.zero_grad(set_to_none=True)
@@ -126,13 +127,17 @@ def bench_gan(repeat: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--quick', action='store_true', help='smoke run: 16x16 inputs, one timed run each')
     p.add_argument('--threads', type=int, default=2)
-    p.add_argument('--repeat', type=int, default=3)
+    p.add_argument('--repeat', type=int, default=None, help='timed runs after a warm-up (default 3; --quick 1)')
+    p.add_argument('--size', type=int, default=None, help='input height and width (default 64; --quick 16)')
     p.add_argument('--only', default='', help='only configurations whose name contains this')
     args = p.parse_args()
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    args.size = args.size or (16 if args.quick else 64)
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {args.threads} threads, CPU')
-    bench_networks(args.repeat, args.only)
+    bench_networks(args.repeat, args.only, args.size)
     if not args.only:
         bench_gan(args.repeat)
 

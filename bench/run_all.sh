@@ -2,52 +2,50 @@
 # Run every benchmark in bench/ once and print all ratios (raw output; see bench/README.md).
 #
 #   bash bench/run_all.sh            # full run, about 35-40 minutes on 2 CPU cores (VRT step: ~20)
-#   QUICK=1 bash bench/run_all.sh    # fewer reps, no torch.compile row (a smoke run, noisy)
+#   QUICK=1 bash bench/run_all.sh    # every script with --quick: smallest sizes, fewest reps, no
+#                                    # torch.compile row; a few minutes, a smoke run (noisy)
 #
 # Timings are only meaningful on an otherwise idle machine: check `uptime` first.
+# tests/test_benches.py checks that every bench/bench_*.py is run here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+ARGS=()
 if [[ "${QUICK:-0}" == "1" ]]; then
-  LOOP=(--reps 3 --steps 5 --no-compile); DATA=(--iters 24); RESUME=(--reps 2); DDP=(--reps 2 --steps 10); DCN=(--reps 3)
-  LOADER=(--quick); STARTUP=(--reps 2)
-else
-  LOOP=(); DATA=(); RESUME=(); DDP=(); DCN=(); LOADER=(); STARTUP=()
+  ARGS=(--quick)
 fi
 
 echo "== run_all.sh $(date '+%Y-%m-%d %H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
 echo "== python $(python -c 'import sys; print(sys.version.split()[0])'), OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
 echo
 echo "== bench_loop.py: framework loop vs bare PyTorch loop; option rows"
-python bench/bench_loop.py "${LOOP[@]}"
+python bench/bench_loop.py "${ARGS[@]}"
 echo
 echo "== bench_data.py: data wait fraction (demo config, real loader)"
-python bench/bench_data.py "${DATA[@]}"
+python bench/bench_data.py "${ARGS[@]}"
 echo
 echo "== bench_resume.py: time to first step, resume vs fresh"
-python bench/bench_resume.py "${RESUME[@]}"
+python bench/bench_resume.py "${ARGS[@]}"
 echo
 echo "== bench_ddp.py: DDP 2x1 vs 1x2 throughput"
-python bench/bench_ddp.py "${DDP[@]}"
+python bench/bench_ddp.py "${ARGS[@]}"
 echo
 echo "== bench_deform_conv.py: deformable conv paths (VRT)"
-python bench/bench_deform_conv.py "${DCN[@]}"
+python bench/bench_deform_conv.py "${ARGS[@]}"
 echo
 echo "== bench_zoo.py: KAIR image networks (parameters, fwd+bwd), gan / plain iteration"
-python bench/bench_zoo.py $([[ "${QUICK:-0}" == "1" ]] && echo --repeat 1)
+python bench/bench_zoo.py "${ARGS[@]}"
 echo
 echo "== bench_curves.py: cost of redrawing curves.png"
-python bench/bench_curves.py
+python bench/bench_curves.py "${ARGS[@]}"
 echo
-if [[ "${QUICK:-0}" != "1" ]]; then
-  echo "== bench_vrt_step.py: VRT 006 training step, deformable conv paths x checkpointing (~20 min)"
-  python bench/bench_vrt_step.py
-  echo
-fi
+echo "== bench_vrt_step.py: VRT 006 training step, deformable conv paths x checkpointing (~20 min; --quick: a tiny VRT)"
+python bench/bench_vrt_step.py "${ARGS[@]}"
+echo
 echo "== bench_startup.py: time to the first finished step, main_train.py vs bare PyTorch"
-python bench/bench_startup.py "${STARTUP[@]}"
+python bench/bench_startup.py "${ARGS[@]}"
 echo
 echo "== bench_loader.py: loader samples/s, ours vs KAIR/BasicSR-style baseline (images, clips, lmdb, spikes)"
-python bench/bench_loader.py "${LOADER[@]}"
+python bench/bench_loader.py "${ARGS[@]}"
 echo
 echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"
