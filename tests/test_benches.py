@@ -1,0 +1,142 @@
+"""Benchmarks never rot: every bench/bench_*.py runs with --quick, prints its whole table, writes nothing
+into the project, and bench/run_all.sh runs it.
+
+A benchmark is not a test, but one nobody runs breaks silently when the code under it changes
+(bench_loop.py crashed for a while once the Reporter wrote history.jsonl). `--quick` is each
+script's smallest, fewest-reps mode that still goes through every row; here it runs as a user would
+run it, in a fresh process from the project root. New scripts are found by the glob and must say
+below what their output ends with.
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, NamedTuple, Set
+
+import pytest
+
+from conftest import ROOT, clean_env
+
+BENCH_DIR = os.path.join(ROOT, 'bench')
+BENCHES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCH_DIR, 'bench_*.py')))
+NUM = r'\d+\.\d+'  # a measured number (nan or inf would not match)
+
+
+class Expected(NamedTuple):
+    """What a bench's --quick output shows: `lines`, regexes that match lines of its output in this
+    order, the last one its last line (the results table ends the run); `slow`: it runs in CI or with
+    RUN_SLOW=1 only: those over ~20 s on 2 cores, and enough of the others (7-13 s each) that the
+    benches left in a local default run take under a minute together."""
+    lines: List[str]
+    slow: bool
+
+
+EXPECTED: Dict[str, Expected] = {
+    'bench_curves.py': Expected([
+        rf'^200 history rows; draw in this process: first {NUM} s',
+        rf'^redraw\(\) blocks the caller: median {NUM} ms',
+        rf'^training step alone {NUM} ms, during a draw {NUM} ms \(x{NUM}, \d+ steps\)$',
+    ], slow=False),
+    'bench_data.py': Expected([
+        rf'^data wait, demo config, workers={w}\b.*: steady state \(4 iters\): data wait +{NUM} % of step time'
+        for w in (1, 0, 2)
+    ], slow=False),
+    'bench_ddp.py': Expected([
+        rf'^DDP 2 proc x 1 thread / 1 proc x 2 threads \(samples/s\) +2x1 +{NUM} \| 1x2 +{NUM} \| ratio +{NUM}',
+    ], slow=False),
+    'bench_deform_conv.py': Expected([
+        line for shape in (r'official VRT stage1 \(C=120, dg=12, 32x32\)',
+                           r'tiny CPU config \(C=16, dg=4, 32x32, batch 2\)')
+        for line in (rf'^{shape}:$', rf'^  torchvision +{NUM} ms/iter +peak RSS growth +-?{NUM} MiB$',
+                     rf'^  torch +{NUM} ms/iter', rf'^  torch before +{NUM} ms/iter',
+                     rf'^  ratio torchvision/torch = {NUM}, torch/torch before = {NUM} \(time\), -?{NUM} \(peak RSS')
+    ], slow=True),
+    'bench_loader.py': Expected([
+        r'^== bench_loader.py \(quick\)',
+        r'^outputs identical$',  # both sides bitwise equal before anything is timed
+        r'^per worker ', *[rf'^  {kind}.* \| +{NUM} \| +{NUM} \| +{NUM} \|' for kind in ('image patches', 'spike')],
+        r'^per process ', *[rf'^  {kind}.* \| +{NUM} \| +{NUM} \| +{NUM} \|' for kind in ('image patches', 'spike')],
+        r'^decoders ', rf'^  blurred LQ frame PNG +\| +320x256 +\| +{NUM} \| +{NUM} \| +{NUM} \| +{NUM} \| {NUM}$',
+        r'^where a sample', r'^  spike\+RGB clips, ours cache_data +baseline .* ours .*spikes +\d+ %',
+        r'^== done \d\d:\d\d:\d\d$',
+    ], slow=False),
+    'bench_loop.py': Expected([
+        rf'^{row} .* ratio +{NUM} \(paired +{NUM}\)' for row in (
+            r'framework loop / bare PyTorch loop', r'framework \(nan_policy=off\) / bare loop')
+    ] + [rf'^per-step overhead \(tiny net .* overhead +-?\d+ us = -?{NUM} % of a demo bare step$'] + [
+        rf'^{row} +on +{NUM} ms/step \| off +{NUM} ms/step \| ratio +{NUM} \(paired +{NUM}\)' for row in (
+            r'EMA on \(E_decay 0.99\) / off', 'amp bf16 / fp32', 'channels_last on / off')
+    ], slow=False),
+    'bench_resume.py': Expected([
+        rf'^  fresh : first step done after {NUM} s', rf'^  resume: first step done after {NUM} s',
+        rf'^time to first step, resume / fresh start +ratio +{NUM}',
+    ], slow=True),
+    'bench_startup.py': Expected([
+        rf'^  main_train.py +{NUM} s', rf'^  bare PyTorch +{NUM} s', rf'^  ours / bare +{NUM} ',
+    ], slow=True),
+    'bench_vrt_step.py': Expected([
+        r'^tiny VRT of the same layout \(--quick\)',
+        *[rf'^  deform conv {impl} +checkpointing {ckpt}: forward +{NUM} s, forward\+backward +{NUM} s, '
+          rf'peak RSS +{NUM} GiB' for ckpt in ('off', 'on ') for impl in ('torch', 'torchvision', 'torch, before')],
+        *[rf'^checkpointing {ckpt}: torch / torchvision: fwd\+bwd time {NUM} .* fwd\+bwd time {NUM}$'
+          for ckpt in ('off', 'on ')],
+    ], slow=True),
+    'bench_zoo.py': Expected([
+        rf'^swinir__train_swinir_car_jpeg +swinir +[\d,]+ +1x1x16x16 +{NUM}$',
+        rf'^train_usrnet +usrnet +[\d,]+ +1x3x16x16 +{NUM}$',
+        rf'^  plain {NUM} s/iter, gan {NUM} s/iter, gan / plain = {NUM}$',
+    ], slow=True),
+}
+
+
+def new_files_in_project() -> Set[str]:
+    """Untracked and ignored files in the checkout (bytecode caches aside), as git lists them."""
+    out = subprocess.run(['git', 'status', '--porcelain', '--ignored', '--untracked-files=all'], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return {line[3:] for line in out.splitlines()
+            if line[:2] in ('??', '!!') and '__pycache__' not in line and '.pytest_cache' not in line}
+
+
+def bench_params() -> List[Any]:
+    """One test per bench file; the slow ones marked, so a local run skips them."""
+    return [pytest.param(name, marks=[pytest.mark.slow] if name in EXPECTED and EXPECTED[name].slow else [])
+            for name in BENCHES]
+
+
+def test_the_glob_finds_the_benchmarks_and_not_their_helpers():
+    assert 'bench_loop.py' in BENCHES and 'loader_baselines.py' not in BENCHES
+
+
+@pytest.mark.parametrize('name', bench_params())
+def test_a_bench_runs_quick_prints_its_table_last_and_writes_nothing_into_the_project(name, tmp_path):
+    assert name in EXPECTED, f'bench/{name}: say in EXPECTED what its --quick output ends with (and whether it is slow)'
+    expected = EXPECTED[name]
+    before = new_files_in_project()
+    t0 = time.perf_counter()
+    # TMPDIR: whatever the bench writes through tempfile lands in this test's folder
+    proc = subprocess.run([sys.executable, os.path.join('bench', name), '--quick'], cwd=ROOT,
+                          env=clean_env(TMPDIR=str(tmp_path), PYTHONDONTWRITEBYTECODE='1'),
+                          capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - t0
+    tail = f'{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}'
+    assert proc.returncode == 0, f'bench/{name} --quick exited {proc.returncode}:\n{tail}'
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    at = 0
+    for pattern in expected.lines:
+        found = next((i for i in range(at, len(lines)) if re.search(pattern, lines[i])), None)
+        assert found is not None, f'bench/{name} --quick: no line matching {pattern!r} (after line {at}):\n{tail}'
+        at = found + 1
+    assert at == len(lines), f'bench/{name} --quick: {lines[-1]!r} printed after its table:\n{tail}'
+    written = sorted(new_files_in_project() - before)
+    assert not written, f'bench/{name} --quick wrote into the project (outputs belong under a temp dir): {written}'
+    print(f'bench/{name} --quick: {seconds:.1f} s')
+
+
+def test_run_all_runs_every_bench():
+    with open(os.path.join(BENCH_DIR, 'run_all.sh')) as f:
+        script = f.read()
+    missing = [name for name in BENCHES if not re.search(rf'^python bench/{re.escape(name)} "\$\{{ARGS\[@\]\}}"$',
+                                                          script, re.M)]
+    assert not missing, f'bench/run_all.sh does not run {missing} (with "${{ARGS[@]}}", which is --quick under QUICK=1)'
