@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from models.attention import window_attention
 from models.blocks import DropPath
 from models.registry import NETWORKS
 from utils.errors import UserError
@@ -91,15 +92,10 @@ class WindowAttention(nn.Module):
         """x: (B·nW, N, C); mask: (nW, N, N) or None."""
         b_, n, c = x.shape
         q, k, v = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        attn = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
-        attn = attn + bias.permute(2, 0, 1).unsqueeze(0)
-        if mask is not None:
-            nw = mask.shape[0]
-            attn = attn.view(b_ // nw, nw, self.num_heads, n, n) + mask.to(attn.dtype).unsqueeze(1).unsqueeze(0)
-            attn = attn.view(b_, self.num_heads, n, n)
-        attn = self.attn_drop(attn.softmax(dim=-1))
-        return self.proj_drop(self.proj((attn @ v).transpose(1, 2).reshape(b_, n, c)))
+        out = window_attention(q, k, v, self.scale, bias.permute(2, 0, 1), mask,
+                               self.attn_drop.p if self.training else 0.0)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
 
 
 class Mlp(nn.Module):

@@ -21,6 +21,7 @@ from einops.layers.torch import Rearrange
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from models.attention import window_attention
 from models.blocks import DropPath
 from models.deform_conv import deform_conv2d
 from models.registry import NETWORKS
@@ -257,17 +258,12 @@ class WindowAttention(nn.Module):
 
     def attention(self, q, k, v, mask, x_shape, relative_position_encoding: bool = True) -> torch.Tensor:
         b_, n, c = x_shape
-        attn = (q * self.scale) @ k.transpose(-2, -1)
+        bias = None
         if relative_position_encoding:
             index = self.relative_position_index[:n, :n].reshape(-1)
-            bias = self.relative_position_bias_table[index].reshape(n, n, -1)
-            attn = attn + bias.permute(2, 0, 1).unsqueeze(0)
-        if mask is not None:
-            nw = mask.shape[0]
-            attn = attn.view(b_ // nw, nw, self.num_heads, n, n) + mask[:, :n, :n].unsqueeze(1).unsqueeze(0)
-            attn = attn.view(-1, self.num_heads, n, n)
-        attn = attn.softmax(dim=-1)
-        return (attn @ v).transpose(1, 2).reshape(b_, n, c)
+            bias = self.relative_position_bias_table[index].reshape(n, n, -1).permute(2, 0, 1)
+        out = window_attention(q, k, v, self.scale, bias, None if mask is None else mask[:, :n, :n])
+        return out.transpose(1, 2).reshape(b_, n, c)
 
     @staticmethod
     def get_position_index(window_size: Sequence[int]) -> torch.Tensor:
