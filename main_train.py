@@ -35,6 +35,7 @@ from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
 from utils.seed import rng_state, seed_everything, set_rng_state
+from utils.step_gate import StepGate
 from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
 
 EXIT_USER_ERROR = 2
@@ -103,7 +104,7 @@ class Trainer:
         self.log = get_logger()
         self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
         self.best = {'psnr': float('-inf'), 'iter': 0}
-        self.skipped_in_a_row = 0
+        self.gate = StepGate(device, self.train_opt['nan_skip_limit']) if self.train_opt['nan_policy'] != 'off' else None
         self.signals = StopSignals()
         self.print_windows = 0
         self.data_hinted = False
@@ -361,49 +362,57 @@ class Trainer:
         self.epoch_step = 0
 
     def after_step(self, total: int, stop: bool) -> None:
-        """Print, save, then validate (a failing validation never costs the save); stop if asked."""
+        """Check skipped steps, print, save, then validate (a failing validation never costs the save); stop
+        if asked. The checks come first at every point that reads the device anyway or writes."""
         t, last = self.train_opt, self.step == total
-        if self.step % t['checkpoint_print'] == 0 or last:
+        print_due = self.step % t['checkpoint_print'] == 0 or last
+        save_due = self.step % t['checkpoint_save'] == 0 or last or stop
+        validate_due = self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last)
+        if print_due or save_due or validate_due:
+            self.check_skipped_steps()
+        if print_due:
             self.print_status(*self.timing.take())
         saved = False
-        if self.step % t['checkpoint_save'] == 0 or last or stop:
+        if save_due:
             saved = self.save()
         if stop:
             raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at iteration '
                                   f'{self.step}; {"checkpoint saved" if saved else "the checkpoint FAILED"}, rerun '
                                   f'the same command to resume', EXIT_PREEMPTED)
-        if self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last):
+        if validate_due:
             self.validate()
 
     def train_step(self, batches: List[Any]) -> bool:
-        """Backward, agree across ranks on a non-finite step and on stop signals, then step.
-
-        The agreement is one tiny collective per iteration on the host; reading the finiteness
-        flag (loss and gradient norm) is the only device sync, and `train.nan_policy: "off"`
-        removes it.
-        """
+        """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), the ranks' agreement
+        on stop signals, then the gated step. Nothing here reads the device: the only per-iteration
+        host collective is the tiny stop-signal agreement, which never waits for the GPU."""
         loss = self.model.backward(batches)
         finite = self.model.finalize_gradients(self.step, loss)
-        local_bad = self.train_opt['nan_policy'] != 'off' and not bool(finite)
-        bad, stop = dist.agree_any([local_bad, self.signals.requested])
-        if not bad:
-            self.model.step(self.step, loss)
-            self.skipped_in_a_row = 0
-            return stop
-        where = 'this rank' if local_bad else 'another rank'
-        limit = self.train_opt['nan_skip_limit']
-        if self.train_opt['nan_policy'] == 'skip':
-            self.model.skip_step()
-            self.skipped_in_a_row += 1
-            self.log.warning(f'iteration {self.step}: non-finite loss or gradients on {where}; step skipped '
-                             f'(train.nan_policy=skip, {self.skipped_in_a_row} in a row)')
-            if self.skipped_in_a_row < limit:
-                return stop
-            raise TrainingStopped(f'iteration {self.step}: {limit} steps in a row skipped for non-finite loss or '
-                                  f'gradients (train.nan_skip_limit); the run is not recovering; '
+        applied = self.gate.decide(finite, self.step) if self.gate is not None else None
+        stop, = dist.agree_any([self.signals.requested])
+        self.model.step(self.step, loss, applied)
+        return stop
+
+    def check_skipped_steps(self) -> None:
+        """Apply `train.nan_policy` to what the gate counted since the last check (see utils/step_gate.py)."""
+        if self.gate is None:
+            return
+        s = self.gate.take()
+        if not s.skipped:
+            return
+        ranks = ''
+        if s.ranks and self.state.world_size > 1:
+            ranks = f' on rank{"s" if len(s.ranks) > 1 else ""} {", ".join(map(str, s.ranks))}'
+        if self.train_opt['nan_policy'] == 'stop':
+            raise TrainingStopped(f'iteration {s.first}: non-finite loss or gradients{ranks} (train.nan_policy=stop); '
                                   f'{self.newest_save()}', EXIT_NONFINITE)
-        raise TrainingStopped(f'iteration {self.step}: non-finite loss or gradients on {where} '
-                              f'(train.nan_policy=stop); {self.newest_save()}', EXIT_NONFINITE)
+        if s.limit_at:
+            raise TrainingStopped(f'iteration {s.limit_at}: {self.gate.limit} steps in a row skipped for non-finite '
+                                  f'loss or gradients (train.nan_skip_limit); the run is not recovering; '
+                                  f'{self.newest_save()}', EXIT_NONFINITE)
+        where = f'iteration {s.first}' if s.skipped == 1 else f'iterations {s.first}-{s.last}'
+        self.log.warning(f'{where}: {s.skipped} step{"s" if s.skipped > 1 else ""} skipped, non-finite loss or '
+                         f'gradients{ranks} (train.nan_policy=skip, at most {s.longest} in a row)')
 
     def check_replicas(self) -> None:
         """DDP must leave identical parameters (netG, its EMA, a GAN's netD) on every rank; a divergence

@@ -34,8 +34,8 @@ def child(argv: Sequence[str]) -> int:
     print(f'MAIN {time.time():.6f}', flush=True)
     original = ModelPlain.step
 
-    def step(self, it, loss):
-        original(self, it, loss)
+    def step(self, it, loss, applied=None):
+        original(self, it, loss, applied)
         if not getattr(ModelPlain, '_bench_reported', False):
             ModelPlain._bench_reported = True
             print(f'FIRST_STEP {time.time():.6f} {it}', flush=True)

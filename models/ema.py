@@ -1,6 +1,6 @@
 """Exponential moving average of a network's weights (KAIR's netE, `E_decay`)."""
 import copy
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Union
 
 import torch
 from torch import nn
@@ -12,10 +12,11 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 class ModelEMA:
-    """Keeps `module`, an eval-mode copy with e = decay * e + (1 - decay) * p after every `update`.
+    """Keeps `module`, an eval-mode copy with e = e + (1 - decay) * (p - e) after every `update`.
 
-    Buffers (e.g. BatchNorm running statistics) are copied rather than averaged. `state_dict()` is the
-    plain network state_dict, so the EMA checkpoint loads directly into a fresh network.
+    One `torch._foreach_lerp_` over all parameters (no per-parameter Python work); buffers (e.g.
+    BatchNorm running statistics) are copied rather than averaged. `state_dict()` is the plain network
+    state_dict, so the EMA checkpoint loads directly into a fresh network.
     """
 
     def __init__(self, model: nn.Module, decay: float):
@@ -23,10 +24,7 @@ class ModelEMA:
             raise ValueError(f'EMA decay must be in [0, 1], got {decay}')
         self.decay = float(decay)
         self.module = copy.deepcopy(_unwrap(model)).eval()
-        for p in self.module.parameters():
-            p.requires_grad_(False)
-        self._params = list(self.module.parameters())
-        self._buffers = list(self.module.buffers())
+        self.refresh()
 
     def refresh(self) -> None:
         """Take up a changed parameter set of `module` (after BatchNorm folding)."""
@@ -34,18 +32,32 @@ class ModelEMA:
             p.requires_grad_(False)
         self._params = list(self.module.parameters())
         self._buffers = list(self.module.buffers())
+        self._source: Optional[nn.Module] = None
+        self._source_tensors: List[List[torch.Tensor]] = []
+
+    def _tensors_of(self, model: nn.Module) -> List[List[torch.Tensor]]:
+        """[parameters, buffers] of `model`, listed once per source (refresh() forgets them)."""
+        src = _unwrap(model)
+        if src is not self._source:
+            params, buffers = list(src.parameters()), list(src.buffers())
+            if len(params) != len(self._params) or len(buffers) != len(self._buffers):
+                raise ValueError('ModelEMA.update: model structure differs from the EMA copy')
+            self._source, self._source_tensors = src, [params, buffers]
+        return self._source_tensors
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        src = _unwrap(model)
-        params = [p.detach() for p in src.parameters()]
-        if len(params) != len(self._params):
-            raise ValueError('ModelEMA.update: model structure differs from the EMA copy')
+    def update(self, model: nn.Module, applied: Optional[torch.Tensor] = None) -> None:
+        """Move the average towards `model`'s weights. `applied` (a device bool, None: True) is whether this
+        iteration's optimizer step was applied: a skipped step leaves the average where it was, decided on
+        the device (the weight of the move is 0), with no host sync. Buffers are copied either way."""
+        params, buffers = self._tensors_of(model)
         if params:
-            torch._foreach_mul_(self._params, self.decay)
-            torch._foreach_add_(self._params, params, alpha=1.0 - self.decay)
-        for e, b in zip(self._buffers, src.buffers()):
-            e.copy_(b)
+            weight: Union[float, torch.Tensor] = 1.0 - self.decay
+            if applied is not None:
+                weight = applied.to(torch.float32) * weight
+            torch._foreach_lerp_(self._params, params, weight)
+        if buffers:
+            torch._foreach_copy_(self._buffers, buffers)
 
     def state_dict(self) -> Dict[str, Any]:
         return self.module.state_dict()

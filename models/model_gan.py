@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from models.gan_losses import GAN_TYPES, RANDOM_VGG, GANLoss, PerceptualLoss, default_vgg19_path
 from models.init import init_weights
 from models.model_plain import ModelPlain, _load_exactly
-from models.optim import build_optimizer, build_scheduler, resume_optimizer
+from models.optim import build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
 from utils import dist
@@ -75,6 +75,7 @@ class ModelGAN(ModelPlain):
         'D_optimizer_betas': Key([0.9, 0.999], (list,)),
         'D_optimizer_wd': Key(0.0, (int, float), _non_negative),
         'D_optimizer_reuse': Key(True, (bool,)),
+        'D_optimizer_fused': Key(None, (bool, type(None))),
         'D_scheduler_type': Key('MultiStepLR', (str, type(None))),
         'D_scheduler_milestones': Key([], (list,)),
         'D_scheduler_gamma': Key(0.5, (int, float)),
@@ -108,14 +109,16 @@ class ModelGAN(ModelPlain):
         self.net_D = self._wrap(self.net_d, static_graph=False)  # two backward passes per iteration
         self.ddp_d = self.net_D if isinstance(self.net_D, DistributedDataParallel) else None
         self.gan_loss = GANLoss(t['gan_type'])
-        self.optimizer_d = build_optimizer([p for p in self.net_d.parameters() if p.requires_grad], t, 'D')
+        self.optimizer_d = build_optimizer([p for p in self.net_d.parameters() if p.requires_grad], t, 'D', device)
         self.scheduler_d = build_scheduler(self.optimizer_d, t, 'D')
         self.scaler_d = torch.amp.GradScaler(device.type) if self.scaler is not None else None
         self._iteration = 0
         self._update_g = True
         self._d_loss = torch.zeros((), device=device)
-        # sums since the last log: pixel, perceptual, adversarial (G steps), D loss, D(real), D(fake), G steps, D steps
+        # sums since the last log over the applied iterations: pixel, perceptual, adversarial (G steps), D loss,
+        # D(real), D(fake), G steps, D steps
         self._parts = torch.zeros(8, device=device)
+        self._iteration_parts = torch.zeros(8, device=device)
 
     def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """netG's check (see ModelPlain), then netD and the perceptual loss on its output: a netD that does not
@@ -191,7 +194,7 @@ class ModelGAN(ModelPlain):
                     E = self.predict(self.net_g, batch)
             total_d += self._discriminator_backward(E.detach(), batch['H'], n, last, parts)
         parts[7] += 1.0
-        self._parts += parts
+        self._iteration_parts = parts  # into the log's sums when the step is applied (`step`)
         self._d_loss = total_d
         return total_g
 
@@ -268,32 +271,20 @@ class ModelGAN(ModelPlain):
             finite = finite & torch.isfinite(torch.nn.utils.get_total_norm(grads))
         return finite
 
-    def step(self, step: int, loss: torch.Tensor) -> None:
+    def step(self, step: int, loss: torch.Tensor, applied: Optional[torch.Tensor] = None) -> None:
+        """G's step (when due) and D's, both gated by `applied` (see ModelPlain.step)."""
         if not self._finalized:
             self.finalize_gradients(step, loss)
         if self._update_g:
-            super().step(step, loss)
+            super().step(step, loss, applied)
         else:  # nothing to apply to G; its schedule and EMA follow the iteration as in KAIR
             self.scheduler.step()
             if self.ema is not None:
-                self.ema.update(self.net_g)
-        if self.scaler_d is not None:
-            self.scaler_d.step(self.optimizer_d)
-            self.scaler_d.update()
-        else:
-            self.optimizer_d.step()
+                self.ema.update(self.net_g, applied)
+        gated_step(self.optimizer_d, applied, self.scaler_d)
         self.scheduler_d.step()
-
-    def skip_step(self) -> None:
-        if self._update_g:
-            super().skip_step()
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scheduler.step()
-        self.optimizer_d.zero_grad(set_to_none=True)
-        if self.scaler_d is not None and self._finalized:
-            self.scaler_d.update(self.scaler_d.get_scale())
-        self.scheduler_d.step()
+        parts = self._iteration_parts
+        self._parts += parts if applied is None else torch.where(applied, parts, torch.zeros_like(parts))
 
     def log_losses(self) -> Dict[str, float]:
         """KAIR's log: G's losses (means over G steps), D's loss and mean outputs (over D steps)."""
@@ -308,7 +299,7 @@ class ModelGAN(ModelPlain):
         if d_steps:
             out.update(D_loss=d_loss / d_steps, D_real=d_real / d_steps, D_fake=d_fake / d_steps)
         self._loss_sum.zero_()
-        self._loss_steps = 0
+        self._loss_steps.zero_()
         return out
 
     def state_files(self) -> Dict[str, Any]:

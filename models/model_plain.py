@@ -1,6 +1,6 @@
 """The image model: network + loss + optimizer + scheduler + EMA, wrapped in DDP when distributed.
 
-The train loop talks only to this interface (`backward`, `finalize_gradients`, `step`, `skip_step`,
+The train loop talks only to this interface (`backward`, `finalize_gradients`, `step`,
 `log_losses`, `validate`, `state_files`, `training_state`, `load_state`), so every network trains
 with the same loop. Video models subclass it. Evaluation is not here: `validate` hands the current
 eval network to the model's `restorer_class` (models/restorer.py), which main_test.py uses too.
@@ -17,8 +17,8 @@ from models.ema import ModelEMA
 from models.init import init_weights
 from models.losses import build_loss
 from models.merge_bn import count_foldable, fold_batchnorm
-from models.optim import build_optimizer, build_scheduler, resume_optimizer
-from models.regularizers import apply_regularizers
+from models.optim import build_optimizer, build_scheduler, gated_step, resume_optimizer
+from models.regularizers import apply_regularizers, regularizers_due
 from models.registry import MODELS
 from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
@@ -41,6 +41,19 @@ def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bo
     return AMP_DTYPES[amp], amp == 'fp16'
 
 
+def tf32_setup(tf32: Optional[bool], device: torch.device) -> Optional[str]:
+    """`train.tf32`: TensorFloat-32 for float32 matmuls and cuDNN convolutions (10-bit mantissa products,
+    float32 accumulation; several times the float32 rate on tensor cores). null: on where the GPU has it
+    (compute capability 8.0+, Ampere on). Process-wide; returns the line to log (None off CUDA)."""
+    if device.type != 'cuda':
+        return None
+    on = torch.cuda.get_device_capability(device)[0] >= 8 if tf32 is None else bool(tf32)
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    how = 'the GPU has it' if tf32 is None and on else 'the GPU has none' if tf32 is None else 'train.tf32'
+    return f'TensorFloat-32 matmuls and convolutions {"on" if on else "off"} ({how}; train.tf32 sets it)'
+
+
 @MODELS.register('plain')
 class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
@@ -53,6 +66,9 @@ class ModelPlain:
         self.device = device
         self.allow_unsafe_load = allow_unsafe_load
         self.amp_dtype, use_scaler = amp_setup(self.train_opt['amp'], device)
+        tf32 = tf32_setup(self.train_opt['tf32'], device)
+        if tf32:
+            get_logger().info(tf32)
         self.scaler = torch.amp.GradScaler(device.type) if use_scaler else None
         self.channels_last = self.train_opt['channels_last']
         self._warned_5d = False
@@ -86,10 +102,10 @@ class ModelPlain:
                               f'gradients are all-reduced after every micro-batch (DDP cannot skip the sync '
                               f'under static graph); the result is the same, the communication is larger')
         self.loss_fn = build_loss(self.train_opt).to(device)
-        self.optimizer = build_optimizer(self.param_groups(), self.train_opt)
+        self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self._loss_sum = torch.zeros((), device=device)
-        self._loss_steps = 0
+        self._loss_steps = torch.zeros((), device=device)
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None
         self.restorer = self.restorer_class.from_options(self.eval_net, opt, device)
@@ -130,7 +146,7 @@ class ModelPlain:
         gc.collect()  # the old DDP's hooks on the parameters go with it
         self.net = self._training_net()
         schedule = self.scheduler.state_dict()
-        self.optimizer = build_optimizer(self.param_groups(), self.train_opt)
+        self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self.scheduler.load_state_dict(schedule)
 
@@ -153,7 +169,8 @@ class ModelPlain:
 
     def network_info(self) -> str:
         n = sum(p.numel() for p in self.net_g.parameters())
-        return f'network {type(self.net_g).__name__}: {n:,} parameters'
+        fused = ' (fused)' if self.optimizer.defaults.get('fused') else ''
+        return f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {type(self.optimizer).__name__}{fused}'
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned
@@ -282,42 +299,42 @@ class ModelPlain:
     def _grads(self) -> List[torch.Tensor]:
         return [p.grad for p in self.net_g.parameters() if p.grad is not None]
 
-    def step(self, step: int, loss: torch.Tensor) -> None:
-        """Apply the gradients of `backward`: clip, optimizer, scheduler, regularizers, EMA."""
+    def step(self, step: int, loss: torch.Tensor, applied: Optional[torch.Tensor] = None) -> None:
+        """Apply the gradients of `backward`: clip, optimizer, scheduler, regularizers, EMA.
+
+        `applied` (a device bool, the loop's non-finite verdict, the same on every rank; None: apply)
+        gates the update where it can be gated on the device (fused optimizer, EMA, loss bookkeeping):
+        a skipped step changes no weight, moment or average, while the schedule still advances so the
+        learning rate keeps following the iteration count.
+        """
         if not self._finalized:
             self.finalize_gradients(step, loss)
         clip = self.train_opt['G_optimizer_clipgrad']
         if clip:
             torch.nn.utils.clip_grads_with_norm_(self._grads(), clip, self._grad_norm)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)  # skips the update if fp16 gradients overflowed
-            self.scaler.update()
-        else:
-            self.optimizer.step()
+        gated_step(self.optimizer, applied, self.scaler)
         self.scheduler.step()
-        apply_regularizers(self.net_g, step, self.train_opt)
+        if regularizers_due(step, self.train_opt) and (applied is None or bool(applied)):
+            apply_regularizers(self.net_g, step, self.train_opt)
         if self.ema is not None:
-            self.ema.update(self.net_g)
-        self._loss_sum += loss
-        self._loss_steps += 1
+            self.ema.update(self.net_g, applied)
+        self._count_loss(loss, applied)
 
-    def skip_step(self) -> None:
-        """Drop the gradients of a step that is not applied (non-finite loss or gradients, policy 'skip').
-
-        The schedule still advances, so the learning rate keeps following the iteration count; a
-        GradScaler closes its iteration (its unscale_ already ran) without changing the scale.
-        """
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scaler is not None and self._finalized:
-            self.scaler.update(self.scaler.get_scale())
-        self.scheduler.step()
+    def _count_loss(self, loss: torch.Tensor, applied: Optional[torch.Tensor]) -> None:
+        """Add an applied step's loss to the sums `log_losses` reads (on the device)."""
+        if applied is None:
+            self._loss_sum += loss
+            self._loss_steps += 1
+        else:
+            self._loss_sum += torch.where(applied, loss, torch.zeros_like(loss))
+            self._loss_steps += applied
 
     def log_losses(self) -> Dict[str, float]:
-        """Mean loss since the last call, averaged over ranks: the only host sync of the loop."""
-        t = torch.stack([self._loss_sum, torch.tensor(float(self._loss_steps), device=self.device)])
+        """Mean loss of the applied steps since the last call, averaged over ranks (one host read)."""
+        t = torch.stack([self._loss_sum, self._loss_steps])
         dist.all_reduce_sum(t)
-        self._loss_sum = torch.zeros((), device=self.device)
-        self._loss_steps = 0
+        self._loss_sum.zero_()
+        self._loss_steps.zero_()
         total, steps = t.tolist()
         return {'G_loss': total / steps if steps else float('nan')}
 

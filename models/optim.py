@@ -23,14 +23,51 @@ OPTIMIZERS.register('adamw')(torch.optim.AdamW)
 SCHEDULERS = Registry('scheduler')
 
 
+def use_fused(train_opt: Dict[str, Any], device: torch.device, net: str = 'G') -> bool:
+    """`<net>_optimizer_fused`: null picks the fused kernel on CUDA (one launch for every parameter, and a
+    skipped step decided on the device: no host sync per iteration) and torch's default elsewhere."""
+    fused = train_opt[f'{net}_optimizer_fused']
+    return device.type == 'cuda' if fused is None else bool(fused)
+
+
 def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch.Tensor]],
-                    train_opt: Dict[str, Any], net: str = 'G') -> torch.optim.Optimizer:
+                    train_opt: Dict[str, Any], net: str = 'G',
+                    device: torch.device = torch.device('cpu')) -> torch.optim.Optimizer:
     """Adam/AdamW over `param_groups` from the `<net>_optimizer_*` keys (G: the generator, D: a GAN's
-    discriminator); a group's own 'lr' wins over `<net>_optimizer_lr`."""
+    discriminator); a group's own 'lr' wins over `<net>_optimizer_lr`. Fused or foreach: `use_fused`."""
     cls = OPTIMIZERS.get(train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type')
     betas = train_opt[f'{net}_optimizer_betas']
+    impl = {'fused': True} if use_fused(train_opt, device, net) else {}  # else torch's choice (foreach on CUDA)
     return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=(float(betas[0]), float(betas[1])),
-               weight_decay=float(train_opt[f'{net}_optimizer_wd']))
+               weight_decay=float(train_opt[f'{net}_optimizer_wd']), **impl)
+
+
+def gated_step(optimizer: torch.optim.Optimizer, applied: Optional[torch.Tensor] = None,
+               scaler: Optional[torch.amp.GradScaler] = None) -> None:
+    """`optimizer.step()` if `applied` (a device bool from the non-finite check; None: always).
+
+    A fused optimizer takes the decision on the device (its `found_inf`, as GradScaler uses it: no
+    parameter, moment or step count changes where it is set), so the loop never waits for the GPU.
+    Other optimizers, and fp16's GradScaler, read `applied` on the host. A skipped step closes a
+    GradScaler's iteration without changing its scale.
+    """
+    if scaler is not None:
+        if applied is None or bool(applied):
+            scaler.step(optimizer)  # skips the update by itself if fp16 gradients overflowed
+            scaler.update()
+        else:
+            scaler.update(scaler.get_scale())
+        return
+    if applied is None:
+        optimizer.step()
+    elif optimizer.defaults.get('fused'):
+        optimizer.found_inf = (~applied).to(torch.float32)
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif bool(applied):
+        optimizer.step()
 
 
 class IterationLR(LRScheduler):

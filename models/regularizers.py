@@ -49,3 +49,9 @@ def apply_regularizers(net: nn.Module, step: int, train_opt: Dict[str, Any]) -> 
             fn(net)
             done.append(name)
     return done
+
+
+def regularizers_due(step: int, train_opt: Dict[str, Any]) -> bool:
+    """Whether a regulariser applies at `step` (the loop then needs to know that the step was applied)."""
+    return any(train_opt[key] and step % train_opt[key] == 0
+               for key in ('G_regularizer_orthstep', 'G_regularizer_clipstep'))

@@ -72,8 +72,8 @@ def install() -> None:
     if poison_at:
         original_step = ModelPlain.step
 
-        def poisoning_step(self, step, loss):
-            original_step(self, step, loss)
+        def poisoning_step(self, step, loss, applied=None):
+            original_step(self, step, loss, applied)
             if step == poison_at:
                 with torch.no_grad():
                     next(self.net_g.parameters()).view(-1)[0] = float('nan')

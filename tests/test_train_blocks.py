@@ -299,3 +299,16 @@ def test_apply_regularizers_runs_only_on_configured_steps():
     assert apply_regularizers(conv, 10, opt) == ['clip']
     assert conv.weight.item() == pytest.approx(2.0 - 1e-4)
     assert apply_regularizers(conv, 6, {'G_regularizer_orthstep': 3, 'G_regularizer_clipstep': 2}) == ['orth', 'clip']
+
+
+def test_adam_is_fused_on_cuda_by_default_and_as_asked_elsewhere():
+    from models.optim import use_fused
+    t = {'G_optimizer_fused': None}
+    assert use_fused(t, torch.device('cuda')) and not use_fused(t, torch.device('cpu'))
+    assert use_fused({'G_optimizer_fused': True}, torch.device('cpu'))
+    assert not use_fused({'D_optimizer_fused': False}, torch.device('cuda'), 'D')
+
+
+def test_tf32_is_a_cuda_setting_and_silent_elsewhere():
+    from models.model_plain import tf32_setup
+    assert tf32_setup(None, torch.device('cpu')) is None and tf32_setup(True, torch.device('cpu')) is None

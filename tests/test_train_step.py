@@ -44,15 +44,41 @@ def test_finite_loss_and_gradients_are_a_sound_step(tmp_path):
     assert bool(model.finalize_gradients(1, loss))
 
 
-def test_a_skipped_step_leaves_the_weights_untouched_and_advances_the_schedule(tmp_path):
-    model = _model(tmp_path, G_scheduler_milestones=[1])
-    before = _params(model)
+@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'torch-default'])
+def test_a_skipped_step_leaves_weights_moments_and_average_untouched_and_advances_the_schedule(tmp_path, fused):
+    """The verdict is a device bool: a fused optimizer skips on the device (its found_inf), others on the host."""
+    model = _model(tmp_path, G_scheduler_milestones=[2], G_optimizer_fused=fused, E_decay=0.9)
+    assert bool(model.optimizer.defaults.get('fused')) == fused
     loss = model.backward([_batch(2, 0)])
+    applied_loss = loss.item()
+    model.finalize_gradients(1, loss)
+    model.step(1, loss, torch.tensor(True))  # one applied step: moments and average exist
+    before = _params(model)
+    moments = [t.clone() for state in model.optimizer.state.values() for t in state.values()]
+    average = [p.clone() for p in model.ema.module.parameters()]
+    loss = model.backward([_batch(2, 1)])
     next(model.net_g.parameters()).grad.fill_(float('nan'))
-    assert not bool(model.finalize_gradients(1, loss))
-    model.skip_step()
+    verdict = model.finalize_gradients(2, loss)
+    assert not bool(verdict)
+    model.step(2, loss, verdict)
     assert all(torch.equal(a, b) for a, b in zip(before, _params(model)))
-    assert model.current_lr() == pytest.approx(5e-4)  # milestone 1 passed: 1e-3 * 0.5
+    assert all(torch.equal(a, b) for a, b in zip(moments, (t for st in model.optimizer.state.values()
+                                                           for t in st.values())))  # step counts included
+    assert all(torch.equal(a, b) for a, b in zip(average, model.ema.module.parameters()))
+    assert model.current_lr() == pytest.approx(5e-4)  # milestone 2 passed: 1e-3 * 0.5
+    assert model.log_losses()['G_loss'] == pytest.approx(applied_loss)  # the skipped step's loss is not counted
+
+
+def test_fused_and_torch_default_adam_train_alike(tmp_path):
+    runs = []
+    for fused in (True, False):
+        model = _model(tmp_path, seed=4, G_optimizer_fused=fused)
+        for step in (1, 2, 3):
+            loss = model.backward([_batch(2, step)])
+            model.step(step, loss, model.finalize_gradients(step, loss))
+        runs.append(_params(model))
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
 def test_clipping_under_a_grad_scaler_sees_unscaled_gradients(tmp_path):
@@ -89,7 +115,7 @@ def test_a_skipped_step_under_a_grad_scaler_keeps_the_scale_and_the_next_step_ru
     model.scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8)
     loss = model.backward([_batch(2, 0)])
     model.finalize_gradients(1, loss)
-    model.skip_step()
+    model.step(1, loss, torch.tensor(False))
     assert model.scaler.get_scale() == 2.0 ** 8
     loss = model.backward([_batch(2, 1)])
     model.finalize_gradients(2, loss)
@@ -154,3 +180,59 @@ def test_ema_switched_on_at_resume_starts_from_the_resumed_weights(tmp_path, cap
     for k, v in model.ema.module.state_dict().items():
         assert torch.equal(v, weights['G'][k])
     assert any('no EMA weights' in m for m in log)
+
+
+@pytest.mark.parametrize('policy', ['skip', 'stop'])
+def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_the_next_check(tmp_path,
+                                                                                              monkeypatch, policy):
+    """A host read of a device value per iteration (bool(), .item(), .tolist()) makes the CPU wait for the GPU:
+    none happens in `train_step`, NaN iterations included; the policy acts at the loop's check points."""
+    import argparse
+
+    import main_train
+    from utils import dist
+    from utils.options import derive_paths
+    from utils.stop import EXIT_NONFINITE, TrainingStopped
+    opt = validate(tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), G_optimizer_fused=True, E_decay=0.9,
+                                nan_policy=policy, nan_skip_limit=2), option_rules())
+    derive_paths(opt)
+    trainer = main_train.Trainer(opt, dist.detect({}), CPU, argparse.Namespace(fresh=False, allow_unsafe_load=False))
+    try:
+        torch.manual_seed(0)
+        trainer.model = ModelPlain(opt, CPU)
+        trainer.ckpt.complete_steps = lambda: []  # newest_save(): no checkpoint yet
+        weights = []
+
+        def forbidden(name):
+            def read(self, *args, **kwargs):
+                raise AssertionError(f'a training step read a tensor on the host: Tensor.{name}')
+            return read
+        with monkeypatch.context() as m:
+            for name in ('item', '__bool__', 'tolist', '__float__', '__int__', 'numpy'):
+                m.setattr(torch.Tensor, name, forbidden(name))
+            m.setattr(main_train.dist, 'agree_any', lambda flags: [bool(f) for f in flags])  # host flags only
+            for step in (1, 2, 3):
+                trainer.step = step
+                batch = _batch(2, step)
+                if step == 2:
+                    batch['L'][0, 0, 0, 0] = float('nan')
+                assert trainer.train_step([batch]) is False
+                weights.append(_params(trainer.model))
+        assert all(torch.equal(a, b) for a, b in zip(weights[0], weights[1]))  # iteration 2 was not applied
+        assert not all(torch.equal(a, b) for a, b in zip(weights[1], weights[2]))
+        if policy == 'stop':
+            with pytest.raises(TrainingStopped, match=r'^iteration 2: non-finite loss or gradients '
+                                                      r'\(train\.nan_policy=stop\); newest complete checkpoint: none'
+                               ) as e:
+                trainer.check_skipped_steps()
+            assert e.value.code == EXIT_NONFINITE
+        else:
+            with monkeypatch.context() as m:
+                warnings = []
+                m.setattr(trainer.log, 'warning', warnings.append)
+                trainer.check_skipped_steps()
+                trainer.check_skipped_steps()  # counted once
+            assert warnings == ['iteration 2: 1 step skipped, non-finite loss or gradients '
+                                '(train.nan_policy=skip, at most 1 in a row)']
+    finally:
+        trainer.signals.restore()

@@ -161,6 +161,7 @@ SCHEMA: Dict[str, Any] = {
         'G_optimizer_wd': Key(0.0, (int, float), _non_negative),
         'G_optimizer_clipgrad': Key(None, _OPT_NUM, _positive),
         'G_optimizer_reuse': Key(True, (bool,)),
+        'G_optimizer_fused': Key(None, (bool, type(None))),  # null: fused on CUDA (models/optim.py)
         'G_scheduler_type': Key('MultiStepLR', _OPT_STR),
         'G_scheduler_milestones': Key([], (list,)),
         'G_scheduler_gamma': Key(0.5, (int, float), _positive),
@@ -186,6 +187,7 @@ SCHEMA: Dict[str, Any] = {
         'fix_lr_mul': Key(1.0, (int, float), _non_negative),
         'fix_keys': Key([], (list,)),
         'amp': Key('none', (str,), _one_of('none', 'bf16', 'fp16')),
+        'tf32': Key(None, (bool, type(None))),  # null: TensorFloat-32 matmuls/convs on CUDA GPUs that have it
         'channels_last': Key(False, (bool,)),
         'compile': Key(False, (bool,)),
     },

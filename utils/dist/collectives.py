@@ -62,6 +62,12 @@ def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
     return _all_reduce(t, 'MAX')
 
 
+def all_reduce_min(t: torch.Tensor) -> torch.Tensor:
+    """Min over ranks, in place (e.g. 'finite on every rank'); on a device tensor it is queued on the
+    device like any kernel, with no host sync."""
+    return _all_reduce(t, 'MIN')
+
+
 def broadcast_object(obj: T, src: int = 0) -> T:
     """Rank `src`'s `obj` on every rank (e.g. a seed drawn once)."""
     if not is_initialized():

@@ -1,0 +1,69 @@
+"""`train.nan_policy` without a host sync per iteration: each step's verdict is decided on the device.
+
+Reading a device flag on the host (`bool(finite)`) every iteration makes the CPU wait for the GPU
+to finish the step before it may queue the next one, which costs launch-bound networks a large
+share of their speed. Here the verdict stays a device tensor: the ranks agree on it with a device
+all-reduce (MIN), the model gates its update with it (a fused optimizer's `found_inf`, the EMA's
+weight, the loss sums), and counters of what was skipped are kept on the device too. The loop
+reads them at its check points (print steps, before a save or a validation, at the end), where it
+reads the device anyway, and applies the policy then: "stop" ends the run naming the first
+non-finite iteration, "skip" logs what was skipped and ends the run once `nan_skip_limit` steps in
+a row were skipped. A non-finite step is never applied, so weights stay as they were whichever
+iteration the check point falls on; nothing is saved past a verdict to stop.
+"""
+from dataclasses import dataclass
+from typing import List
+
+import torch
+
+from utils import dist
+
+# slots of the device counters
+_SKIPPED, _FIRST, _LAST, _LONGEST, _LIMIT_AT, _RUN = range(6)
+
+
+@dataclass(frozen=True)
+class Skips:
+    """What the gate counted since the previous check point (iterations are 1-based; 0: none)."""
+    skipped: int          # steps not applied
+    first: int            # first skipped iteration
+    last: int             # last skipped iteration
+    longest: int          # longest run of consecutive skipped steps
+    limit_at: int         # iteration at which a run reached the limit
+    ranks: List[int]      # ranks whose own loss or gradients were not finite
+
+
+class StepGate:
+    """The device-side verdict of each step and the counts of skipped steps (see the module docstring)."""
+
+    def __init__(self, device: torch.device, limit: int):
+        self.limit = int(limit)
+        self._counts = torch.zeros(6, dtype=torch.long, device=device)
+        self._local = torch.zeros((), dtype=torch.long, device=device)  # this rank's own non-finite steps
+
+    def decide(self, finite: torch.Tensor, step: int) -> torch.Tensor:
+        """The verdict for iteration `step` from this rank's `finite` (device bool): applied on every rank
+        only if finite on every rank. Device ops only; every rank must call it (one all-reduce)."""
+        ok = finite.to(torch.long).reshape(())
+        self._local += 1 - ok
+        dist.all_reduce_min(ok)
+        bad = 1 - ok
+        c = self._counts
+        run = (c[_RUN] + 1) * bad
+        first = torch.where((c[_FIRST] == 0) & (bad == 1), step, c[_FIRST])
+        limit_at = torch.where((c[_LIMIT_AT] == 0) & (run >= self.limit), step, c[_LIMIT_AT])
+        c.copy_(torch.stack([c[_SKIPPED] + bad, first, torch.where(bad == 1, step, c[_LAST]),
+                             torch.maximum(c[_LONGEST], run), limit_at, run]))
+        return ok.bool()
+
+    def take(self) -> Skips:
+        """Counts since the previous call (one host read), then start counting afresh; the current run of
+        skipped steps carries over. A collective when a step was skipped: every rank must call it."""
+        skipped, first, last, longest, limit_at, _ = self._counts.tolist()
+        ranks: List[int] = []
+        if skipped:  # the same on every rank (the verdicts were agreed), so every rank gathers
+            local = dist.gather_objects(int(self._local.item()))
+            ranks = [r for r, n in enumerate(local) if n]
+        self._counts[:_RUN].zero_()
+        self._local.zero_()
+        return Skips(skipped, first, last, longest, limit_at, ranks)
