@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options
+from models.compile import compiled_graphs
 from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
 from models.optim import OPTIMIZERS, SCHEDULERS
@@ -108,6 +109,7 @@ class Trainer:
         self.signals = StopSignals()
         self.print_windows = 0
         self.data_hinted = False
+        self.graphs_seen: Optional[int] = None  # train.compile: graphs compiled up to the last iteration
 
     def build(self) -> None:
         """Everything that depends on the user's input, before anything is written to the run folder.
@@ -365,6 +367,8 @@ class Trainer:
         """Check skipped steps, print, save, then validate (a failing validation never costs the save); stop
         if asked. The checks come first at every point that reads the device anyway or writes."""
         t, last = self.train_opt, self.step == total
+        if t['compile']:
+            self.note_compilation()
         print_due = self.step % t['checkpoint_print'] == 0 or last
         save_due = self.step % t['checkpoint_save'] == 0 or last or stop
         validate_due = self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last)
@@ -392,6 +396,18 @@ class Trainer:
         stop, = dist.agree_any([self.signals.requested])
         self.model.step(self.step, loss, applied)
         return stop
+
+    def note_compilation(self) -> None:
+        """`train.compile`: what the first iteration cost, and any later compilation (a recompilation means the
+        inputs or the modules changed between iterations; each costs about as much as the first)."""
+        graphs = compiled_graphs()
+        if self.graphs_seen is None:
+            self.log.info(f'train.compile: the first iteration took {self.timing.last:.1f} s, compilation included '
+                          f'({graphs} graphs)')
+        elif graphs > self.graphs_seen:
+            self.log.warning(f'train.compile: {graphs - self.graphs_seen} more graph(s) compiled at iteration '
+                             f'{self.step}: a recompilation (input shapes or module attributes changed)')
+        self.graphs_seen = graphs
 
     def check_skipped_steps(self) -> None:
         """Apply `train.nan_policy` to what the gate counted since the last check (see utils/step_gate.py)."""
@@ -461,6 +477,7 @@ class Timing:
     def __init__(self) -> None:
         self.steps, self.t0 = 0, time.time()
         self.iter_time = self.data_time = 0.0
+        self.last = 0.0  # seconds of the last iteration
         self.window = 0
         self._tick = self.t0
 
@@ -471,7 +488,8 @@ class Timing:
         self.data_time += time.time() - self._tick
 
     def step_done(self) -> None:
-        self.iter_time += time.time() - self._tick
+        self.last = time.time() - self._tick
+        self.iter_time += self.last
         self.window += 1
         self.steps += 1
 

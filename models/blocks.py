@@ -169,15 +169,22 @@ def single_step_upsampler(upsample_mode: str, in_nc: int, out_nc: int, upscale: 
 
 
 class DropPath(nn.Module):
-    """Stochastic depth: drops the whole residual branch per sample during training."""
+    """Stochastic depth: drops the whole residual branch per sample during training.
+
+    The keep probability is a (non-persistent) tensor and forward never branches on the rate: blocks
+    of one kind then run the same compiled code (models/compile.py) although each has its own rate
+    (a linear ramp over the depth), where a Python float would make torch.compile specialise, and
+    recompile, per block. (Networks put an nn.Identity where the rate is 0, as the papers' code does.)
+    """
 
     def __init__(self, drop_prob: float = 0.0):
         super().__init__()
-        self.drop_prob = drop_prob
+        self.drop_prob = float(drop_prob)  # for repr; forward reads keep_prob
+        self.register_buffer('keep_prob', torch.tensor(1.0 - self.drop_prob), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0.0 or not self.training:
+        if not self.training:
             return x
-        keep = 1.0 - self.drop_prob
         shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-        return x * x.new_empty(shape).bernoulli_(keep).div_(keep)
+        keep = self.keep_prob.to(x.dtype)
+        return x * (torch.rand(shape, dtype=x.dtype, device=x.device) < keep).to(x.dtype) / keep

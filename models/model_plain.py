@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from models.compile import compile_training_net, eager
 from models.ema import ModelEMA
 from models.init import init_weights
 from models.losses import build_loss
@@ -115,9 +116,10 @@ class ModelPlain:
         net = self._wrap(self.net_g)
         self.ddp = net if isinstance(net, DistributedDataParallel) else None
         if self.train_opt['compile']:
-            # Only the training forward is compiled; evaluation (whole images of varying size) and
-            # the EMA copy run eagerly, and state_dict keys stay those of the bare network.
-            net = torch.compile(net)
+            # Only the training forward is compiled (models/compile.py); evaluation (whole images of varying
+            # size) and the EMA copy run eagerly, and state_dict keys stay those of the bare network.
+            net, note = compile_training_net(self.net_g, net, self.train_opt['compile_mode'])
+            get_logger().info(note)
         return net
 
     def end_iteration(self, step: int) -> None:
@@ -230,7 +232,7 @@ class ModelPlain:
             net.eval()
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=[self.device] if self.device.type == 'cuda' else []):
-                with self.autocast():
+                with self.autocast(), eager():
                     yield
         finally:
             for net, mode in zip(nets, modes):
@@ -357,7 +359,8 @@ class ModelPlain:
         A collective: every rank must call it.
         """
         self.sync_eval_buffers()
-        return self.restorer.validate(loader, num_images, encode_all)
+        with eager():  # regionally compiled blocks of netG would recompile for every image size
+            return self.restorer.validate(loader, num_images, encode_all)
 
     def sync_eval_buffers(self) -> None:
         """Rank 0's buffers (BatchNorm running statistics) in the EMA copy, and in netG when DDP

@@ -42,6 +42,8 @@ class IMDBlock(nn.Module):
 class IMDN(nn.Module):
     """forward(x): N×in_nc×H×W → N×out_nc×(H·upscale)×(W·upscale); upscale 2, 3 or 4, one step."""
 
+    repeated_blocks = (IMDBlock,)  # compiled one block at a time with train.compile (models/compile.py)
+
     def __init__(self, in_nc: int = 3, out_nc: int = 3, nc: int = 64, nb: int = 8, upscale: int = 4,
                  act_mode: str = 'L', upsample_mode: str = 'pixelshuffle'):
         super().__init__()

@@ -28,6 +28,8 @@ class ResidualBlockNoBN(nn.Module):
 class MSRResNet(nn.Module):
     """Super-resolution by `upscale` in {2, 3, 4}; the network learns the residual over bilinear upsampling."""
 
+    repeated_blocks = (ResidualBlockNoBN,)  # compiled one block at a time with train.compile (models/compile.py)
+
     def __init__(self, in_nc: int = 3, out_nc: int = 3, nc: int = 64, nb: int = 16, upscale: int = 4):
         super().__init__()
         if upscale not in (2, 3, 4):

@@ -50,6 +50,8 @@ class RRDB(nn.Module):
     gc: growth channels of each dense conv; upsample_mode: upconv, pixelshuffle or convtranspose.
     """
 
+    repeated_blocks = (RRDBlock,)  # compiled one block at a time with train.compile (models/compile.py)
+
     def __init__(self, in_nc: int = 3, out_nc: int = 3, nc: int = 64, nb: int = 23, gc: int = 32, upscale: int = 4,
                  act_mode: str = 'L', upsample_mode: str = 'upconv'):
         super().__init__()

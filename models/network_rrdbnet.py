@@ -56,6 +56,8 @@ class RRDB(nn.Module):
 class RRDBNet(nn.Module):
     """Super-resolution by `upscale` (KAIR's `sf`, inherited from the top-level scale) in {2, 4}."""
 
+    repeated_blocks = (RRDB,)  # compiled one block at a time with train.compile (models/compile.py)
+
     def __init__(self, in_nc: int = 3, out_nc: int = 3, nf: int = 64, nb: int = 23, gc: int = 32, upscale: int = 4):
         super().__init__()
         if upscale not in (2, 4):

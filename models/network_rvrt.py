@@ -23,7 +23,7 @@ from einops.layers.torch import Rearrange
 from torch import nn
 
 from models.network_swinir import Mlp
-from models.network_vrt import RTMSA, FrameConv3d, SpyNet, Upsample, flow_warp
+from models.network_vrt import RTMSA, TMSA, FrameConv3d, SpyNet, Upsample, flow_warp
 from models.registry import NETWORKS
 from utils.errors import UserError
 
@@ -191,6 +191,8 @@ class RVRT(nn.Module):
     activation checkpointing. `img_size` is accepted for KAIR option files: sizes come from the input.
     Features are kept on the CPU between uses when a CUDA clip is longer than `cpu_cache_length` frames.
     """
+
+    repeated_blocks = (TMSA,)  # compiled one block at a time with train.compile (models/compile.py)
 
     def __init__(self, upscale: int = 4, clip_size: int = 2, img_size: List[int] = [2, 64, 64],
                  window_size: List[int] = [2, 8, 8], num_blocks: List[int] = [1, 2, 1], depths: List[int] = [2, 2, 2],

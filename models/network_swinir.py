@@ -287,6 +287,8 @@ class SwinIR(nn.Module):
     position embedding if `ape`). `img_range` scales the mean-subtracted input (255 for JPEG CAR).
     """
 
+    repeated_blocks = (SwinTransformerBlock,)  # compiled one block at a time with train.compile (models/compile.py)
+
     def __init__(self, upscale: int = 2, in_chans: int = 3, img_size: int = 64, window_size: int = 7,
                  img_range: float = 1., depths: Sequence[int] = (6, 6, 6, 6), embed_dim: int = 96,
                  num_heads: Sequence[int] = (6, 6, 6, 6), mlp_ratio: float = 4., upsampler: Optional[str] = None,

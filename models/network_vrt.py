@@ -564,6 +564,8 @@ class VRT(nn.Module):
     (t,t+2)/(t,t+3) flows are always composed from the (t,t+1) flows.
     """
 
+    repeated_blocks = (TMSA,)  # compiled one block at a time with train.compile (models/compile.py)
+
     def __init__(self, upscale: int = 4, in_chans: int = 3, out_chans: int = 3, img_size: List[int] = [6, 64, 64],
                  window_size: List[int] = [6, 8, 8],
                  depths: List[int] = [8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4], indep_reconsts: List[int] = [11, 12],

@@ -149,6 +149,49 @@ def test_compile_wraps_only_the_training_forward_and_keeps_weight_names(tmp_path
     assert list(compiled.state_files()['G']) == list(plain.state_files()['G'])
 
 
+SWINIR = {'net_type': 'swinir', 'upscale': 1, 'in_chans': 3, 'img_size': 16, 'window_size': 4, 'img_range': 1.0,
+          'depths': [2, 4], 'embed_dim': 12, 'num_heads': [2, 2], 'mlp_ratio': 2, 'upsampler': None,
+          'resi_connection': '1conv', 'drop_path_rate': 0.1}  # a rate per block: stochastic depth's ramp
+
+
+def test_a_network_with_repeated_blocks_is_compiled_block_by_block_in_place(tmp_path):
+    from models.network_swinir import SwinTransformerBlock
+    plain = ModelPlain(_opt(tmp_path, net=SWINIR), CPU)
+    model = ModelPlain(_opt(tmp_path, net=SWINIR, compile=True, compile_mode='max-autotune'), CPU)
+    blocks = [m for m in model.net_g.modules() if isinstance(m, SwinTransformerBlock)]
+    assert len(blocks) == 6 and all(b._compiled_call_impl is not None for b in blocks)
+    assert model.net is model.net_g  # no wrapper: the blocks themselves are compiled
+    assert list(model.state_files()['G']) == list(plain.state_files()['G'])
+
+
+def test_compiled_training_compiles_once_and_evaluation_never(tmp_path, monkeypatch):
+    """Regional compilation: one graph per kind of block (the first, without stochastic depth; shifted;
+    unshifted), not one per block, none more over later iterations with the same shapes, and none for
+    validation images of other sizes (they run eagerly)."""
+    from models import compile as compile_module
+    from models.compile import compiled_graphs
+    monkeypatch.setattr(compile_module, 'BACKEND', 'eager')  # dynamo's graphs without code generation
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = ModelPlain(_opt(tmp_path, net=SWINIR, compile=True), CPU)
+    start = compiled_graphs()
+    counts = []
+    for step in (1, 2, 3):
+        loss = model.backward([_batch(2, step)])
+        model.step(step, loss, model.finalize_gradients(step, loss))
+        counts.append(compiled_graphs() - start)
+    assert counts == [3, 3, 3], counts  # 6 blocks, 3 kinds
+    images = [{'L': torch.rand(1, 3, size, size), 'H': torch.rand(1, 3, size, size), 'L_path': [f'{size}.png']}
+              for size in (20, 28)]
+    model.validate(images)
+    assert compiled_graphs() - start == counts[0]
+
+
+def test_compile_mode_is_checked_with_the_options(tmp_path):
+    with pytest.raises(OptionsError, match=r'train\.compile_mode: "fast" must be one of default, max-autotune'):
+        _opt(tmp_path, compile_mode='fast')
+
+
 def test_accumulating_two_micro_batches_equals_one_batch_of_double_size(tmp_path):
     accum = _model(tmp_path, seed=11, accumulate_steps=2)
     single = _model(tmp_path, seed=11)

@@ -190,6 +190,8 @@ SCHEMA: Dict[str, Any] = {
         'tf32': Key(None, (bool, type(None))),  # null: TensorFloat-32 matmuls/convs on CUDA GPUs that have it
         'channels_last': Key(False, (bool,)),
         'compile': Key(False, (bool,)),
+        'compile_mode': Key(None, _OPT_STR, lambda v: None if v in (None, 'default', 'max-autotune', 'reduce-overhead')
+                            else 'must be one of default, max-autotune, reduce-overhead (or null)'),
     },
     'val': {
         'save_img': Key(False, (bool,)),
