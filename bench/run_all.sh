@@ -48,4 +48,7 @@ echo
 echo "== bench_loader.py: loader samples/s, ours vs KAIR/BasicSR-style baseline (images, clips, lmdb, spikes)"
 python bench/bench_loader.py "${ARGS[@]}"
 echo
+echo "== bench_gpu.py: KAIR configurations on a CUDA GPU, main_train.py option rows vs a bare loop (CUDA only; --quick anywhere)"
+python bench/bench_gpu.py "${ARGS[@]}"
+echo
 echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"

@@ -53,6 +53,14 @@ EXPECTED: Dict[str, Expected] = {
                      rf'^  torch +{NUM} ms/iter', rf'^  torch before +{NUM} ms/iter',
                      rf'^  ratio torchvision/torch = {NUM}, torch/torch before = {NUM} \(time\), -?{NUM} \(peak RSS')
     ], slow=True),
+    'bench_gpu.py': Expected([
+        r'^== bench_gpu.py \(quick\): CPU, torch .*; bf16 matmul ',
+        r'^config +row +ms/iter +data ms +peak GiB +TFLOP/s +% bf16 peak +/ bare$',
+        *[rf'^{config} +{row} +{NUM} +{NUM} +nan +{NUM} +{NUM} +{NUM}$'
+          for config, rows in (('dncnn', ('bare', 'ours default', 'ours cache', 'ours bf16')),
+                               ('msrresnet', ('bare', 'ours default', 'ours cache', 'ours bf16')),
+                               ('swinir', ('bare', 'ours default', 'ours bf16'))) for row in rows],
+    ], slow=True),
     'bench_loader.py': Expected([
         r'^== bench_loader.py \(quick\)',
         r'^outputs identical$',  # both sides bitwise equal before anything is timed
