@@ -73,13 +73,6 @@ class FrameCache:
         return view
 
 
-def frame_shapes(paths: Sequence[str], sizes: Sequence[object], channels: int) -> Dict[str, Shape]:
-    """path -> (h, w, channels) from header sizes (data/checks.py `image_sizes`, already checked)."""
-    return {p: (int(s[0]), int(s[1]), channels) for p, s in zip(paths, sizes)}
-
-
-def cache_option(opt: Dict[str, object], where: str) -> bool:
-    value = opt['cache_data']
-    if not isinstance(value, bool):
-        raise UserError(f'{where}.cache_data: must be true or false, got {value!r}')
-    return value
+def frame_shapes(paths: Sequence[str], sizes: Dict[str, Tuple[int, int]], channels: int) -> Dict[str, Shape]:
+    """path -> (h, w, channels) from the header sizes the dataset's file checks read (data/checks.py)."""
+    return {p: (int(sizes[p][0]), int(sizes[p][1]), channels) for p in paths}

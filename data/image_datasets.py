@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
-from data.frame_cache import FrameCache, cache_option, frame_shapes
+from data.frame_cache import FrameCache, frame_shapes
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
@@ -91,10 +91,9 @@ class ImageDataset(Dataset):
         self.files_checked_for_training = False
         self.check_files()
         self.cache: Optional[FrameCache] = None
-        if cache_option(opt, self.where):
+        if bool_option(opt, self.where, 'cache_data'):
             paths = self.paths_H + (self.paths_L or [])
-            self.cache = FrameCache(frame_shapes(paths, image_sizes(paths), self.n_channels), self._decode,
-                                    self.where)
+            self.cache = FrameCache(frame_shapes(paths, self.header_sizes, self.n_channels), self._decode, self.where)
 
     def check_options(self) -> None:
         """Option values, at construction (the options file only checks their types)."""
@@ -175,6 +174,7 @@ class ImageDataset(Dataset):
             raise UserError(f'{self.where}.H_size: {self.patch_size} is larger than any training image allows '
                             f'(at most {fits}): every image of {self.opt["dataroot_H"]} is smaller than the patch')
         problems.raise_if_any()
+        self.header_sizes = dict(zip(self.paths_H + (self.paths_L or []), sizes_H + sizes_L))  # for cache_data
         self.files_checked_for_training = self.files_checked_for_training or train
 
     def _patch_problem(self, size: Size, patch: int, what: str) -> Optional[str]:

@@ -25,13 +25,13 @@ import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
-from data.frame_cache import FrameCache, cache_option, frame_shapes
+from data.frame_cache import FrameCache, frame_shapes
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.spike import (decode_spike_dat, min_planes, read_spike_dat, read_spike_npy, representation_channels,
                         spike_to_representation)
-from data.transforms import augment, paired_crop_window
+from data.transforms import augment, common_size, paired_crop_window
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, imread_uint, list_images
 from utils.options import REQUIRED
@@ -62,13 +62,6 @@ def _stack_tensor(frames: Sequence[np.ndarray]) -> torch.Tensor:
     for t, frame in enumerate(frames):
         out[t] = frame.transpose(2, 0, 1)
     return torch.from_numpy(out)
-
-
-def _common_size(frames: Sequence[np.ndarray], what: str, where: str) -> Tuple[int, int]:
-    sizes = {f.shape[:2] for f in frames}
-    if len(sizes) != 1:
-        raise UserError(f'{where}: {what} frames in one sample differ in size: {sorted(sizes)}')
-    return sizes.pop()
 
 
 def _check_io_backend(opt: Dict[str, Any], prefix: str, allowed: Tuple[str, ...]) -> str:
@@ -146,8 +139,9 @@ def _check_bool(opt: Dict[str, Any], prefix: str, *keys: str) -> None:
 
 
 def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str]]], scale: Optional[int],
-                 gt_size: Optional[int], spike: Optional['SpikeSource']) -> None:
+                 gt_size: Optional[int], spike: Optional['SpikeSource']) -> Dict[str, Tuple[int, int]]:
     """Header checks of video frames `(clip, gt_path, lq_path, spike_path)`; one UserError line per bad file.
+    Returns the (h, w) of every GT and LQ frame, read once here (`cache_data` sizes its buffer from them).
 
     Training (`gt_size` given): GT frames exactly `scale` x the LQ frames and at least gt_size.
     Evaluation: GT frames an integer multiple of the LQ frames (the same factor on both axes) and
@@ -209,6 +203,7 @@ def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str
                 problems.add(keys['spike'], sp, f'{count} spike planes, but spike_repr "{spike.repr}" with '
                                                 f'{_describe(spike.params)} needs at least {spike.min_planes}')
     problems.raise_if_any()
+    return {path: size for f, gs, ls in zip(frames, gt_sizes, lq_sizes) for path, size in ((f[1], gs), (f[2], ls))}
 
 
 def sample_neighbors(rng: random.Random, first: int, start: int, num: int, num_frame: int,
@@ -328,7 +323,7 @@ class VideoRecurrentTrainDataset(Dataset):
             raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got {opt["interval_list"]!r}')
         if self.gt_size % self.scale:
             raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
-        _check_bool(opt, p, 'test_mode', 'random_reverse', 'use_hflip', 'use_rot')
+        _check_bool(opt, p, 'test_mode', 'random_reverse', 'use_hflip', 'use_rot', 'cache_data')
         self.tmpl, self.ext = opt['filename_tmpl'], opt['filename_ext']
         try:
             format(0, self.tmpl)
@@ -371,6 +366,7 @@ class VideoRecurrentTrainDataset(Dataset):
 
     def check_files(self) -> None:
         """Header and size of every listed GT/LQ frame and spike file (disk backend; see check_frames)."""
+        self.header_sizes: Dict[str, Tuple[int, int]] = {}
         if self.backend != 'disk':
             return  # frames live in the LMDB; they are checked as they are read
         frames = []
@@ -379,7 +375,7 @@ class VideoRecurrentTrainDataset(Dataset):
             frames.append((clip, str(self.roots['gt'] / clip / f'{frame}.{self.ext}'),
                            str(self.roots['lq'] / clip / f'{frame}.{self.ext}'),
                            str(self.roots['spike'] / clip / self.spike.filename(frame)) if self.spike else None))
-        check_frames(self.prefix, frames, self.scale, self.gt_size, self.spike)
+        self.header_sizes = check_frames(self.prefix, frames, self.scale, self.gt_size, self.spike)
 
     def _select_clips(self, clips: List[tuple]) -> List[tuple]:
         """Drop REDS's validation clips (keep only them in test_mode), as KAIR does for every data set.
@@ -442,14 +438,14 @@ class VideoRecurrentTrainDataset(Dataset):
 
     def _fill_cache(self) -> Optional[FrameCache]:
         """`cache_data`: every listed GT and LQ frame decoded into RAM (spike streams are read per sample)."""
-        if not cache_option(self.opt, self.prefix):
+        if not self.opt['cache_data']:
             return None
         if self.backend == 'lmdb':
             raise UserError(f'{self.prefix}.cache_data: works with io_backend disk; an LMDB is read from mapped '
                             f'memory already, store its frames raw (scripts/make_lmdb.py --compress raw) to skip '
                             f'decoding them')
         paths = [self._frame_path(name, clip, f'{i:{self.tmpl}}') for name in ('gt', 'lq') for clip, i in self.keys]
-        return FrameCache(frame_shapes(paths, image_sizes(paths), 3), lambda path: imread_uint(path, 3, bgr=True),
+        return FrameCache(frame_shapes(paths, self.header_sizes, 3), lambda path: imread_uint(path, 3, bgr=True),
                           self.prefix)
 
     def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int], window: Tuple[int, int, int]) -> np.ndarray:
@@ -476,8 +472,9 @@ class VideoRecurrentTrainDataset(Dataset):
 
         item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'
         where = f'{self.prefix} {item_key}'
-        lq_hw = _common_size(lqs, 'LQ', where)
-        top, left = paired_crop_window(_common_size(gts, 'GT', where), lq_hw, self.gt_size, self.scale, rng, where)
+        lq_hw = common_size(lqs, 'low-quality', where)
+        top, left = paired_crop_window(common_size(gts, 'ground-truth', where), lq_hw, self.gt_size, self.scale, rng,
+                                       where)
         lq_size, t, l = self.gt_size // self.scale, top * self.scale, left * self.scale
         gts = [bgr_to_rgb(img[t:t + self.gt_size, l:l + self.gt_size]) for img in gts]
         lqs = [bgr_to_rgb(img[top:top + lq_size, left:left + lq_size]) for img in lqs]
