@@ -1,24 +1,49 @@
-"""`cache_data`: decoded uint8 frames held in RAM, so training reads crop from memory instead of decoding.
+"""`cache_data`: decoded uint8 frames held in RAM, one copy per node, so training reads crop from memory
+instead of decoding.
 
-The cache is filled once, in the process that builds the dataset, before the loader starts its
-workers: forked workers share its pages (one contiguous buffer, so reading it touches no per-frame
-Python objects and copy-on-write never copies it). Each training process of a node holds its own
-copy. The size is known from the file headers before anything is decoded: it is logged, and a cache
-that would not fit in the memory available now is refused with one line.
+Each node keeps one copy, however many training processes it runs. The node's lowest rank (its
+leader) decodes every frame once into an anonymous memory file (`memfd_create`); the node's other
+ranks open that file read-only through `/proc/<pid>/fd/<fd>` and map the same pages. Eight ranks on
+a node hold one copy instead of eight, and the validation set is decoded once per node too.
+The cache is filled before the loader starts its workers, and forked workers inherit the shared
+mapping: one contiguous buffer, so reading it touches no per-frame Python objects and nothing is
+ever copied on write. A memory file has no name in any file system and lives only as long as some
+process maps it or holds it open, so a run that ends in any way, SIGKILL included, leaves nothing behind (a file in
+/dev/shm would stay until someone deleted it).
+
+Ranks are grouped into nodes by (host name, boot id, pid namespace), gathered from every rank, and
+not by LOCAL_RANK: a launcher need not set it, and a rank can open another's file through /proc only
+on the same kernel and in the same pid namespace. A rank that cannot open its leader's file (/proc
+restricted, another user) warns once and decodes a private copy.
+
+The size is known from the file headers before anything is decoded. Each leader checks it against
+the memory its node has available. Every rank learns whether the check passed and whether any file
+failed to decode while filling, so all ranks stop with the same one line and none is left waiting
+in a collective. The fill runs in rounds of ROUND_S seconds with a small agreement after each, so a
+rank waiting for its leader spends one round in a collective, not the whole fill: an hour of decoding
+does not run into dist_timeout.
 
 Frames are stored exactly as the dataset's reader returns them, so a cached run sees the same
-pixels as an uncached one; a file that cannot be decoded fails while filling, naming the file.
+pixels as an uncached one.
 """
-from typing import Callable, Dict, Optional, Sequence, Tuple
+import fcntl
+import mmap
+import os
+import socket
+import time
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from utils.dist import is_main_process
+from utils.dist import agree_any, gather_objects, get_rank, is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.progress import progress
 
 Shape = Tuple[int, int, int]
+Reader = Callable[[str], np.ndarray]
+
+ROUND_S = 2.0  # seconds a leader decodes between two agreements: far below any workable dist_timeout
 
 
 def available_memory() -> Optional[int]:
@@ -37,30 +62,231 @@ def gib(n: int) -> str:
     return f'{n / 2 ** 30:.2f} GiB'
 
 
-class FrameCache:
-    """Frames of `shapes` (path -> H×W×C of what `read(path)` returns), read once into one buffer."""
+def _processes(n: int) -> str:
+    return f'{n} training process' + ('es' if n != 1 else '')
 
-    def __init__(self, shapes: Dict[str, Shape], read: Callable[[str], np.ndarray], where: str):
+
+def node_key() -> str:
+    """What ranks that can share a memory file have in common: host name, kernel boot, pid namespace.
+
+    The boot id tells apart machines that report the same host name (cloned images, containers);
+    the pid namespace tells apart containers on one machine, where /proc/<pid> of another rank would
+    name a different process or none.
+    """
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ''
+    try:
+        pid_namespace = os.readlink('/proc/self/ns/pid')
+    except OSError:
+        pid_namespace = ''
+    return f'{socket.gethostname()}/{boot}/{pid_namespace}'
+
+
+def _memory_file(size: int, name: str) -> Optional[int]:
+    """A new anonymous memory file of `size` bytes (its fd), or None where memfd_create is not available."""
+    try:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except (AttributeError, OSError):
+        return None
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _map_read_only(fd: int, size: int) -> np.ndarray:
+    """`size` bytes of the memory file `fd`, mapped shared and read-only (mmap keeps its own copy of the fd)."""
+    return np.frombuffer(mmap.mmap(fd, max(size, 1), access=mmap.ACCESS_READ), np.uint8, count=size)
+
+
+class _Fill:
+    """Decodes frames into a new buffer a few seconds at a time; an error is kept as one line.
+
+    The buffer is a memory file when the system has memfd_create (the node's other ranks can then
+    map it), else anonymous shared memory (forked workers still share it).
+    """
+
+    def __init__(self, index: Dict[str, Tuple[int, Shape]], read: Reader, total: int, where: str,
+                 show_progress: bool, refused: Optional[str] = None) -> None:
+        self.index, self.read, self.total, self.where = index, read, total, where
+        self.done = False
+        self.error = refused  # the first problem, one line; `refused`: the memory check failed, nothing to fill
+        self.exception: Optional[Exception] = None  # not a UserError: a bug, re-raised with its traceback
+        self.buffer: Optional[np.ndarray] = None
+        self.fd: Optional[int] = None
+        self.writable: Optional[mmap.mmap] = None
+        if refused is not None:
+            return
+        self.fd = _memory_file(max(total, 1), f'frame_cache {where}')
+        self.writable = mmap.mmap(-1 if self.fd is None else self.fd, max(total, 1))
+        self.todo: Iterator[str] = iter(progress(list(index), len(index), f'{where}: cache_data',
+                                                 enabled=show_progress))
+
+    @property
+    def running(self) -> bool:
+        return not self.done and self.error is None
+
+    def step(self, seconds: float) -> None:
+        """Decode frames for about `seconds` (at least one), or to the end."""
+        deadline = time.monotonic() + seconds
+        out = np.frombuffer(self.writable, np.uint8, count=self.total)
+        try:
+            for path in self.todo:
+                offset, shape = self.index[path]
+                img = self.read(path)
+                if img.shape != shape:
+                    raise UserError(f'{self.where}: {path} decodes to {"x".join(map(str, img.shape))} but its '
+                                    f'header says {shape[0]}x{shape[1]}x{shape[2]}')
+                out[offset:offset + img.size] = img.reshape(-1)
+                if time.monotonic() >= deadline:
+                    return
+        except UserError as e:
+            text = str(e)
+            self.error = text if text.startswith(self.where) else f'{self.where}: {text}'
+            return
+        except Exception as e:
+            self.error = f'{self.where}: filling the frame cache failed on rank {get_rank()}: {type(e).__name__}: {e}'
+            self.exception = e
+            return
+        finally:
+            del out  # the writable mapping can close only without views
+        self.done = True
+        self.buffer = self._read_only()
+
+    def _read_only(self) -> np.ndarray:
+        """The filled buffer, from now on read-only: a memory file is sealed against any change and mapped
+        again read-only; anonymous memory stays mapped, behind a read-only array."""
+        assert self.writable is not None
+        if self.fd is None:
+            buffer = np.frombuffer(self.writable, np.uint8, count=self.total)
+            buffer.flags.writeable = False
+            return buffer
+        self.writable.close()
+        self.writable = None
+        try:  # a rank that maps the file can then trust it to keep its size and content
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+        except (AttributeError, OSError):
+            pass
+        return _map_read_only(self.fd, self.total)
+
+    def share(self) -> Optional[Tuple[int, int, int]]:
+        """(fd, st_dev, st_ino) for the node's other ranks, or None when the buffer is not a memory file."""
+        if self.fd is None or not self.done:
+            return None
+        st = os.fstat(self.fd)
+        return self.fd, st.st_dev, st.st_ino
+
+    def close(self) -> None:
+        """Drop this process's own handle; the mappings keep the memory as long as they live."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _fill_in_rounds(job: Optional[_Fill]) -> bool:
+    """Every rank runs the same rounds: each job decodes for up to ROUND_S, then all ranks agree whether
+    a job is still running or has failed. Returns, on every rank, whether some job failed."""
+    while True:
+        if job is not None and job.running:
+            job.step(ROUND_S)
+        running, failed = agree_any([job is not None and job.running, job is not None and job.error is not None])
+        if failed or not running:
+            return failed
+
+
+def _raise_agreed(job: Optional[_Fill]) -> None:
+    """Every rank raises the first error in rank order, so all ranks print the same line."""
+    errors = [e for e in gather_objects(job.error if job is not None else None) if e]
+    if job is not None:
+        job.close()
+    if job is not None and job.exception is not None:
+        raise job.exception
+    raise UserError(errors[0])
+
+
+class FrameCache:
+    """Frames of `shapes` (path -> H×W×C of what `read(path)` returns), read once per node into one buffer.
+
+    Every rank must build it at the same point (datasets are built in the same order on every rank):
+    it runs collectives. Without a process group it is a private cache of this process.
+    """
+
+    def __init__(self, shapes: Dict[str, Shape], read: Reader, where: str) -> None:
         self.where = where
-        total = sum(h * w * c for h, w, c in shapes.values())
+        self.index: Dict[str, Tuple[int, Shape]] = {}
+        total = 0
+        for path, (h, w, c) in shapes.items():
+            self.index[path] = (total, (h, w, c))
+            total += h * w * c
+        rank = get_rank()
+        peers: List[Tuple[str, int]] = gather_objects((node_key(), os.getpid()))
+        node = [r for r, (key, _) in enumerate(peers) if key == peers[rank][0]]
+        leader = node[0]
+        self.node_ranks = len(node)  # ranks of this node that share the copy (when all can map it)
+        self.owner = rank            # the rank that decoded the copy this rank reads
+
+        # The leader of each node checks the size, then fills its memory file.
+        job = self._start(read, total, len(node)) if rank == leader else None
+        if _fill_in_rounds(job):
+            _raise_agreed(job)
+        shares = gather_objects(job.share() if job is not None else None)
+
+        # The node's other ranks map the leader's file; one that cannot fills a private copy.
+        own: Optional[_Fill] = None
+        if job is not None:
+            assert job.buffer is not None
+            self.buffer = job.buffer
+        else:
+            try:
+                self.buffer = self._map_leader(peers[leader][1], shares[leader], total)
+                self.owner = leader
+            except OSError as e:
+                get_logger().warning(f'{where}: cache_data: cannot map the copy of rank {leader} on this node '
+                                     f'({e.strerror or e}); this process decodes a copy of its own '
+                                     f'({gib(total)} more)')
+                own = self._start(read, total, 1)
+        if _fill_in_rounds(own):
+            _raise_agreed(own)
+        for done in (job, own):  # every rank that maps our file has opened it by now
+            if done is not None:
+                done.close()
+        if own is not None:
+            assert own.buffer is not None
+            self.buffer = own.buffer
+
+    def _start(self, read: Reader, total: int, sharing: int) -> _Fill:
+        """A fill of `total` bytes after the memory check, or a failed one saying why not."""
         free = available_memory()
         if free is not None and total > 0.9 * free:
-            raise UserError(f'{where}: the decoded frames need {gib(total)} but this machine has {gib(free)} '
-                            f'available; set cache_data to false (frames are then decoded per sample)')
-        get_logger().info(f'{where}: caching {len(shapes)} decoded frames in RAM: {gib(total)} per training '
-                          f'process' + (f' ({gib(free)} available)' if free is not None else ''))
-        self.buffer = np.empty(total, dtype=np.uint8)
-        self.index: Dict[str, Tuple[int, Shape]] = {}
-        offset = 0
-        for path in progress(list(shapes), len(shapes), f'{where}: cache_data', enabled=is_main_process()):
-            img = read(path)
-            if img.shape != shapes[path]:
-                raise UserError(f'{where}: {path} decodes to {img.shape[0]}x{img.shape[1]}x{img.shape[2]} but its '
-                                f'header says {shapes[path][0]}x{shapes[path][1]}x{shapes[path][2]}')
-            n = img.size
-            self.buffer[offset:offset + n] = img.reshape(-1)
-            self.index[path] = (offset, img.shape)
-            offset += n
+            return _Fill(self.index, read, total, self.where, False, refused=(
+                f'{self.where}: the decoded frames need {gib(total)} '
+                + (f'(one copy per node, for its {_processes(sharing)}) ' if sharing > 1 else '')
+                + f'but this machine has {gib(free)} available; set cache_data to false (frames are then '
+                f'decoded per sample)'))
+        shared = f'shared by its {_processes(sharing)}' if sharing > 1 else 'for its only training process'
+        get_logger().info(f'{self.where}: caching {len(self.index)} decoded frames in RAM: {gib(total)} per node, '
+                          f'one copy {shared}' + (f' ({gib(free)} available)' if free is not None else ''))
+        return _Fill(self.index, read, total, self.where, show_progress=is_main_process())
+
+    @staticmethod
+    def _map_leader(pid: int, share: Optional[Tuple[int, int, int]], total: int) -> np.ndarray:
+        """The leader's memory file, opened read-only through /proc and mapped: the same pages, no copy."""
+        if share is None:
+            raise OSError('it is not in a memory file: this system has no memfd_create')
+        fd, dev, ino = share
+        mine = os.open(f'/proc/{pid}/fd/{fd}', os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(mine)
+            if (st.st_dev, st.st_ino) != (dev, ino) or st.st_size != max(total, 1):
+                raise OSError(f'/proc/{pid}/fd/{fd} is another file')
+            return _map_read_only(mine, total)
+        finally:
+            os.close(mine)
 
     def __contains__(self, path: str) -> bool:
         return path in self.index

@@ -6,7 +6,7 @@ deterministic noise seeded by the index). Images are decoded as uint8 in the dec
 and cropped before anything else touches them (colour order, float conversion), which keeps large
 training images cheap; images read from files leave as uint8 tensors and are scaled to [0, 1] where
 they are used (`utils.image.to_float_image`: on the device in the train step). `cache_data: true`
-keeps every decoded image in RAM (data/frame_cache.py).
+keeps every decoded image in RAM, one copy per node that its ranks share (data/frame_cache.py).
 
 A dataset checks its option values and the header of every file when it is built (data/checks.py),
 so a bad value or file ends the run at start-up with one line per problem.

@@ -305,7 +305,7 @@ class VideoRecurrentTrainDataset(Dataset):
         'random_reverse': False,
         'use_hflip': True,
         'use_rot': True,
-        'cache_data': False,           # decoded frames in RAM (data/frame_cache.py), disk backend
+        'cache_data': False,           # decoded frames in RAM, one copy per node (data/frame_cache.py), disk backend
         **SPIKE_OPTIONS,
     }
 
@@ -437,7 +437,8 @@ class VideoRecurrentTrainDataset(Dataset):
         return imread_uint(path, 3, bgr=True)
 
     def _fill_cache(self) -> Optional[FrameCache]:
-        """`cache_data`: every listed GT and LQ frame decoded into RAM (spike streams are read per sample)."""
+        """`cache_data`: every listed GT and LQ frame decoded into RAM, one copy per node (spike streams are read
+        per sample)."""
         if not self.opt['cache_data']:
             return None
         if self.backend == 'lmdb':

@@ -1,16 +1,26 @@
 """`cache_data`: decoded frames held in RAM never change what a dataset yields, a corrupt file still
 fails with one line naming it, and a cache that cannot fit is refused before it is filled.
 
+Under DDP a node holds one copy: two real ranks (gloo, env://, tests/frame_cache_worker.py) map the
+same memory file, which only the first decoded; a refusal or a corrupt file is the same line on both;
+a SIGKILL leaves nothing behind.
+
 Also the other fast storage: LMDB frames stored raw (`--compress raw`) give the same items as PNG frames.
 """
+import json
 import os
+import re
+import select
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import run, tiny_options, unchecked_section, write_options
+from conftest import ROOT, clean_env, free_port, run, tiny_options, unchecked_section, write_options
 from data import frame_cache
 from data.frame_cache import FrameCache
 from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
@@ -18,6 +28,7 @@ from data.lmdb_util import decode_frame, encode_raw_frame, make_lmdb_from_folder
 from data.loader import build_train_loader
 from data.synthetic_gopro import make_gopro_spike
 from data.video_datasets import VideoRecurrentTrainDataset
+from frame_cache_worker import mapping_of
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite
 
@@ -74,6 +85,37 @@ def test_the_cache_holds_what_the_reader_returns_in_one_shared_read_only_buffer(
         assert not frame.flags.writeable and frame.base is not None  # a view, not a copy
 
 
+def test_a_single_process_caches_in_a_memory_file_of_its_own_that_it_cannot_write(tmp_path):
+    root = _images(tmp_path / 'H', count=3)
+    cache = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True)).cache
+    assert (cache.owner, cache.node_ranks) == (0, 1)
+    assert mapping_of(cache.buffer)['name'].startswith('/memfd:frame_cache datasets.train')  # no file in /dev/shm
+    assert not cache.buffer.flags.writeable
+    with pytest.raises(ValueError):
+        cache.buffer.flags.writeable = True  # mapped read-only once filled: not even the array's owner can write
+
+
+def test_without_memfd_create_the_cache_is_anonymous_shared_memory_with_the_same_items(tmp_path, monkeypatch):
+    root = _images(tmp_path / 'H')
+    plain = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24))
+
+    def no_memfd(*args):
+        raise OSError(38, 'Function not implemented')
+    monkeypatch.setattr(os, 'memfd_create', no_memfd)
+    cached = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
+    assert mapping_of(cached.cache.buffer)['name'].startswith('/dev/zero')  # MAP_SHARED|MAP_ANONYMOUS
+    for key in TRAIN_KEYS:
+        _items_equal(plain[key], cached[key])
+
+
+def test_a_fill_over_many_rounds_caches_the_same_frames(tmp_path, monkeypatch):
+    root = _images(tmp_path / 'H')
+    whole = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
+    monkeypatch.setattr(frame_cache, 'ROUND_S', 0.0)  # one frame per round
+    rounds = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
+    np.testing.assert_array_equal(whole.cache.buffer, rounds.cache.buffer)
+
+
 @pytest.fixture(scope='module')
 def gopro(tmp_path_factory):
     root = str(tmp_path_factory.mktemp('gopro'))
@@ -123,7 +165,7 @@ def test_a_corrupt_image_fails_while_the_cache_fills_naming_the_file(tmp_path):
     root = _images(tmp_path / 'H')
     bad = os.path.join(root, '002.png')
     _corrupt(bad)
-    with pytest.raises(UserError, match=r'cannot decode image .*002\.png'):
+    with pytest.raises(UserError, match=r'^datasets\.train: cannot decode image .*002\.png \(corrupt'):
         DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
 
 
@@ -133,7 +175,7 @@ def test_a_corrupt_frame_fails_while_the_cache_fills_naming_the_file(gopro, tmp_
     shutil.copytree(gopro, root)
     bad = f'{root}/train_GT_blurred/train_001/000005.png'
     _corrupt(bad)
-    with pytest.raises(UserError, match=r'cannot decode image .*train_001/000005\.png'):
+    with pytest.raises(UserError, match=r'^datasets\.train: cannot decode image .*train_001/000005\.png'):
         _video(root, cache_data=True)
 
 
@@ -212,6 +254,167 @@ def test_make_lmdb_compress_raw_writes_decoded_frames_the_datasets_read(gopro, t
 def test_frame_cache_refuses_a_frame_that_decodes_to_another_size_than_its_header():
     with pytest.raises(UserError, match=r'^w: a decodes to 2x2x3 but its header says 3x3x3'):
         FrameCache({'a': (3, 3, 3)}, lambda p: np.zeros((2, 2, 3), np.uint8), 'w')
+
+
+# --- Two ranks of one node (real processes, gloo, env://) --------------------------------------------------------
+
+WORKER = os.path.join(ROOT, 'tests', 'frame_cache_worker.py')
+
+
+def _start_ranks(scenario, folder, **popen):
+    port, second = str(free_port()), str(free_port())
+    return [subprocess.Popen([PY, WORKER, scenario, folder], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=clean_env(WORLD_SIZE='2', RANK=str(rank), LOCAL_RANK=str(rank),
+                                                      MASTER_ADDR='127.0.0.1', MASTER_PORT=port, SLOW_FILL_PORT=second,
+                                                      OMP_NUM_THREADS='1'),
+                             **popen)
+            for rank in (0, 1)]
+
+
+def _report(stdout):
+    return json.loads(next(ln for ln in stdout.splitlines() if ln.startswith('REPORT '))[len('REPORT '):])
+
+
+def _two_ranks(scenario, folder):
+    """Both ranks' reports and stderr; they must finish well within the worker's dist timeout (60 s)."""
+    procs = _start_ranks(scenario, folder)
+    outs = [p.communicate(timeout=50) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out[-2000:] + err[-3000:]
+    return [_report(out) for out, _ in outs], [err for _, err in outs]
+
+
+def test_two_ranks_of_a_node_map_one_copy_that_only_the_first_rank_decoded(tmp_path):
+    root = _images(tmp_path / 'H')
+    (r0, r1), _ = _two_ranks('share', root)
+    assert r0['decoded'] == 2 * r0['files'] and r1['decoded'] == 0  # train and test set, decoded on rank 0 only
+    for phase in ('train', 'test'):
+        m0, m1 = r0['mappings'][phase], r1['mappings'][phase]
+        assert (m0['dev'], m0['inode']) == (m1['dev'], m1['inode'])  # the same file, hence the same pages
+        assert m0['name'].startswith(f'/memfd:frame_cache datasets.{phase}')
+    assert r0['mappings']['train']['inode'] != r0['mappings']['test']['inode']
+    assert (r0['owner'], r1['owner'], r0['node_ranks'], r1['node_ranks']) == (0, 0, 2, 2)
+    one_copy_kb = -(-r0['bytes'] // 4096) * 4
+    assert r0['memory']['cache_pss_kb'] + r1['memory']['cache_pss_kb'] <= one_copy_kb + 8  # not two copies
+    assert r0['same_items'] and r1['same_items']  # bit-identical to decoding per sample, on both ranks
+
+
+def test_a_fill_longer_than_the_collective_timeout_does_not_time_out_the_waiting_rank(tmp_path):
+    root = _images(tmp_path / 'H')
+    (r0, r1), _ = _two_ranks('slow_fill', root)  # 3 s of decoding on rank 0, 2 s timeout, rounds of 0.5 s
+    assert (r0['decoded'], r1['decoded'], r1['owner']) == (6, 0, 0) and r1['same_items']
+
+
+def test_a_rank_that_cannot_open_the_first_ranks_copy_warns_once_and_decodes_its_own(tmp_path):
+    root = _images(tmp_path / 'H')
+    (r0, r1), (_, err1) = _two_ranks('no_proc', root)
+    assert (r0['owner'], r1['owner']) == (0, 1) and r0['decoded'] == r1['decoded'] == r0['files']
+    assert r0['mappings']['train']['inode'] != r1['mappings']['train']['inode']
+    warnings = [ln for ln in err1.splitlines() if 'WARNING' in ln]
+    assert len(warnings) == 1 and 'cannot map the copy of rank 0 on this node (Permission denied)' in warnings[0]
+    assert r0['same_items'] and r1['same_items']
+
+
+def test_ranks_on_different_nodes_each_decode_a_copy_of_their_own(tmp_path):
+    root = _images(tmp_path / 'H')
+    (r0, r1), _ = _two_ranks('two_nodes', root)
+    assert (r0['owner'], r1['owner'], r0['node_ranks'], r1['node_ranks']) == (0, 1, 1, 1)
+    assert r0['decoded'] == r1['decoded'] == r0['files']
+    assert r0['mappings']['train']['inode'] != r1['mappings']['train']['inode']
+    assert r0['same_items'] and r1['same_items']
+
+
+def test_one_nodes_refusal_stops_every_rank_with_its_line(tmp_path):
+    root = _images(tmp_path / 'H')
+    (r0, r1), _ = _two_ranks('two_nodes_one_short', root)
+    assert r0['error'] == r1['error'] and 'but this machine has 0.00 GiB available' in r0['error']
+
+
+def test_a_cache_too_large_for_the_node_is_refused_with_the_same_line_on_both_ranks(tmp_path):
+    root = _images(tmp_path / 'H')
+    start = time.monotonic()
+    (r0, r1), _ = _two_ranks('refuse', root)
+    assert time.monotonic() - start < 30  # no rank waited for a collective to time out
+    assert r0['error'] == r1['error']
+    assert re.fullmatch(r'datasets\.train: the decoded frames need [0-9.]+ GiB \(one copy per node, for its 2 training '
+                        r'processes\) but this machine has 0\.00 GiB available; set cache_data to false \(frames are '
+                        r'then decoded per sample\)', r0['error']), r0['error']
+
+
+def test_a_corrupt_file_while_the_cache_fills_is_the_same_line_on_both_ranks(tmp_path):
+    root = _images(tmp_path / 'H')
+    _corrupt(os.path.join(root, '004.png'))
+    (r0, r1), _ = _two_ranks('share', root)
+    assert r0['error'] == r1['error']
+    assert re.fullmatch(r'datasets\.train: cannot decode image .*004\.png \(corrupt or not an image\)', r0['error'])
+
+
+def _holders(dev_inode):
+    """Pids of the processes that map or hold open the file (device, inode), among those we may inspect."""
+    dev, inode = dev_inode
+    pids = set()
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{pid}/maps') as f:
+                if any(ln.split()[3:5] == [dev, str(inode)] for ln in f if len(ln.split()) > 5):
+                    pids.add(int(pid))
+            for fd in os.listdir(f'/proc/{pid}/fd'):
+                st = os.stat(f'/proc/{pid}/fd/{fd}')
+                if st.st_ino == inode and f'{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}' == dev:
+                    pids.add(int(pid))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
+
+
+def _dev_shm():
+    return set(os.listdir('/dev/shm')) if os.path.isdir('/dev/shm') else set()
+
+
+def test_sigkilled_ranks_and_their_loader_workers_leave_nothing_behind(tmp_path):
+    root = _images(tmp_path / 'H')
+    before = _dev_shm()
+    procs = _start_ranks('hold', root, start_new_session=True)
+    try:
+        reports, deadline = [], time.monotonic() + 50
+        for p in procs:
+            line = ''
+            while not line.startswith('REPORT ') and time.monotonic() < deadline:
+                if select.select([p.stdout], [], [], 1.0)[0]:
+                    line = p.stdout.readline()
+                    assert line or p.poll() is None, p.stderr.read()[-3000:]
+            reports.append(_report(line))
+        m = reports[0]['mappings']['train']
+        assert m['name'].startswith('/memfd:'), m
+        cache = (m['dev'], m['inode'])
+        assert (reports[1]['mappings']['train']['dev'], reports[1]['mappings']['train']['inode']) == cache
+        ranks_and_workers = {p.pid for p in procs} | {w for r in reports for w in r['workers']}
+        assert _holders(cache) == ranks_and_workers  # one copy, mapped by both ranks and their forked workers
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)  # each rank leads its own process group, with its workers
+        for p in procs:
+            p.wait(timeout=30)
+    gone_by = time.monotonic() + 10
+    while _holders(cache) and time.monotonic() < gone_by:  # workers die with the group; their exit may lag a little
+        time.sleep(0.1)
+    assert not _holders(cache)  # nobody holds the memory file: the kernel has freed it
+    new = _dev_shm() - before
+    time.sleep(0.5)
+    assert not new & _dev_shm()  # nothing left in /dev/shm (names that came and went were others' transients)
+
+
+def test_two_rank_training_caches_both_sets_once_per_node(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=4)
+    for phase in ('train', 'test'):
+        opt['datasets'][phase]['cache_data'] = True
+    res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
+               '--opt', write_options(str(tmp_path / 'o.json'), opt)], env=clean_env(OMP_NUM_THREADS='1'), timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for phase in ('train', 'test'):
+        assert re.search(rf'datasets\.{phase}: caching \d+ decoded frames in RAM: [0-9.]+ GiB per node, '
+                         r'one copy shared by its 2 training processes', res.stdout), res.stdout[-3000:]
+    assert 'cannot map the copy' not in res.stderr  # rank 1 mapped both copies of rank 0
 
 
 if __name__ == '__main__':
