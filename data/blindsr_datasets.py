@@ -18,18 +18,17 @@ import torch
 
 from data.checks import Size, fmt, ssim_problem
 from data.degradations import DEGRADATIONS, degrade
-from data.image_datasets import ImageDataset, bool_option, int_option
+from data.image_datasets import IMAGE_OPTIONS, ImageDataset, bool_option, int_option
 from data.registry import DATASETS
 from utils.errors import UserError
-from utils.options import REQUIRED, Key
+from utils.options import Key
 from utils.suggest import did_you_mean
 
 
 @DATASETS.register('blindsr')
 class DatasetBlindSR(ImageDataset):
     OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
+        **IMAGE_OPTIONS,
         'n_channels': 3,
         'H_size': Key(None, (int, type(None))),  # null: lq_patchsize * scale
         'scale': 4,
@@ -37,11 +36,6 @@ class DatasetBlindSR(ImageDataset):
         'shuffle_prob': 0.1,
         'use_sharp': False,
         'lq_patchsize': 64,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     def check_options(self) -> None:

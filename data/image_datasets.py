@@ -64,6 +64,18 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
     return paths
 
 
+# Keys every image dataset takes beside its own: its folders, augmentation, scoring conventions, cache_data.
+IMAGE_OPTIONS: Dict[str, Any] = {
+    'dataroot_H': REQUIRED,
+    'dataroot_L': None,
+    'use_hflip': True,
+    'use_rot': True,
+    'metric_border': None,
+    'metric_round_y': None,
+    'cache_data': False,
+}
+
+
 class ImageDataset(Dataset):
     """Options are checked, then the folders listed, then every file's header checked (data/checks.py).
 
@@ -292,16 +304,11 @@ class DatasetPlain(ImageDataset):
     """Paired H/L folders of equal-size images (or H = scale x L)."""
 
     OPTIONS = {
-        'dataroot_H': REQUIRED,
+        **IMAGE_OPTIONS,
         'dataroot_L': REQUIRED,
         'n_channels': 3,
         'H_size': 96,
         'scale': 1,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     needs_L = True
@@ -317,17 +324,11 @@ class DatasetDnCNN(ImageDataset):
     """
 
     OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
+        **IMAGE_OPTIONS,
         'n_channels': 3,
         'H_size': 64,
         'sigma': 25.0,
         'sigma_test': None,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     def check_options(self) -> None:
@@ -365,17 +366,11 @@ class DatasetSR(ImageDataset):
     """
 
     OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
+        **IMAGE_OPTIONS,
         'n_channels': 3,
         'H_size': 96,
         'scale': 4,
         'quantize_L': False,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     def check_options(self) -> None:

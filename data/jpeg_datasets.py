@@ -12,11 +12,10 @@ from typing import Any, Dict, Optional
 import cv2
 import numpy as np
 
-from data.image_datasets import ImageDataset, bool_option, int_option
+from data.image_datasets import IMAGE_OPTIONS, ImageDataset, bool_option, int_option
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.metrics import rgb2y
-from utils.options import REQUIRED
 
 
 def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
@@ -34,17 +33,11 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
 @DATASETS.register('jpeg')
 class DatasetJPEG(ImageDataset):
     OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
+        **IMAGE_OPTIONS,
         'H_size': 128,
         'quality_factor': 40,
         'quality_factor_test': 40,
         'is_color': False,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     def _channels(self) -> int:

@@ -23,14 +23,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from data.image_datasets import ImageDataset, int_option
+from data.image_datasets import IMAGE_OPTIONS, ImageDataset, int_option
 from data.kernels import anisotropic_gaussian, isotropic_gaussian, motion_kernel, shifted_anisotropic_gaussian
 from data.noise_level_datasets import noise_levels
 from data.registry import DATASETS
 from data.sampler import key_step_seed, parse_key
 from utils.errors import UserError
 from utils.image import imresize_bicubic, uint2tensor
-from utils.options import IGNORED, REQUIRED
+from utils.options import IGNORED
 
 USRNET_KERNEL_SIZE = 25  # KAIR's USRNet kernels (motion and gaussian) are 25x25
 MOTION_PROB = 0.5        # KAIR: motion blur for 4 of the 8 values of randint(0, 7)
@@ -85,19 +85,13 @@ class DatasetUSRNet(_KernelDataset):
     """
 
     OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
+        **IMAGE_OPTIONS,
         'n_channels': 3,
         'H_size': 96,
         'sigma_max': 25,
         'scales': [1, 2, 3, 4],
         'sf_validation': 3,
-        'use_hflip': True,
-        'use_rot': True,
         'use_flip': IGNORED,           # in KAIR's train_usrnet.json; its USRNet dataset never reads it
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     uses_step_seed = True  # the loader gives keys a seed per optimizer step: one scale per batch
@@ -177,19 +171,13 @@ class DatasetSRMD(_KernelDataset):
     """
 
     OPTIONS = {
-        'dataroot_H': REQUIRED,
-        'dataroot_L': None,
+        **IMAGE_OPTIONS,
         'n_channels': 3,
         'H_size': 96,
         'scale': 4,
         'sigma': [0, 50],
         'sigma_test': 0,
         'pca_path': None,
-        'use_hflip': True,
-        'use_rot': True,
-        'metric_border': None,
-        'metric_round_y': None,
-        'cache_data': False,
     }
 
     def check_options(self) -> None:
