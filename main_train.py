@@ -134,7 +134,7 @@ class Trainer:
 
         self.train_loader, self.sampler = build_train_loader(
             self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device,
-            t['accumulate_steps'])
+            t['accumulate_steps'], continuous=True)
         self.val_loader = None
         if val_set is not None:
             self.val_loader = build_val_loader(val_set, self.state.world_size, self.state.rank,
@@ -338,18 +338,10 @@ class Trainer:
         self.log.info(f'start training at iteration {self.step} of {total}')
         self.model.end_iteration(self.step)
         self.timing = Timing()
-        while self.step < total:
-            self.run_epoch(total)
-        self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
-                      f'at iteration {self.best["iter"]}')
-        self.check_replicas()
-
-    def run_epoch(self, total: int) -> None:
-        """The rest of the current epoch, or up to `total`; the next epoch is set up only when it is needed."""
-        self.sampler.set_epoch(self.epoch)
-        self.sampler.set_start(self.epoch_step * self.accum * self.train_loader.batch_size)
+        groups = self.training_batches()
         self.timing.tick()
-        for batches in micro_batches(iter(self.train_loader), self.accum):
+        while self.step < total:
+            batches = next(groups)
             self.timing.data_ready()
             self.step += 1
             self.epoch_step += 1
@@ -357,11 +349,30 @@ class Trainer:
             self.model.end_iteration(self.step)
             self.timing.step_done()
             self.after_step(total, stop)
-            if self.step >= total:
-                return
+            if self.epoch_step == self.steps_per_epoch:
+                self.epoch += 1
+                self.epoch_step = 0
             self.timing.tick()
-        self.epoch += 1
-        self.epoch_step = 0
+        self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
+                      f'at iteration {self.best["iter"]}')
+        self.check_replicas()
+
+    def training_batches(self) -> Iterator[List[Any]]:
+        """The micro-batch groups of one optimizer step each, from where training stands on, across epochs.
+
+        The train loader is continuous (data/loader.py): one iterator serves the whole run, so its
+        workers keep preparing batches over epoch boundaries instead of draining and starting over.
+        A loader that does end (a finite one) starts again at the epoch the loop has reached.
+        """
+        while True:
+            self.sampler.set_epoch(self.epoch)
+            self.sampler.set_start(self.epoch_step * self.accum * self.train_loader.batch_size)
+            steps = 0
+            for group in micro_batches(iter(self.train_loader), self.accum):
+                steps += 1
+                yield group
+            if not steps:
+                raise RuntimeError(f'the train loader gave no complete step at epoch {self.epoch}')
 
     def after_step(self, total: int, stop: bool) -> None:
         """Check skipped steps, print, save, then validate (a failing validation never costs the save); stop
@@ -448,13 +459,17 @@ class Trainer:
         eta = seconds_per_iter * (self.train_opt['total_iter'] - self.step)
         throughput = self.effective_batch / max(iter_time, 1e-9)
         loss_txt = ' '.join(f'{k}: {v:.3e}' for k, v in losses.items())
+        perf = {'iter_time': iter_time, 'data_time': data_time, 'samples_per_sec': throughput}
+        gpu = ''
+        if self.device.type == 'cuda':  # peak since the start: what the run needs of the card
+            perf['gpu_mem_gib'] = torch.cuda.max_memory_allocated(self.device) / 2 ** 30
+            gpu = f' mem: {perf["gpu_mem_gib"]:.2f} GiB'
         self.log.info(f'<epoch:{self.epoch:3d}, iter:{self.step:8,d}, lr:{lr:.3e}> {loss_txt} '
-                      f'time/iter: {iter_time:.3f}s data: {data_time:.3f}s eta: {_hms(eta)}')
+                      f'time/iter: {iter_time:.3f}s data: {data_time:.3f}s {throughput:.1f} samples/s{gpu} '
+                      f'eta: {_hms(eta)}')
         self.reporter.scalars(self.step, {**{f'train/{k}': v for k, v in losses.items()}, 'train/lr': lr,
-                                          'perf/iter_time': iter_time, 'perf/data_time': data_time,
-                                          'perf/samples_per_sec': throughput})
-        self.reporter.row({'kind': 'train', 'iter': self.step, 'epoch': self.epoch, 'lr': lr, **losses,
-                           'iter_time': iter_time, 'data_time': data_time, 'samples_per_sec': throughput,
+                                          **{f'perf/{k}': v for k, v in perf.items()}})
+        self.reporter.row({'kind': 'train', 'iter': self.step, 'epoch': self.epoch, 'lr': lr, **losses, **perf,
                            'time': time.time()})
         self.print_windows += 1
         if self.main and self.print_windows > 1 and data_time > DATA_WAIT_HINT * iter_time and not self.data_hinted:

@@ -10,6 +10,7 @@ through the loader.
 import signal
 from typing import Any, Dict, Tuple
 
+import cv2
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -30,14 +31,26 @@ def ignore_stop_signals(worker_id: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def one_opencv_thread_per_worker(num_workers: int) -> None:
+    """With loader workers, OpenCV runs one thread per process: each worker decodes one image at a time, and
+    OpenCV's own pool of one thread per core in each of N workers would oversubscribe the cores N times.
+    Set in the parent before the workers fork, which inherit it: calling cv2.setNumThreads in a forked
+    child whose parent had used OpenCV's pool deadlocks."""
+    if num_workers > 0:
+        cv2.setNumThreads(1)
+
+
 def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size: int, rank: int,
-                       seed: int, device: torch.device,
-                       accumulate_steps: int = 1) -> Tuple[DataLoader, ResumableDistributedSampler]:
+                       seed: int, device: torch.device, accumulate_steps: int = 1,
+                       continuous: bool = False) -> Tuple[DataLoader, ResumableDistributedSampler]:
     """Loader over this rank's shard; batch size and workers are per process.
 
     The loader gets its own torch.Generator so iterating it never consumes the global RNG (which
     would otherwise make model-side randomness depend on how often loaders were created). A dataset
     with `uses_step_seed` gets keys with a seed per optimizer step (see ResumableDistributedSampler).
+    `continuous` (the training loop): one iterator runs through every epoch, each of the whole
+    optimizer steps the shard holds, so the workers never drain and restart at an epoch's end; its
+    `len()` is still the batches of one epoch.
     """
     batch_size = dataset_opt['dataloader_batch_size']
     num_workers = dataset_opt['dataloader_num_workers']
@@ -49,10 +62,14 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
                                           seed=seed, drop_last=True,
                                           step_size=world_size * batch_size * accumulate_steps
                                           if getattr(dataset, 'uses_step_seed', False) else None)
+    if continuous:
+        per_step = batch_size * accumulate_steps
+        sampler.per_epoch, sampler.continuous = sampler.num_samples // per_step * per_step, True
     if sampler.num_samples < batch_size:
         raise UserError(f'{dataset_opt["_where"]}.dataloader_batch_size: each of the {world_size} process(es) gets '
                         f'{sampler.num_samples} of the {len(dataset)} training samples, fewer than one '
                         f'batch of {batch_size}; use a smaller batch size or more data')
+    one_opencv_thread_per_worker(num_workers)
     extra: Dict[str, Any] = {}
     if num_workers > 0:
         extra['persistent_workers'] = dataset_opt['dataloader_persistent_workers']
@@ -72,6 +89,7 @@ def build_val_loader(dataset: Dataset, world_size: int, rank: int, num_workers: 
     shuffling to choose (the options refuse them in test sections); the worker keys are a test
     section's own (`persistent_workers`: workers kept between validations of a training run).
     """
+    one_opencv_thread_per_worker(num_workers)
     extra: Dict[str, Any] = {}
     if num_workers > 0:
         extra.update(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,

@@ -49,6 +49,10 @@ class ResumableDistributedSampler(DistributedSampler):
     `set_start(k)` skips the first k samples of this rank's shard in the current epoch (used on
     resume); `set_epoch` resets it to 0. `len()` is the number of samples still to come.
 
+    With `per_epoch` an epoch uses only the first keys of the shard (the training loop's whole steps), and
+    with `continuous` one iteration runs on through the following epochs, so a loader's workers keep
+    working across epoch boundaries: the keys are exactly those of iterating epoch by epoch.
+
     With `step_size` (samples per optimizer step over all ranks: world size x batch x accumulation)
     keys also carry a seed shared by every sample of one optimizer step, on every rank and in every
     micro-batch, for randomness drawn per batch (USRNet's scale factor). Rank r's positions are
@@ -57,17 +61,24 @@ class ResumableDistributedSampler(DistributedSampler):
     """
 
     def __init__(self, dataset: Dataset, num_replicas: int, rank: int, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = True, step_size: Optional[int] = None) -> None:
+                 seed: int = 0, drop_last: bool = True, step_size: Optional[int] = None,
+                 per_epoch: Optional[int] = None, continuous: bool = False) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
                          seed=seed, drop_last=drop_last)
         self.start = 0
         self.step_size = step_size
+        if per_epoch is not None and not 0 <= per_epoch <= self.num_samples:
+            raise ValueError(f'per_epoch must be in [0, {self.num_samples}], got {per_epoch}')
+        # samples of this rank's shard an epoch uses (the loop's whole steps), and whether iteration runs on
+        # into the following epochs (one loader iterator for the whole run: workers never drain)
+        self.per_epoch = self.num_samples if per_epoch is None else int(per_epoch)
+        self.continuous = continuous
 
-    def _global_order(self) -> list:
+    def _global_order(self, epoch: int) -> list:
         n = len(self.dataset)
         if self.shuffle:
             g = torch.Generator()
-            g.manual_seed(self.seed + self.epoch)
+            g.manual_seed(self.seed + epoch)
             indices = torch.randperm(n, generator=g).tolist()
         else:
             indices = list(range(n))
@@ -79,25 +90,35 @@ class ResumableDistributedSampler(DistributedSampler):
         return indices
 
     def __iter__(self) -> Iterator[Tuple[int, ...]]:
-        indices = self._global_order()
+        """This epoch's keys from `start` (`continuous`: then every following epoch's, without end)."""
+        epoch, start = self.epoch, self.start
+        while True:
+            yield from self._epoch_keys(epoch, start)
+            if not self.continuous or self.per_epoch == 0:
+                return
+            epoch, start = epoch + 1, 0
+
+    def _epoch_keys(self, epoch: int, start: int) -> Iterator[Tuple[int, ...]]:
+        indices = self._global_order(epoch)
         positions = range(self.rank, self.total_size, self.num_replicas)
-        for pos in positions[self.start:]:
+        for pos in positions[start:self.per_epoch]:
             if self.step_size is None:
-                yield indices[pos], sample_seed(self.seed, self.epoch, pos)
+                yield indices[pos], sample_seed(self.seed, epoch, pos)
             else:
-                yield (indices[pos], sample_seed(self.seed, self.epoch, pos),
-                       step_seed(self.seed, self.epoch, pos // self.step_size))
+                yield (indices[pos], sample_seed(self.seed, epoch, pos),
+                       step_seed(self.seed, epoch, pos // self.step_size))
 
     def __len__(self) -> int:
-        return self.num_samples - self.start
+        """Keys left in the current epoch (a continuous sampler goes on into the next ones)."""
+        return self.per_epoch - self.start
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
         self.start = 0
 
     def set_start(self, start: int) -> None:
-        if not 0 <= start <= self.num_samples:
-            raise ValueError(f'start must be in [0, {self.num_samples}], got {start}')
+        if not 0 <= start <= self.per_epoch:
+            raise ValueError(f'start must be in [0, {self.per_epoch}], got {start}')
         self.start = int(start)
 
     def state_dict(self) -> Dict[str, Any]:

@@ -28,6 +28,7 @@ input frames are read from `dataroot_lq` (the VFI types default it to `dataroot_
 Randomness of training items (interval, reverse, crop, flips) comes only from the key's seed
 (`(index, seed)` from the train sampler; a bare index seeds with itself).
 """
+import importlib
 import os
 import random
 import re
@@ -335,6 +336,8 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
         _check_bool(opt, opt['_where'], 'color_jitter')
         super().__init__({**opt, **_VFI_TRAIN_FIXED, 'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
         self.jitter = opt['color_jitter']
+        if self.jitter:  # imported here, before loader workers fork: an import in a forked child can deadlock
+            importlib.import_module('torchvision.transforms.functional')
 
     def interpolation_step(self, opt: Dict[str, Any], prefix: str) -> Optional[int]:
         """KAIR's rule: inputs are the window's frames [::temporal_scale], the target its centre frame."""

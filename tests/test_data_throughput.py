@@ -85,7 +85,7 @@ def _trainer(main=True):
     model = types.SimpleNamespace(log_losses=lambda: {'G_loss': 0.1}, current_lr=lambda: 1e-3)
     reporter = types.SimpleNamespace(scalars=lambda *a: None, row=lambda *a: None)
     t = types.SimpleNamespace(model=model, reporter=reporter, effective_batch=4, train_opt={'total_iter': 100},
-                              step=10, epoch=0, main=main, print_windows=0, data_hinted=False,
+                              step=10, epoch=0, main=main, print_windows=0, data_hinted=False, device=torch.device('cpu'),
                               log=logging.getLogger('restoration'))
     return t
 

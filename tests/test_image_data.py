@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from conftest import unchecked_section
+from conftest import ROOT, unchecked_section
 from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.loader import build_train_loader, build_val_loader
@@ -493,3 +493,28 @@ def test_demo_images_train_a_dataset(tmp_path):
     ensure_demo_data(_demo('images', 'test', target))
     ds = DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=target, H_size=64))
     assert len(ds) == 8 and ds[(3, 5)]['L'].shape == (3, 64, 64)
+
+
+def test_loader_workers_decode_with_one_opencv_thread_after_the_parent_used_opencvs_pool():
+    """8 workers x one OpenCV thread per core would oversubscribe the cores; and setting the thread count
+    inside a forked worker whose parent had used OpenCV's pool deadlocks (so it is set before the fork).
+    In a subprocess, so that a regression is a failure after 120 s rather than a hung suite."""
+    import subprocess
+    import sys
+    code = '''
+import sys, cv2, numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+from data.loader import build_train_loader, build_val_loader
+class D(torch.utils.data.Dataset):
+    def __len__(self): return 4
+    def __getitem__(self, key): return torch.tensor(cv2.getNumThreads())
+cv2.setNumThreads(2)
+for _ in range(3): cv2.resize(np.random.rand(600, 600, 3).astype(np.float32), (300, 300), interpolation=cv2.INTER_CUBIC)
+opt = {'dataloader_batch_size': 2, 'dataloader_num_workers': 2, 'dataloader_shuffle': False,
+       'dataloader_prefetch_factor': 2, 'dataloader_persistent_workers': False, '_where': 'datasets.train'}
+train, _ = build_train_loader(D(), opt, 1, 0, 0, torch.device('cpu'))
+print(sorted(set(int(x) for b in train for x in b)), sorted(set(int(x) for x in build_val_loader(D(), 1, 0, 2))))
+'''
+    res = subprocess.run([sys.executable, '-c', code, ROOT], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == '[1] [1]'

@@ -107,3 +107,51 @@ def test_shard_sampler_covers_every_index_exactly_once_without_padding():
 def test_shard_sampler_with_more_ranks_than_samples_gives_empty_shards():
     assert list(ShardSampler(2, 3, 2)) == []
     assert len(ShardSampler(2, 3, 2)) == 0
+
+
+@pytest.mark.parametrize('step_size', [None, 6])
+def test_a_continuous_sampler_runs_on_through_the_epochs_with_the_keys_of_each_epoch(step_size):
+    """One iterator for the whole run (the loader's workers never drain at an epoch's end) sees exactly the
+    keys of iterating epoch by epoch, each epoch cut to the whole steps the loop uses, from a resume point."""
+    import itertools
+    per_epoch = 9  # of a shard of 11 (23 samples over 2 ranks): the loop's whole steps
+    continuous = ResumableDistributedSampler(_Sized(23), 2, 1, seed=5, step_size=step_size, per_epoch=per_epoch,
+                                             continuous=True)
+    continuous.set_epoch(3)
+    continuous.set_start(4)
+    assert len(continuous) == 5  # what is left of the current epoch
+    expected = []
+    for epoch, start in ((3, 4), (4, 0), (5, 0)):
+        finite = ResumableDistributedSampler(_Sized(23), 2, 1, seed=5, step_size=step_size)
+        finite.set_epoch(epoch)
+        finite.set_start(start)
+        expected += list(finite)[:per_epoch - start]
+    assert list(itertools.islice(continuous, len(expected))) == expected
+
+
+def test_a_continuous_loader_gives_the_batches_of_per_epoch_loaders_with_two_workers():
+    import itertools
+
+    import torch
+
+    from data.loader import build_train_loader
+
+    class Keys:
+        def __len__(self):
+            return 19
+
+        def __getitem__(self, key):
+            return torch.tensor(key[:2])
+
+    opt = {'dataloader_batch_size': 2, 'dataloader_num_workers': 2, 'dataloader_shuffle': True,
+           'dataloader_persistent_workers': True, 'dataloader_prefetch_factor': 2, '_where': 'datasets.train'}
+    cpu = torch.device('cpu')
+    loader, sampler = build_train_loader(Keys(), opt, 1, 0, 7, cpu, accumulate_steps=2, continuous=True)
+    assert len(loader) == 8  # batches of one epoch: 19 samples -> 4 steps of 2 batches of 2
+    got = [b for b in itertools.islice(iter(loader), 24)]
+    expected = []
+    for epoch in range(3):
+        finite, finite_sampler = build_train_loader(Keys(), {**opt, 'dataloader_num_workers': 0}, 1, 0, 7, cpu)
+        finite_sampler.set_epoch(epoch)
+        expected += list(finite)[:8]  # the 9th batch has no partner for a whole step of 2
+    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected))
