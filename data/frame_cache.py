@@ -25,6 +25,9 @@ does not run into dist_timeout.
 
 Frames are stored exactly as the dataset's reader returns them, so a cached run sees the same
 pixels as an uncached one.
+
+`cache_data: "auto"` caches when the decoded set takes at most AUTO_SHARE of the memory every node
+has available, and otherwise decodes per sample; the ranks decide together and the log says which.
 """
 import fcntl
 import mmap
@@ -38,12 +41,21 @@ import numpy as np
 from utils.dist import agree_any, gather_objects, get_rank, is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
+from utils.options import Key
 from utils.progress import progress
 
 Shape = Tuple[int, int, int]
 Reader = Callable[[str], np.ndarray]
 
 ROUND_S = 2.0  # seconds a leader decodes between two agreements: far below any workable dist_timeout
+AUTO_SHARE = 0.5  # cache_data "auto": the largest share of a node's available memory the cache may take
+
+
+def _cache_choice(v: object) -> Optional[str]:
+    return None if v in (True, False, 'auto') else 'must be true, false or "auto"'
+
+
+CACHE_DATA = Key(False, (bool, str), _cache_choice)  # the `cache_data` key of the datasets that take it
 
 
 def available_memory() -> Optional[int]:
@@ -297,6 +309,29 @@ class FrameCache:
         view = self.buffer[offset:offset + shape[0] * shape[1] * shape[2]].reshape(shape)
         view.flags.writeable = False
         return view
+
+
+def cache_frames(option: object, shapes: Dict[str, Shape], read: Reader, where: str) -> Optional[FrameCache]:
+    """The dataset's cache for its `cache_data` value (true, false, "auto"), or None when it decodes per sample.
+
+    Every rank must call it at the same point: "auto" and the cache itself are decided together.
+    """
+    if _cache_choice(option):
+        raise UserError(f'{where}.cache_data: must be true, false or "auto", got {option!r}')
+    if option == 'auto':
+        total = sum(h * w * c for h, w, c in shapes.values())
+        free = available_memory()
+        too_large, = agree_any([free is not None and total > AUTO_SHARE * free])
+        if is_main_process():
+            room = f'{AUTO_SHARE:.0%} of the {gib(free)} this machine has available' if free is not None else 'memory'
+            get_logger().info(f'{where}: cache_data "auto": the decoded frames ({gib(total)}) '
+                              + (f'exceed {room} (on some node): decoded per sample' if too_large
+                                 else f'fit in {room}: cached'))
+        if too_large:
+            return None
+    elif not option:
+        return None
+    return FrameCache(shapes, read, where)
 
 
 def frame_shapes(paths: Sequence[str], sizes: Dict[str, Tuple[int, int]], channels: int) -> Dict[str, Shape]:

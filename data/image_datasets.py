@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
-from data.frame_cache import FrameCache, frame_shapes
+from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
@@ -72,7 +72,7 @@ IMAGE_OPTIONS: Dict[str, Any] = {
     'use_rot': True,
     'metric_border': None,
     'metric_round_y': None,
-    'cache_data': False,
+    'cache_data': CACHE_DATA,
 }
 
 
@@ -102,10 +102,9 @@ class ImageDataset(Dataset):
                                 'the folders must pair up one to one')
         self.files_checked_for_training = False
         self.check_files()
-        self.cache: Optional[FrameCache] = None
-        if bool_option(opt, self.where, 'cache_data'):
-            paths = self.paths_H + (self.paths_L or [])
-            self.cache = FrameCache(frame_shapes(paths, self.header_sizes, self.n_channels), self._decode, self.where)
+        paths = self.paths_H + (self.paths_L or [])
+        self.cache: Optional[FrameCache] = cache_frames(opt['cache_data'], frame_shapes(
+            paths, self.header_sizes, self.n_channels), self._decode, self.where)
 
     def check_options(self) -> None:
         """Option values, at construction (the options file only checks their types)."""

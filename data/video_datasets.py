@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
-from data.frame_cache import FrameCache, frame_shapes
+from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.registry import DATASETS
 from data.sampler import parse_key
@@ -305,7 +305,7 @@ class VideoRecurrentTrainDataset(Dataset):
         'random_reverse': False,
         'use_hflip': True,
         'use_rot': True,
-        'cache_data': False,           # decoded frames in RAM, one copy per node (data/frame_cache.py), disk backend
+        'cache_data': CACHE_DATA,      # decoded frames in RAM, one copy per node (data/frame_cache.py), disk backend
         **SPIKE_OPTIONS,
     }
 
@@ -323,7 +323,7 @@ class VideoRecurrentTrainDataset(Dataset):
             raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got {opt["interval_list"]!r}')
         if self.gt_size % self.scale:
             raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
-        _check_bool(opt, p, 'test_mode', 'random_reverse', 'use_hflip', 'use_rot', 'cache_data')
+        _check_bool(opt, p, 'test_mode', 'random_reverse', 'use_hflip', 'use_rot')
         self.tmpl, self.ext = opt['filename_tmpl'], opt['filename_ext']
         try:
             format(0, self.tmpl)
@@ -442,12 +442,14 @@ class VideoRecurrentTrainDataset(Dataset):
         if not self.opt['cache_data']:
             return None
         if self.backend == 'lmdb':
+            if self.opt['cache_data'] == 'auto':
+                return None  # frames in an LMDB are read from mapped memory already
             raise UserError(f'{self.prefix}.cache_data: works with io_backend disk; an LMDB is read from mapped '
                             f'memory already, store its frames raw (scripts/make_lmdb.py --compress raw) to skip '
                             f'decoding them')
         paths = [self._frame_path(name, clip, f'{i:{self.tmpl}}') for name in ('gt', 'lq') for clip, i in self.keys]
-        return FrameCache(frame_shapes(paths, self.header_sizes, 3), lambda path: imread_uint(path, 3, bgr=True),
-                          self.prefix)
+        return cache_frames(self.opt['cache_data'], frame_shapes(paths, self.header_sizes, 3),
+                            lambda path: imread_uint(path, 3, bgr=True), self.prefix)
 
     def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int], window: Tuple[int, int, int]) -> np.ndarray:
         if self.lmdb is not None:

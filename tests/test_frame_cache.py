@@ -202,14 +202,33 @@ def test_a_cache_larger_than_the_available_memory_is_refused_before_filling(tmp_
         DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
 
 
-def test_cache_data_must_be_a_boolean_and_is_refused_with_an_lmdb_backend(gopro, tmp_path):
-    with pytest.raises(UserError, match=r'datasets\.train\.cache_data: must be true or false'):
+def test_cache_data_is_true_false_or_auto_and_an_lmdb_is_never_cached(gopro, tmp_path):
+    with pytest.raises(UserError, match=r'datasets\.train\.cache_data: must be true, false or "auto", got \'yes\''):
         _video(gopro, cache_data='yes')
     for name, folder in (('gt', 'train_GT'), ('lq', 'train_GT_blurred')):
         make_lmdb_from_folder(f'{gopro}/{folder}', tmp_path / f'{name}.lmdb')
+    lmdb = {'io_backend': {'type': 'lmdb'}, 'dataroot_gt': str(tmp_path / 'gt.lmdb'), 'dataroot_lq': str(tmp_path / 'lq.lmdb')}
     with pytest.raises(UserError, match=r'cache_data: works with io_backend disk.*--compress raw'):
-        _video(gopro, cache_data=True, io_backend={'type': 'lmdb'}, dataroot_gt=str(tmp_path / 'gt.lmdb'),
-               dataroot_lq=str(tmp_path / 'lq.lmdb'))
+        _video(gopro, cache_data=True, **lmdb)
+    assert _video(gopro, cache_data='auto', **lmdb).cache is None  # read from mapped memory already
+
+
+def test_cache_data_auto_caches_what_fits_in_half_the_available_memory(tmp_path, monkeypatch, caplog):
+    import logging
+    root = _images(tmp_path / 'H')
+    opts = dict(dataroot_H=root, H_size=24)
+    plain = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', **opts))
+    with caplog.at_level(logging.INFO, logger='restoration'):
+        auto = DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts))
+        assert auto.cache is not None and 'cache_data "auto": the decoded frames' in caplog.text
+        for key in TRAIN_KEYS:
+            _items_equal(plain[key], auto[key])
+        need = sum(h * w * c for _, (h, w, c) in auto.cache.index.values())
+        monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need - 1)  # just over half
+        assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is None
+        assert 'exceed 50% of the' in caplog.text and 'decoded per sample' in caplog.text
+        monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need)
+        assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is not None
 
 
 def test_lmdb_frames_stored_raw_give_the_items_of_png_frames_and_of_the_folder(gopro, tmp_path):
