@@ -110,6 +110,7 @@ class Trainer:
         self.print_windows = 0
         self.data_hinted = False
         self.graphs_seen: Optional[int] = None  # train.compile: graphs compiled up to the last iteration
+        self.first_peak_noted = False
 
     def build(self) -> None:
         """Everything that depends on the user's input, before anything is written to the run folder.
@@ -380,6 +381,12 @@ class Trainer:
         t, last = self.train_opt, self.step == total
         if t['compile']:
             self.note_compilation()
+        if self.device.type == 'cuda' and not self.first_peak_noted:
+            self.first_peak_noted = True  # what the run needs of the card, before it runs for hours
+            total_mem = torch.cuda.get_device_properties(self.device).total_memory
+            self.log.info(f'first iteration: peak GPU memory {torch.cuda.max_memory_allocated(self.device) / 2**30:.2f} '
+                          f'GiB of the card\'s {total_mem / 2**30:.1f} GiB (video networks: netG.checkpoint "memory" '
+                          f'needs least)')
         print_due = self.step % t['checkpoint_print'] == 0 or last
         save_due = self.step % t['checkpoint_save'] == 0 or last or stop
         validate_due = self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last)

@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from einops.layers.torch import Rearrange
 from torch import nn
 
+from models.guided_attention import guided_deformable_attention
 from models.network_swinir import Mlp
-from models.network_vrt import RTMSA, TMSA, FrameConv3d, SpyNet, Upsample, flow_warp
+from models.network_vrt import RTMSA, TMSA, FrameConv3d, SpyNet, Upsample, checkpoint_plan, flow_warp
 from models.registry import NETWORKS
 from utils.errors import UserError
 
@@ -75,47 +76,6 @@ class ConvSwinStack(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.main(x)
-
-
-def guided_deformable_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: torch.Tensor,
-                                heads: int, window: Sequence[int]) -> torch.Tensor:
-    """Attention of every query pixel over keys/values sampled at flow-guided, learned positions.
-
-    q: B×D×H×W queries; k, v: B×M×D×H×W, the M key frames of each query frame; offset: B×M×G×K×2×H×W,
-    for each key frame, deformable group g (channels g·D/G … (g+1)·D/G of k and v) and attention-window
-    position κ = (i, j) (K = kh·kw, row-major), the displacement (dy, dx) in pixels of its sampling point
-    from (y + i - kh//2, x + j - kw//2). Keys and values are sampled bilinearly there (zero outside the
-    frame); each of `heads` heads (a contiguous D/heads channel slice) takes a softmax over the M·K
-    sampled keys, scaled by (D/heads)^-1/2. Returns B×D×H×W. Pure PyTorch (grid_sample), any device.
-    """
-    b, m, d, h, w = k.shape
-    g, kk = offset.shape[2], offset.shape[3]
-    kh, kw = window
-    if kk != kh * kw or d % g or d % heads:
-        raise ValueError(f'guided_deformable_attention: offset {tuple(offset.shape)} does not fit window {window}, '
-                         f'{d} channels, {heads} heads')
-    # positions and sampling in (at least) float32 whatever the features' dtype: bf16 cannot hold fractional
-    # pixel positions
-    dev, dt = q.device, torch.promote_types(q.dtype, torch.float32)
-    base_y = (torch.arange(kh, device=dev, dtype=dt) - kh // 2).repeat_interleave(kw).view(kk, 1, 1)
-    base_x = (torch.arange(kw, device=dev, dtype=dt) - kw // 2).repeat(kh).view(kk, 1, 1)
-    offset = offset.to(dt)
-    y = torch.arange(h, device=dev, dtype=dt).view(1, h, 1) + base_y + offset[:, :, :, :, 0]
-    x = torch.arange(w, device=dev, dtype=dt).view(1, 1, w) + base_x + offset[:, :, :, :, 1]
-    kv = torch.cat([k.reshape(b, m, g, 1, d // g, h, w), v.reshape(b, m, g, 1, d // g, h, w)], 3)
-    kv = kv.view(b * m * g, 2 * d // g, h, w)
-    if h == 1 or w == 1:
-        # align_corners normalisation needs a size >= 2; an extra zero row/column keeps the zero padding
-        kv = F.pad(kv, (0, int(w == 1), 0, int(h == 1)))
-    hs, ws = kv.shape[-2:]
-    grid = torch.stack((x * (2.0 / (ws - 1)) - 1.0, y * (2.0 / (hs - 1)) - 1.0), -1).view(b * m * g, kk * h, w, 2)
-    sampled = F.grid_sample(kv.to(dt), grid, mode='bilinear', padding_mode='zeros', align_corners=True).to(kv.dtype)
-    # b m g (k|v) c K (h w) -> (k|v) b g c m K (h w): channel g·D/G + c, sampled point m·K + κ
-    sampled = sampled.view(b, m, g, 2, d // g, kk, h * w).permute(3, 0, 2, 4, 1, 5, 6)
-    ks, vs = (s.reshape(b, heads, d // heads, m * kk, h * w) for s in sampled)
-    qh = q.reshape(b, heads, d // heads, h * w) * (d // heads) ** -0.5
-    attn = torch.einsum('bncp,bncsp->bnsp', qh, ks).softmax(dim=2)
-    return torch.einsum('bnsp,bncsp->bncp', attn, vs).reshape(b, d, h, w)
 
 
 class GuidedDeformAttention(nn.Module):
@@ -188,7 +148,8 @@ class RVRT(nn.Module):
     the four propagation modules and the reconstruction; `inputconv_groups` the input-conv groups of those
     six transformer stacks, and `no_checkpoint_attn_blocks`/`no_checkpoint_ffn_blocks` are indices into
     the same six (0 feature extraction, 1-4 backward_1 … forward_2, 5 reconstruction) exempted from
-    activation checkpointing. `img_size` is accepted for KAIR option files: sizes come from the input.
+    activation checkpointing (`checkpoint`: "memory" or "none" replaces those keys by a preset, see VRT).
+    `img_size` is accepted for KAIR option files: sizes come from the input.
     Features are kept on the CPU between uses when a CUDA clip is longer than `cpu_cache_length` frames.
     """
 
@@ -202,7 +163,7 @@ class RVRT(nn.Module):
                  attention_window: List[int] = [3, 3], nonblind_denoising: bool = False,
                  use_checkpoint_attn: bool = False, use_checkpoint_ffn: bool = False,
                  no_checkpoint_attn_blocks: List[int] = [], no_checkpoint_ffn_blocks: List[int] = [],
-                 cpu_cache_length: int = 100):
+                 cpu_cache_length: int = 100, checkpoint: Optional[str] = None):
         super().__init__()
         in_chans = 3 + int(nonblind_denoising)
         self._check_args(upscale, clip_size, window_size, num_blocks, depths, embed_dims, num_heads,
@@ -213,8 +174,8 @@ class RVRT(nn.Module):
         self.window_size = list(window_size)
         self.cpu_cache_length = cpu_cache_length
         dim = embed_dims[1]
-        ckpt_attn = [use_checkpoint_attn and i not in no_checkpoint_attn_blocks for i in range(6)]
-        ckpt_ffn = [use_checkpoint_ffn and i not in no_checkpoint_ffn_blocks for i in range(6)]
+        ckpt_attn, ckpt_ffn = checkpoint_plan(checkpoint, 6, use_checkpoint_attn, use_checkpoint_ffn,
+                                              no_checkpoint_attn_blocks, no_checkpoint_ffn_blocks)
         frame_window = [1, window_size[1], window_size[2]]
 
         def stack(i: int, stage: int, in_channels: int, window: Sequence[int]) -> ConvSwinStack:

@@ -298,6 +298,25 @@ class WindowAttention(nn.Module):
         return pos_embed.flatten(2).permute(0, 2, 1).contiguous()
 
 
+CHECKPOINT_PRESETS = ('memory', 'none')
+
+
+def checkpoint_plan(preset: Optional[str], stages: int, use_attn: bool, use_ffn: bool, no_attn: Sequence[int],
+                    no_ffn: Sequence[int]) -> Tuple[List[bool], List[bool]]:
+    """Per stage, whether its attention and its feed-forward parts recompute their activations in backward.
+
+    null: KAIR's keys (`use_checkpoint_attn/ffn`, minus the `no_checkpoint_*_blocks` stages); `checkpoint:
+    "memory"` checkpoints both parts of every stage (least memory, about a third more compute), "none" no
+    part (fastest, most memory). A preset replaces KAIR's keys.
+    """
+    if preset is not None and preset not in CHECKPOINT_PRESETS:
+        raise UserError(f'netG.checkpoint: must be "memory", "none" or null (KAIR\'s use_checkpoint_* keys decide), '
+                        f'got {preset!r}')
+    if preset is not None:
+        return [preset == 'memory'] * stages, [preset == 'memory'] * stages
+    return [use_attn and i not in no_attn for i in range(stages)], [use_ffn and i not in no_ffn for i in range(stages)]
+
+
 def _maybe_checkpoint(enabled: bool, fn, *args):
     """Recompute `fn` in backward instead of storing activations (only when a graph is recorded)."""
     if enabled and torch.is_grad_enabled():
@@ -559,7 +578,8 @@ class VRT(nn.Module):
     `depths`/`embed_dims`/`num_heads` have one entry per stage: 7 U-shaped stages at scales
     1, 1/2, 1/4, 1/8, 1/4, 1/2, 1, then one reconstruction group (stage8) per further entry;
     `indep_reconsts` lists indices (>= 7) of groups that attend within single frames.
-    `no_checkpoint_*_blocks` are stage indices exempted from activation checkpointing.
+    `no_checkpoint_*_blocks` are stage indices exempted from activation checkpointing; `checkpoint`
+    ("memory", "none") replaces KAIR's checkpoint keys by a preset (`checkpoint_plan`).
     `recal_all_flows` is accepted for option-file compatibility; like the official code, the
     (t,t+2)/(t,t+3) flows are always composed from the (t,t+1) flows.
     """
@@ -576,7 +596,7 @@ class VRT(nn.Module):
                  deformable_groups: int = 16, recal_all_flows: bool = False, nonblind_denoising: bool = False,
                  use_checkpoint_attn: bool = False, use_checkpoint_ffn: bool = False,
                  no_checkpoint_attn_blocks: List[int] = [], no_checkpoint_ffn_blocks: List[int] = [],
-                 spike_chans: int = 0):
+                 spike_chans: int = 0, checkpoint: Optional[str] = None):
         super().__init__()
         self._check_args(upscale, img_size, window_size, depths, indep_reconsts, embed_dims, num_heads,
                          pa_frames, deformable_groups, spike_chans)
@@ -600,8 +620,8 @@ class VRT(nn.Module):
         dpr = [x.item() for x in torch.linspace(0, drop_path_rate, sum(depths), device='cpu')]
         reshapes = ['none', 'down', 'down', 'down', 'up', 'up', 'up']
         scales = [1, 2, 4, 8, 4, 2, 1]
-        ckpt_attn = [use_checkpoint_attn and i not in no_checkpoint_attn_blocks for i in range(len(depths))]
-        ckpt_ffn = [use_checkpoint_ffn and i not in no_checkpoint_ffn_blocks for i in range(len(depths))]
+        ckpt_attn, ckpt_ffn = checkpoint_plan(checkpoint, len(depths), use_checkpoint_attn, use_checkpoint_ffn,
+                                              no_checkpoint_attn_blocks, no_checkpoint_ffn_blocks)
         for i in range(7):
             setattr(self, f'stage{i + 1}', Stage(
                 in_dim=embed_dims[i - 1], dim=embed_dims[i], depth=depths[i], num_heads=num_heads[i],

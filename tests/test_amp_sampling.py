@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from models import deform_conv
-from models.network_rvrt import guided_deformable_attention
+from models.guided_attention import guided_deformable_attention
 from models.network_vrt import flow_warp
 
 WIDTH = 320  # positions up to 319: beyond 256, where bf16 cannot hold x + 0.3

@@ -9,7 +9,7 @@ import torch
 
 import torch.nn.functional as F
 
-from models.network_vrt import VRT, DCNv2PackFlowGuided, FrameConv3d, Rearrange, SpyNet, flow_warp
+from models.network_vrt import TMSA, VRT, DCNv2PackFlowGuided, FrameConv3d, Rearrange, SpyNet, flow_warp
 from models.registry import build_network
 from utils.errors import UserError
 
@@ -201,6 +201,26 @@ def test_no_checkpoint_blocks_exempt_the_listed_stages():
     assert blk(net.stage2).use_checkpoint_attn and not blk(net.stage2).use_checkpoint_ffn
     assert net.stage8[1].residual_group.blocks[0].use_checkpoint_attn
     assert not net.stage8[2].residual_group.blocks[0].use_checkpoint_attn
+
+
+def test_a_checkpoint_preset_replaces_kairs_keys_for_every_stage_and_keeps_the_state_dict():
+    from models.network_rvrt import RVRT
+    from utils.errors import UserError
+    kair = tiny(use_checkpoint_attn=True, use_checkpoint_ffn=False, no_checkpoint_attn_blocks=[0])
+    with torch.device('meta'):
+        nets = {preset: VRT(**kair, checkpoint=preset) for preset in (None, 'memory', 'none')}
+    blocks = {p: [b for b in net.modules() if isinstance(b, TMSA)] for p, net in nets.items()}
+    assert all(b.use_checkpoint_attn and b.use_checkpoint_ffn for b in blocks['memory'])
+    assert not any(b.use_checkpoint_attn or b.use_checkpoint_ffn for b in blocks['none'])
+    assert {b.use_checkpoint_attn for b in blocks[None]} == {True, False}  # KAIR's keys: stage 0 exempt
+    assert list(nets['memory'].state_dict()) == list(nets[None].state_dict())
+    with torch.device('meta'):
+        rvrt = RVRT(upscale=4, clip_size=2, img_size=[2, 16, 16], window_size=[2, 8, 8], num_blocks=[1, 1, 1],
+                    depths=[1, 1, 1], embed_dims=[8, 8, 8], num_heads=[2, 2, 2], inputconv_groups=[1] * 6,
+                    deformable_groups=4, attention_heads=4, checkpoint='memory')
+    assert all(b.use_checkpoint_attn and b.use_checkpoint_ffn for b in rvrt.modules() if isinstance(b, TMSA))
+    with pytest.raises(UserError, match=r'netG\.checkpoint: must be "memory", "none" or null'):
+        VRT(**tiny(), checkpoint='all')
 
 
 def test_rearrange_splits_and_merges_axes_like_einops():
