@@ -51,4 +51,7 @@ echo
 echo "== bench_gpu.py: KAIR configurations on a CUDA GPU, main_train.py option rows vs a bare loop (CUDA only; --quick anywhere)"
 python bench/bench_gpu.py "${ARGS[@]}"
 echo
+echo "== bench_video_gpu.py: VRT 006 / RVRT 002 training step memory and time on a CUDA GPU; attention blocks on any device"
+python bench/bench_video_gpu.py "${ARGS[@]}"
+echo
 echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"

@@ -91,6 +91,18 @@ EXPECTED: Dict[str, Expected] = {
         *[rf'^checkpointing {ckpt}: torch / torchvision: fwd\+bwd time {NUM} .* fwd\+bwd time {NUM}$'
           for ckpt in ('off', 'on ')],
     ], slow=True),
+    'bench_video_gpu.py': Expected([
+        r'^== bench_video_gpu.py \(quick\): ',
+        r'^block +side +MiB kept for backward +ms fwd\+bwd$',
+        *[rf'^{block} +{side} +{NUM} +{NUM}$' for block in ('RVRT GDA call', 'VRT attention block')
+          for side in ('ours', 'before')],
+        rf'^RVRT GDA call: kept for backward ours / before = 0\.[0-3]\d\d, time {NUM}$',  # the memory gain, pinned
+        rf'^VRT attention block: kept for backward ours / before = {NUM}, time {NUM}$',
+        r'^network +checkpointing +precision +ms/step +peak GiB',
+        *[rf'^{net} +{ckpt} +{prec} +{NUM} +nan +-$' for net, ckpt, prec in (
+            ('vrt', 'KAIR', 'fp32'), ('vrt', 'KAIR', 'bf16'), ('vrt', 'memory', 'fp32'), ('vrt', 'memory', 'bf16'),
+            ('rvrt', 'KAIR', 'fp32'), ('rvrt', 'KAIR', 'bf16'), ('rvrt', 'memory', 'fp32'))],
+    ], slow=True),
     'bench_zoo.py': Expected([
         rf'^swinir__train_swinir_car_jpeg +swinir +[\d,]+ +1x1x16x16 +{NUM}$',
         rf'^train_usrnet +usrnet +[\d,]+ +1x3x16x16 +{NUM}$',
