@@ -41,6 +41,7 @@ import numpy as np
 from utils.dist import agree_any, gather_objects, get_rank, is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
+from utils.memory import available_memory, gib
 from utils.options import Key
 from utils.progress import progress
 
@@ -58,20 +59,6 @@ def _cache_choice(v: object) -> Optional[str]:
 CACHE_DATA = Key(False, (bool, str), _cache_choice)  # the `cache_data` key of the datasets that take it
 
 
-def available_memory() -> Optional[int]:
-    """Bytes the kernel reports as available for new allocations (Linux MemAvailable), else None."""
-    try:
-        with open('/proc/meminfo') as f:
-            for line in f:
-                if line.startswith('MemAvailable:'):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def gib(n: int) -> str:
-    return f'{n / 2 ** 30:.2f} GiB'
 
 
 def _processes(n: int) -> str:

@@ -71,7 +71,7 @@ class ModelGAN(ModelPlain):
         'D_update_ratio': Key(1, (int,), _positive_int),
         'D_init_iters': Key(0, (int,), _non_negative),
         'D_optimizer_type': Key('adam', (str,)),
-        'D_optimizer_lr': Key(1e-4, (int, float), lambda v: None if v > 0 else 'must be > 0'),
+        'D_optimizer_lr': Key(1e-4, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]'),
         'D_optimizer_betas': Key([0.9, 0.999], (list,)),
         'D_optimizer_wd': Key(0.0, (int, float), _non_negative),
         'D_optimizer_reuse': Key(True, (bool,)),

@@ -8,7 +8,7 @@ import copy
 import math
 import os
 import warnings
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 from utils.image import encode_image, images_to_float, tensor2uint
 from utils.logger import get_logger
+from utils.memory import available_memory
 from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
 from utils.progress import progress
 
@@ -30,8 +31,25 @@ Item = Tuple[str, List[np.ndarray], List[np.ndarray]]  # (name, restored frames,
 
 
 def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Module:
-    """The network of `netG` (or of `netD`: `section`); a parameter without elements (e.g. `nc: 0`) is a
-    user error, not a warning."""
+    """The network of `netG` (or of `netD`: `section`), with its sizes checked first.
+
+    A negative integer (a width, count or channel number) is a user error naming the key; the
+    network is then built without memory (`torch.device('meta')`) to count its parameters, and one
+    whose weights alone exceed the memory this machine has available is refused with its size,
+    instead of failing to allocate; a parameter without elements (e.g. `nc: 0`) is a user error too.
+    """
+    for key, value in netG.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v < 0]
+        if bad:
+            raise UserError(f'{section}.{key}: {value} must not be negative (widths, counts and channel numbers '
+                            f'are sizes)')
+    count = _parameter_count(netG, section)
+    free = available_memory()
+    if count is not None and free is not None and 4 * count > free:
+        raise UserError(f'{section} ({netG["net_type"]}): {count:,} parameters, {4 * count / 1e9:,.1f} GB of '
+                        f'float32 weights alone, more than the {free / 1e9:.1f} GB this machine has available; '
+                        f'check its sizes ({", ".join(k for k, v in netG.items() if isinstance(v, (int, list)))})')
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='Initializing zero-element tensors')
         net = build_network(netG, f'{section}.net_type')
@@ -40,6 +58,19 @@ def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Mod
         raise UserError(f'{section} ({netG["net_type"]}): parameter {empty[0]} has no elements '
                         f'(a width or channel count of 0 in {section}?)')
     return net
+
+
+def _parameter_count(netG: Dict[str, Any], section: str) -> Optional[int]:
+    """Parameters of the network, counted on the meta device (no memory); None if it cannot be built there."""
+    try:
+        with warnings.catch_warnings(), torch.device('meta'):
+            warnings.filterwarnings('ignore')
+            probe = build_network(netG, f'{section}.net_type')
+    except UserError:
+        raise
+    except Exception:  # a constructor that needs real tensors (reads a file, calls .item()): the real build decides
+        return None
+    return sum(p.numel() for p in probe.parameters())
 
 
 def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,

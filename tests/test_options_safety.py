@@ -319,3 +319,50 @@ def test_loading_options_creates_no_file_or_folder(tmp_path):
     opt = read_options(_opts(tmp_path, path__root=str(root)))
     assert opt['path']['models'] == os.path.join(str(root), 'tiny', 'models')
     assert sorted(os.listdir(tmp_path)) == ['opt.json']
+
+
+# 7. values that passed validation and failed (or ran) later -------------------------------------------------
+
+@pytest.mark.parametrize('key, value, message', [
+    ('train__total_iter', 10 ** 31, r'train\.total_iter: a 103-bit integer must be in \[1, 10000000000\]'),
+    ('gpu_ids', [-1], r'gpu_ids: \[-1\] must be a list of GPU indices'),
+    ('gpu_ids', ['a'], r'gpu_ids: \["a"\] must be a list of GPU indices'),
+    ('train__G_optimizer_lr', 1e308, r'train\.G_optimizer_lr: 1e\+308 must be in \(0, 1\]'),
+])
+def test_values_that_cannot_train_are_refused_by_the_options(tmp_path, key, value, message):
+    with pytest.raises(OptionsError, match=message):
+        read_options(_opts(tmp_path, **{key: value}))
+
+
+@pytest.mark.parametrize('net, changes, message', [
+    ('netG', {'nc': -16}, r'netG\.nc: -16 must not be negative'),
+    ('netG', {'out_nc': -3}, r'netG\.out_nc: -3 must not be negative'),
+    ('netG', {'nb': -1}, r'netG\.nb: -1 must not be negative'),
+    ('netG', {'nc': 1000000}, r'netG \(dncnn\): [\d,]+ parameters, [\d,.]+ GB of float32 weights alone, more than the '
+                              r'[\d.]+ GB this machine has available'),
+    ('netG', {'in_nc': 1000000000}, r'netG \(dncnn\): [\d,]+ parameters'),
+])
+def test_network_sizes_that_cannot_be_built_are_one_line_naming_the_key_or_the_size(net, changes, message):
+    from models.restorer import build_checked_network
+    from utils.errors import UserError
+    section = {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 3, 'act_mode': 'R', **changes}
+    with pytest.raises(UserError, match=message):
+        build_checked_network(section, net)
+
+
+def test_a_negative_discriminator_width_stops_main_train_with_one_line_and_nothing_written(tmp_path, demo_images):
+    import json
+
+    from tests.conftest import ROOT
+    with open(os.path.join(ROOT, 'options', 'gan', 'train_msrresnet_gan_tiny.json')) as f:
+        text = f.read()
+    opt = json.loads(text[text.index('{'):])
+    opt['path']['root'] = str(tmp_path / 'exp')
+    for phase in ('train', 'test'):
+        opt['datasets'][phase]['dataroot_H'] = f'{demo_images}/{phase}'
+    opt['train']['F_pretrained_path'] = 'random'
+    opt['netD']['base_nc'] = -8
+    res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 2 and res.stderr == 'error: netD.base_nc: -8 must not be negative (widths, counts and ' \
+        'channel numbers are sizes)\n', res.stderr
+    assert not (tmp_path / 'exp').exists()

@@ -114,6 +114,23 @@ def _one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     return check
 
 
+def _learning_rate(v: Any) -> Optional[str]:
+    return None if 0 < v <= 1 else 'must be in (0, 1]: Adam/AdamW with a learning rate above 1 diverge at once'
+
+
+MAX_ITERATIONS = 10 ** 10
+
+
+def _iterations(v: Any) -> Optional[str]:
+    return None if 0 < v <= MAX_ITERATIONS else f'must be in [1, {MAX_ITERATIONS}] (a number of iterations)'
+
+
+def _gpu_ids(v: Any) -> Optional[str]:
+    if v is None or all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in v):
+        return None
+    return 'must be a list of GPU indices (integers >= 0), e.g. [0, 1]'
+
+
 def _betas(v: List[Any]) -> Optional[str]:
     if len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
         return None
@@ -128,7 +145,7 @@ _OPT_NUM = (int, float, type(None))
 SCHEMA: Dict[str, Any] = {
     'task': Key(REQUIRED, (str,), _task_name),
     'model': Key('plain', (str,)),
-    'gpu_ids': Key(None, _OPT_LIST),
+    'gpu_ids': Key(None, _OPT_LIST, _gpu_ids),
     'dist': Key(False, (bool,)),
     'n_channels': Key(3, (int,), _positive),
     'scale': Key(1, (int,), _positive),
@@ -156,7 +173,7 @@ SCHEMA: Dict[str, Any] = {
         'G_charbonnier_eps': Key(1e-9, (int, float), _positive),
         'E_decay': Key(0.0, (int, float), _unit_interval),
         'G_optimizer_type': Key('adam', (str,)),
-        'G_optimizer_lr': Key(1e-4, (int, float), _positive),
+        'G_optimizer_lr': Key(1e-4, (int, float), _learning_rate),
         'G_optimizer_betas': Key([0.9, 0.999], (list,), _betas),
         'G_optimizer_wd': Key(0.0, (int, float), _non_negative),
         'G_optimizer_clipgrad': Key(None, _OPT_NUM, _positive),
@@ -174,7 +191,7 @@ SCHEMA: Dict[str, Any] = {
         'G_param_strict': Key(True, (bool,)),
         'E_param_strict': Key(True, (bool,)),
         'manual_seed': Key(None, _OPT_INT, _seed),
-        'total_iter': Key(1_000_000, (int,), _positive),
+        'total_iter': Key(1_000_000, (int,), _iterations),
         'accumulate_steps': Key(1, (int,), _positive),
         'checkpoint_test': Key(5000, (int,), _positive),
         'checkpoint_save': Key(5000, (int,), _positive),
