@@ -117,6 +117,21 @@ def test_curves_are_drawn_from_a_working_directory_with_its_own_utils_package(tm
     assert (folder / CURVES_FILE).stat().st_size > 0
 
 
+def test_curves_show_lr_steps_as_steps_ssim_on_its_own_labelled_axis_and_close_validations_at_scale():
+    from utils.plot import curves_figure
+    rows = [{'kind': 'train', 'iter': it, 'lr': 1e-3 if it <= 50 else 5e-4, 'G_loss': 1.0 / it} for it in (10, 50, 60)]
+    rows += [{'kind': 'val', 'iter': it, 'test_set': 'set5', 'psnr': p, 'ssim': s}
+             for it, p, s in ((40, 20.36, 0.2887), (80, 20.40, 0.2891))]
+    fig = curves_figure(rows)
+    ax_loss, ax_lr, ax_val, ax_ssim = fig.axes
+    assert ax_lr.lines[0].get_drawstyle() == 'steps-post'  # a milestone is a step, not a slope
+    assert [t.get_text() for t in ax_val.get_legend().get_texts()] == [
+        'set5 PSNR', 'best 20.40 dB @ 80', 'set5 SSIM (right axis)']
+    assert ax_ssim.get_ylabel() == 'SSIM' and ax_ssim.lines[0].get_color() != ax_val.lines[0].get_color()
+    low, high = ax_val.get_ylim()
+    assert high - low >= 0.5  # 0.04 dB apart is not drawn corner to corner
+
+
 def test_truncation_keeps_rows_up_to_the_resumed_iteration_and_drops_a_partial_line(tmp_path):
     h = History(str(tmp_path))
     for it in (2, 4, 6):

@@ -22,6 +22,15 @@ _NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples
 
 def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None:
     """Draw the curves of `rows` (history rows) to the PNG `out`, written atomically."""
+    fig = curves_figure(rows, title)
+    tmp = f'{out}.tmp.png'
+    fig.savefig(tmp)
+    os.replace(tmp, out)
+
+
+def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
+    """The figure of `plot_rows`: training losses (log scale), the learning rate as the steps it takes,
+    validation PSNR with its best point and SSIM on its own axis, each in the legend."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -41,32 +50,54 @@ def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None
     ax_loss.set_title('training loss')
     lr = [(r['iter'], r['lr']) for r in train if isinstance(r.get('lr'), (int, float))]
     if lr:
-        ax_lr.plot(*zip(*lr), color='tab:green')
+        # the schedule changes in steps (milestones) or smoothly between print steps: hold each value until the
+        # next print instead of drawing a slope between them
+        ax_lr.plot(*zip(*lr), color='tab:green', drawstyle='steps-post')
+        positive = [v for _, v in lr if v > 0]
+        if positive and max(positive) > 10 * min(positive):
+            ax_lr.set_yscale('log')
     ax_lr.set_title('learning rate')
-    for name in sorted({r.get('test_set', '') for r in val}):
+    handles = []
+    ax_ssim = None
+    for i, name in enumerate(sorted({r.get('test_set', '') for r in val})):
         pts = [r for r in val if r.get('test_set', '') == name and isinstance(r.get('psnr'), (int, float))]
         if not pts:
             continue
-        line, = ax_val.plot([r['iter'] for r in pts], [r['psnr'] for r in pts], marker='o', markersize=3,
-                            label=f'{name} PSNR' if name else 'PSNR')
+        label = f'{name} ' if name else ''
+        its = [r['iter'] for r in pts]
+        handles += ax_val.plot(its, [r['psnr'] for r in pts], marker='o', markersize=4, color=f'C{2 * i}',
+                               label=f'{label}PSNR')
         best = max(pts, key=lambda r: r['psnr'])
-        ax_val.plot([best['iter']], [best['psnr']], marker='*', markersize=12, color=line.get_color(),
-                    label=f'best {best["psnr"]:.2f} dB @ {best["iter"]}')
-        ax_val.legend(fontsize=7, loc='lower right')
-        ssim = ax_val.twinx()
-        ssim.plot([r['iter'] for r in pts], [r['ssim'] for r in pts], linestyle='--', color=line.get_color(),
-                  alpha=0.5, label='SSIM')
-        ssim.set_ylabel('SSIM (dashed)', fontsize=8)
-    ax_val.set_title('validation PSNR (dB)')
+        handles += ax_val.plot([best['iter']], [best['psnr']], marker='*', markersize=12, linestyle='none',
+                               color=f'C{2 * i}', label=f'best {best["psnr"]:.2f} dB @ {best["iter"]}')
+        _min_span(ax_val, [r['psnr'] for r in pts], 0.5)
+        ssims = [r['ssim'] for r in pts if isinstance(r.get('ssim'), (int, float))]
+        if len(ssims) == len(pts):
+            ax_ssim = ax_ssim or ax_val.twinx()
+            handles += ax_ssim.plot(its, ssims, marker='s', markersize=3, linestyle='--', color=f'C{2 * i + 1}',
+                                    label=f'{label}SSIM (right axis)')
+            _min_span(ax_ssim, ssims, 0.01)
+    if handles:
+        ax_val.legend(handles=handles, fontsize=7, loc='lower right')
+    if ax_ssim is not None:
+        ax_ssim.set_ylabel('SSIM', fontsize=8)
+    ax_val.set_ylabel('PSNR (dB)', fontsize=8)
+    ax_val.set_title('validation')
     for ax in (ax_loss, ax_lr, ax_val):
         ax.set_xlabel('iteration')
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    tmp = f'{out}.tmp.png'
-    fig.savefig(tmp)
-    os.replace(tmp, out)
+    return fig
+
+
+def _min_span(ax: Any, values: Sequence[float], span: float) -> None:
+    """Y limits at least `span` wide around `values`: two close validations are not a wall-to-wall diagonal."""
+    lo, hi = min(values), max(values)
+    if hi - lo < span:
+        mid = (lo + hi) / 2
+        ax.set_ylim(mid - span / 2, mid + span / 2)
 
 
 def plot_run(folder: str) -> str:
