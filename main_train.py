@@ -30,7 +30,7 @@ from models.registry import MODELS, discriminator_options, model_options, networ
 from utils import dist, parent_watch
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError, first_line
-from utils.logger import Reporter, get_logger, log_to_file, setup_logger
+from utils.logger import Reporter, get_logger, log_to_file, setup_logger, show_console
 from utils.options import Rules, dumps, load_options
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
@@ -154,6 +154,17 @@ class Trainer:
         self.model = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
         self.model.check_sample(self.train_set[(0, 0)], train_opt_ds['_where'])
+
+    def finished(self) -> bool:
+        """Whether the run to resume already reached `train.total_iter`: then say how to go on, and do nothing."""
+        total = self.train_opt['total_iter']
+        if self.point is None or self.point.training['iter'] < total:
+            return False
+        show_console()  # a normal end: the start-up lines were held for the checks
+        self.log.info(f'nothing to do: {self.opt["path"]["task"]} is at iteration {self.point.training["iter"]}, '
+                      f'train.total_iter is {total}; raise train.total_iter to train further (e.g. --set '
+                      f'train.total_iter={2 * total}), or --fresh to start over')
+        return True
 
     def ensure_demo_data(self) -> None:
         """Rank 0 generates missing demo data (outside the run folder); every rank learns the outcome."""
@@ -602,6 +613,9 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
             opt['dist'] = state.distributed
         trainer = Trainer(opt, state, device, args)
         trainer.build()
+        if trainer.finished():
+            ok = True
+            return  # nothing to train: nothing written (no log or options file added to the run folder)
         lock = prepare_run_dir(opt, state, args)
         trainer.start()
         trainer.run()

@@ -80,7 +80,10 @@ def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: st
     With `merge_bn`, weights saved after BatchNorm was folded (their names are those of the folded
     network, not of `net`) are loaded into `net` folded first. Returns whether `net` was folded.
     """
-    state = unwrap_params(load_checkpoint(path, allow_unsafe), prefer)
+    try:
+        state = unwrap_params(load_checkpoint(path, allow_unsafe), prefer)
+    except UserError as e:
+        raise UserError(f'{where}: {e}') from None  # which option named the file
     folded = False
     if merge_bn and set(state) != set(net.state_dict()):
         candidate = copy.deepcopy(net)

@@ -19,14 +19,50 @@ PY = sys.executable
     ('n_channels=1', 'netG (dncnn) cannot take a sample of datasets.train'),
     ('train.G_lossfn_type="ssimm"', 'G_lossfn_type'),
     ('model="gann"', 'model'),
-], ids=['nc-0', 'gray-data-colour-net', 'unknown-loss', 'unknown-model'])
+    ('path.pretrained_netG="/nowhere/G.pth"', 'path.pretrained_netG: /nowhere/G.pth: checkpoint file not found'),
+], ids=['nc-0', 'gray-data-colour-net', 'unknown-loss', 'unknown-model', 'missing-weights'])
 def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing(tmp_path, demo_images,
                                                                                  override, message):
     path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
     res = run([PY, 'main_train.py', '--opt', path, '--set', override])
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: ') and message in res.stderr, res.stderr
+    assert res.stdout == ''  # the start-up lines of a start that did not happen are not shown
     assert not (tmp_path / 'exp').exists(), os.listdir(tmp_path / 'exp')
+
+
+def test_rerunning_a_finished_run_writes_nothing_and_says_how_to_train_further(tmp_path, demo_images):
+    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2))
+    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    before = sorted(os.listdir(tmp_path / 'exp' / 'tiny')) + sorted(os.listdir(tmp_path / 'exp' / 'tiny' / 'options'))
+    res = run([PY, 'main_train.py', '--opt', path])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert ('nothing to do: ' in res.stdout and 'is at iteration 2, train.total_iter is 2; raise train.total_iter to '
+            'train further (e.g. --set train.total_iter=4), or --fresh to start over' in res.stdout), res.stdout
+    assert sorted(os.listdir(tmp_path / 'exp' / 'tiny')) + sorted(os.listdir(tmp_path / 'exp' / 'tiny' / 'options')) \
+        == before  # no second log file, no second options file
+
+
+def test_a_long_start_up_shows_its_lines_after_a_few_seconds_and_then_live(capsys):
+    import logging
+    import time
+
+    from utils import logger as logger_module
+    log = logger_module.setup_logger(0)
+    held = [h for h in log.handlers if isinstance(h, logger_module._HeldConsole)][0]
+    held._timer.cancel()
+    console = logger_module._HeldConsole(held.stream, hold_s=0.2)
+    console.setFormatter(held.formatter)
+    log.removeHandler(held)
+    log.addHandler(console)
+    log.info('checking 100000 images')
+    assert 'checking' not in capsys.readouterr().out
+    time.sleep(0.5)  # past the hold: shown without waiting for the checks, and later lines live
+    log.info('still checking')
+    out = capsys.readouterr().out
+    assert 'checking 100000 images' in out and 'still checking' in out
+    log.error('a failure is never held')
+    logging.getLogger('restoration').removeHandler(console)
 
 
 def test_a_network_whose_output_does_not_match_the_target_is_refused_before_training(tmp_path, demo_images):

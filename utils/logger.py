@@ -6,6 +6,7 @@ errors on stderr (prefixed with their rank) so a failing rank is never silent.
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any, Dict, Mapping, Optional
 
@@ -31,11 +32,57 @@ class _Buffer(logging.Handler):
         self.records.append(record)
 
 
+HOLD_S = 3.0  # how long start-up lines wait on the console for the checks to pass
+
+
+class _HeldConsole(logging.StreamHandler):
+    """Rank 0's console during start-up: lines wait until the start-up checks passed (`show`), so that a
+    user mistake shows as its one `error:` line alone instead of after the banner and the first steps of
+    a start that did not happen. A start-up that takes longer than HOLD_S (large data sets to check or
+    cache) shows what it held and goes on live, so a long start is never silent. Errors pass at once.
+    """
+
+    def __init__(self, stream: Any, hold_s: float = HOLD_S):
+        super().__init__(stream)
+        self.held: list = []
+        self.shown = False
+        self._timer = threading.Timer(hold_s, self.show)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
+        if self.shown or record.levelno >= logging.ERROR:
+            super().emit(record)
+        else:
+            self.held.append(record)
+
+    def show(self) -> None:
+        """Show what was held, and every later line as it comes."""
+        self._timer.cancel()
+        self.acquire()
+        try:
+            if not self.shown:
+                self.shown = True
+                for record in self.held:
+                    super().emit(record)
+                self.held = []
+        finally:
+            self.release()
+
+
+def show_console() -> None:
+    """The start-up checks passed: rank 0's held console lines are shown, and later ones as they come."""
+    for h in get_logger().handlers:
+        if isinstance(h, _HeldConsole):
+            h.show()
+
+
 def setup_logger(rank: int, buffered: bool = True) -> logging.Logger:
     """Rank 0: INFO to stdout (`buffered`: kept for the log file); other ranks: WARNING to stderr.
 
     Nothing is written to disk here: the start-up checks run before the run folder exists, and
-    `log_to_file` later replays what they logged into the file.
+    `log_to_file` later replays what they logged into the file. With `buffered`, console lines also wait
+    for the checks (see _HeldConsole): `log_to_file` shows them.
     """
     logger = logging.getLogger('restoration')
     for h in list(logger.handlers):
@@ -44,7 +91,7 @@ def setup_logger(rank: int, buffered: bool = True) -> logging.Logger:
     logger.propagate = False
     if rank == 0:
         logger.setLevel(logging.INFO)
-        console = logging.StreamHandler(sys.stdout)
+        console = _HeldConsole(sys.stdout) if buffered else logging.StreamHandler(sys.stdout)
         console.setFormatter(_FORMAT)
         logger.addHandler(console)
         if buffered:
@@ -69,6 +116,7 @@ def log_to_file(folder: str, name: str = 'train') -> str:
             for record in h.records:
                 fh.handle(record)
     logger.addHandler(fh)
+    show_console()
     return path
 
 
