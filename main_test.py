@@ -116,6 +116,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         state = dist.detect()
         dist.select_gpus(opt['gpu_ids'], state)
         device = dist.init(state, opt['dist_timeout'])
+        if 'test' in opt['datasets']:  # the banner says how many threads were chosen
+            dist.set_cpu_threads(state, opt['datasets']['test']['dataloader_num_workers'])
         ok = False
         try:
             evaluate(opt, args, state, device)

@@ -597,11 +597,15 @@ def is_restart(env: Mapping[str, str]) -> bool:
 def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
+    threads = dist.set_cpu_threads(state, opt['datasets']['train']['dataloader_num_workers']
+                                   if 'train' in opt['datasets'] else 0)
     log = setup_logger(state.rank)
     trainer, lock = None, None
     ok = False
     try:
         log.info(dist.banner(state, device))
+        if threads:
+            log.info(threads)
         for note in opt['_notes']:
             log.warning(f'options: {note}')
         if args.fresh and is_restart(os.environ):

@@ -152,3 +152,23 @@ def test_all_reduce_sum_and_max_pass_their_op_and_return_the_tensor(monkeypatch)
     t = torch.zeros(2)
     assert collectives.all_reduce_sum(t) is t and collectives.all_reduce_max(t) is t
     assert ops == [torch.distributed.ReduceOp.SUM, torch.distributed.ReduceOp.MAX]
+
+
+def test_a_single_cpu_process_takes_its_usable_cores_minus_its_loader_workers(monkeypatch):
+    import os
+
+    import torch
+
+    from utils.dist import set_cpu_threads
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3, 4, 5})
+    before = torch.get_num_threads()
+    try:
+        assert set_cpu_threads(DistState('single'), 2, {}) == ('CPU: 4 torch threads (6 usable cores - 2 loader '
+                                                                'workers; OMP_NUM_THREADS overrides)')
+        assert torch.get_num_threads() == 4
+        assert set_cpu_threads(DistState('single'), 8, {}).startswith('CPU: 1 torch thread (')  # at least one
+        assert set_cpu_threads(DistState('single'), 0, {'OMP_NUM_THREADS': '3'}) is None  # the user's choice
+        assert set_cpu_threads(DistState('env', world_size=2, rank=0), 0, {}) is None  # DDP: init gives 1 each
+    finally:
+        torch.set_num_threads(before)
