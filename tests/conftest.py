@@ -93,6 +93,22 @@ def run(cmd: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 3
                           timeout=timeout)
 
 
+@pytest.fixture(autouse=True)
+def restoration_logger_restored():
+    """A test that sets up the project's logger in-process (propagate off, its own handlers) must not
+    hide later tests' records from caplog: the logger is put back as it was after each test."""
+    import logging
+    log = logging.getLogger('restoration')
+    saved = (list(log.handlers), log.propagate, log.level)
+    yield
+    for h in list(log.handlers):
+        if h not in saved[0]:
+            log.removeHandler(h)
+            h.close()
+    log.handlers[:] = saved[0]
+    log.propagate, log.level = saved[1], saved[2]
+
+
 @pytest.fixture(scope='session')
 def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Generated demo images shared by the tests (the generator is deterministic and idempotent)."""
