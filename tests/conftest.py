@@ -4,7 +4,7 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
 
@@ -114,9 +114,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def in_ci() -> bool:
+def in_ci(env: Optional[Mapping[str, str]] = None) -> bool:
     """CI=true (or 1): every test must run; a missing prerequisite is a failure, never a skip."""
-    return os.environ.get('CI', '').lower() in ('1', 'true')
+    return (os.environ if env is None else env).get('CI', '').lower() in ('1', 'true')
 
 
 def pytest_collection_modifyitems(config, items):
