@@ -31,7 +31,11 @@ def clean_env(**extra: str) -> Dict[str, str]:
 
 
 def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
-    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images."""
+    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images.
+
+    The demo images are `<data_root>/train` and `<data_root>/test`, generated there when missing only
+    if data_root lies in or is a folder named demo_data (as `demo_images` does); else read as they are.
+    """
     t = {'manual_seed': 7, 'G_lossfn_type': 'l1', 'E_decay': 0.9, 'G_optimizer_lr': 1e-3,
          'G_scheduler_type': 'MultiStepLR', 'G_scheduler_milestones': [6], 'total_iter': 8,
          'checkpoint_test': 4, 'checkpoint_save': 4, 'checkpoint_print': 2}
@@ -95,9 +99,10 @@ def run(cmd: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 3
 
 @pytest.fixture(scope='session')
 def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Generated demo images shared by the tests (the generator is deterministic and idempotent)."""
+    """Generated demo images shared by the tests (the generator is deterministic and idempotent), in
+    `<tmp>/demo_data/{train,test}`: generate_demo writes only inside a folder named demo_data."""
     from data.demo import ensure_demo_data
-    root = str(tmp_path_factory.mktemp('demo_images'))
+    root = str(tmp_path_factory.mktemp('demo_images') / 'demo_data')
     for name in ('train', 'test'):
         ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(root, name)))
     return root
