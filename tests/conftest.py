@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
@@ -95,6 +96,23 @@ def run(cmd: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 3
         cwd: str = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env or clean_env(), cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def private_tmpdir(tmp_path_factory: pytest.TempPathFactory):
+    """TMPDIR inside pytest's base folder for the session: what the tests and the processes they start put
+    in the temporary folder (torchrun's log folders, multiprocessing's, W&B's, TorchInductor's cache) is
+    removed with it (pytest.ini's retention policy), instead of piling up in /tmp."""
+    path = tmp_path_factory.getbasetemp() / 'tmp'
+    path.mkdir(exist_ok=True)
+    saved_env, saved_dir = os.environ.get('TMPDIR'), tempfile.tempdir
+    os.environ['TMPDIR'] = tempfile.tempdir = str(path)
+    yield str(path)
+    tempfile.tempdir = saved_dir
+    if saved_env is None:
+        os.environ.pop('TMPDIR', None)
+    else:
+        os.environ['TMPDIR'] = saved_env
 
 
 @pytest.fixture(scope='session')
