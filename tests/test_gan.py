@@ -244,6 +244,8 @@ def test_two_processes_keep_g_d_and_e_identical_and_only_rank_zero_writes(tmp_pa
               env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
+    # both ranks score their half of the inputs in the first validation, summed over ranks
+    assert '<iter:4> validation input: the input upscaled by bicubic x4 (against H) on 8 items: PSNR' in res.stdout
     models = tmp_path / 'exp' / 'train_msrresnet_gan_tiny' / 'models'
     assert sorted(p.name for p in models.glob('4_*.pth')) == ['4_D.pth', '4_E.pth', '4_G.pth', '4_state.pth']
 
