@@ -20,7 +20,7 @@ from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
 from main_train import read_options
 from models.registry import MODELS
-from models.restorer import build_eval_network
+from models.restorer import InputScores, build_eval_network
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.errors import UserError
@@ -88,12 +88,15 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
 
     rows: List[List[Any]] = []
+    inputs = InputScores(restorer)  # the inputs' own scores, the baseline the restored ones beat
     local = iter(loader)
     rounds = -(-len(loader.dataset) // state.world_size)
     # equal number of collectives on every rank, shards may differ by one
     for _ in progress(range(rounds), rounds, 'testing', enabled=dist.is_main_process()):
         batch = next(local, None)
         items = restorer.restore(batch) if batch is not None else []
+        if batch is not None:
+            inputs.add(batch)
         mine = [(name, restorer.score(E, H), None if args.no_images else E) for name, E, H in items]
         for part in dist.gather_objects(mine):
             for name, vals, frames in part:
@@ -102,11 +105,13 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
                     for k, frame in enumerate(frames):
                         suffix = f'_{k:03d}' if len(frames) > 1 else ''
                         imwrite(os.path.join(out_dir, f'{name}{suffix}.png'), frame)
+    input_scores = inputs.reduce()  # a collective: every rank
     if dist.is_main_process():
         means = write_table(os.path.join(out_dir, 'results.csv'), rows)
         log.info(f'{len(rows)} items: PSNR {means["psnr"]:.2f} dB, SSIM {means["ssim"]:.4f}; '
                  f'Y: PSNR {means["psnr_y"]:.2f} dB, SSIM {means["ssim_y"]:.4f}; table: '
                  f'{os.path.join(out_dir, "results.csv")}')
+        log.info(f'input: {InputScores.describe(input_scores)}')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -27,6 +27,7 @@ from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
 from models.optim import OPTIMIZERS, SCHEDULERS
 from models.registry import MODELS, discriminator_options, model_options, network_options
+from models.restorer import InputScores
 from utils import dist, parent_watch
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError, first_line
@@ -111,6 +112,7 @@ class Trainer:
         self.data_hinted = False
         self.graphs_seen: Optional[int] = None  # train.compile: graphs compiled up to the last iteration
         self.first_peak_noted = False
+        self.input_scored = False  # the validation inputs' own scores are logged once per process
 
     def build(self) -> None:
         """Everything that depends on the user's input, before anything is written to the run folder.
@@ -295,9 +297,16 @@ class Trainer:
 
     def validate(self) -> None:
         v = self.opt['val']
-        res = self.model.validate(self.val_loader, v['tb_images'], encode_all=v['save_img'])
+        # The first validation of this process also scores the inputs themselves (same pass over the
+        # data, same collectives on every rank): the score a restoration has to beat.
+        res = self.model.validate(self.val_loader, v['tb_images'], encode_all=v['save_img'],
+                                  score_input=not self.input_scored)
         images = res.pop('images')
         self.save_images(res.pop('encoded'))
+        if not self.input_scored:
+            self.log.info(f'<iter:{self.step:,d}> validation input: {InputScores.describe(res["input"])}')
+            self.input_scored = True
+        res.pop('input')
         self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, '
                       f'SSIM {res["ssim"]:.4f}; Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
         self.reporter.scalars(self.step, {f'val/{k}': v for k, v in res.items() if k != 'count'})

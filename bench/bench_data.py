@@ -7,7 +7,7 @@ are exact; the loop's log line rounds to ms, this does not. Validation, checkpoi
 replica check are switched off (not per-step costs). The first `--skip` iterations (worker start-up,
 first batch) are reported separately from the steady state. Epoch boundaries are included: the demo
 has 64 images / batch 16 = 4 iterations per epoch, so every 4th step starts a new loader iterator.
-The demo images are generated under a temporary folder (as the demo config would under demo_data/),
+The demo images are generated in a temporary folder's demo_data/ (generate_demo writes only there),
 so the benchmark leaves nothing in the project.
 
     python bench/bench_data.py [--quick] [--iters 60] [--workers 1 0 2] [--threads N]
@@ -79,8 +79,8 @@ def main(argv: Sequence[str] = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for w in a.workers:
             opt = demo_options(tmp, f'datasets.train.dataloader_num_workers={w}', 'train.E_decay=0.99',
-                               f'datasets.train.dataroot_H="{os.path.join(tmp, "demo", "train")}"',
-                               f'datasets.test.dataroot_H="{os.path.join(tmp, "demo", "test")}"')
+                               f'datasets.train.dataroot_H="{os.path.join(tmp, "demo_data", "train")}"',
+                               f'datasets.test.dataroot_H="{os.path.join(tmp, "demo_data", "test")}"')
             ds = opt['datasets']['train']
             samples, per_epoch = measure(opt, a.iters)
             tag = ' (demo setting)' if w == 1 else ''

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] = None) -> None:
     print(machine())
     env = clean_env()
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, 'data')
+        data = os.path.join(tmp, 'demo_data')  # generate_demo writes only inside a demo_data folder
         for name in ('train', 'test'):
             ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(data, name)))
 

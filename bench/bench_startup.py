@@ -12,7 +12,7 @@ folder, logging, a checked sample through the network and the checkpoint/resume 
 Both sides construct torch.optim.Adam, whose first construction imports torch._dynamo (about 1.9 s
 here): that cost is torch's, on both sides.
 
-The demo images are generated under a temporary folder (as the demo config would under demo_data/),
+The demo images are generated in a temporary folder's demo_data/ (generate_demo writes only there),
 so the benchmark leaves nothing in the project.
 
     python bench/bench_startup.py [--quick] [--reps 5]
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] = None) -> None:
     env = clean_env()
     times: Dict[str, List[float]] = {'ours': [], 'bare': []}
     with tempfile.TemporaryDirectory() as tmp:
-        data = [f'datasets.{name}.dataroot_H="{os.path.join(tmp, "demo", name)}"' for name in ('train', 'test')]
+        data = [f'datasets.{name}.dataroot_H="{os.path.join(tmp, "demo_data", name)}"' for name in ('train', 'test')]
         opt = main_train.read_options(DEMO, data)
         ds, g, t = opt['datasets']['train'], opt['netG'], opt['train']
         for section in opt['datasets'].values():

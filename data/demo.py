@@ -1,7 +1,11 @@
 """Deterministic synthetic data for the built-in demo (no downloads).
 
 A dataset section with `"generate_demo": "<generator>"` gets its data generated under its data
-root(s) before the dataset is built. Generators must be
+root(s) before the dataset is built, when every data root it gives (`dataroot_*`) lies inside a
+folder named `demo_data` (a component of the path, as in the demo files' `demo_data/images/train`).
+Any other path is the user's: it is read as it is, with one log line saying that generate_demo did
+not apply, so a typo in a path is the dataset's "folder not found", never made-up data trained on
+in silence. Generators must be
 - idempotent: a folder holding the completion marker is left alone;
 - atomic: they write into a temporary sibling folder and rename it into place, so a killed run
   never leaves a half-written data root that looks complete;
@@ -23,18 +27,41 @@ import numpy as np
 
 from utils.errors import UserError
 from utils.image import imwrite
+from utils.logger import get_logger
 from utils.registry import Registry
 
 DEMO_DATA = Registry('demo', 'data', 'synthetic_*')
 
 COMPLETE_MARKER = '.demo_complete'
+DEMO_FOLDER = 'demo_data'  # generate_demo writes only inside a folder of this name
 
 
-def ensure_demo_data(dataset_opt: Dict[str, Any]) -> None:
-    """Generate the demo data named by `generate_demo` unless it is already complete."""
+def ensure_demo_data(dataset_opt: Dict[str, Any]) -> bool:
+    """Generate the demo data named by `generate_demo` unless it is already complete.
+
+    Only data roots inside a `demo_data` folder are generated; a section with any other data root is
+    left to read its folders as they are (logged once). Returns whether the generator ran.
+    """
     name = dataset_opt['generate_demo']
-    if name:
-        DEMO_DATA.get(name, f'{dataset_opt["_where"]}.generate_demo')(dataset_opt)
+    if not name:
+        return False
+    where = dataset_opt['_where']
+    generator = DEMO_DATA.get(name, f'{where}.generate_demo')
+    outside = [key for key in sorted(dataset_opt) if key.startswith('dataroot')
+               and isinstance(dataset_opt[key], str) and dataset_opt[key] and not in_demo_folder(dataset_opt[key])]
+    if outside:
+        key = outside[0]
+        get_logger().warning(f'{where}.generate_demo: "{name}" did not apply: {where}.{key} {dataset_opt[key]} is not '
+                             f'inside a folder named {DEMO_FOLDER}, so it is read as it is (demo data are generated '
+                             f'only under {DEMO_FOLDER}/)')
+        return False
+    generator(dataset_opt)
+    return True
+
+
+def in_demo_folder(path: str) -> bool:
+    """Whether `path` lies inside a folder named `demo_data` (any component above its last one)."""
+    return DEMO_FOLDER in os.path.abspath(path).split(os.sep)[:-1]
 
 
 def dataset_key(dataset_opt: Dict[str, Any], key: str, demo: str) -> Any:

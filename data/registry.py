@@ -30,7 +30,7 @@ LOADER_OPTIONS: Dict[str, Any] = {
     'dataloader_batch_size': Key(1, (int,), _at_least(1)),
     'dataloader_prefetch_factor': Key(2, (int,), _at_least(1)),
     'dataloader_persistent_workers': True,
-    'generate_demo': None,             # name of a synthetic data set to generate under the data roots if missing
+    'generate_demo': None,             # a synthetic data set to generate under the data roots if missing (inside demo_data/ only)
 }
 
 

@@ -17,7 +17,7 @@ from utils.errors import UserError
 
 VGG19_FILE = 'vgg19-dcbb9e9d.pth'  # torchvision's ImageNet VGG19 weights
 VGG19_URL = f'https://download.pytorch.org/models/{VGG19_FILE}'
-RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tests only)
+RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tiny smoke files and tests)
 GAN_TYPES = ('gan', 'ragan', 'lsgan', 'wgan', 'softplusgan')
 
 
@@ -58,13 +58,13 @@ class VGGFeatures(nn.Module):
 
     def __init__(self, layers: Sequence[int], use_input_norm: bool, use_range_norm: bool, weights: str):
         super().__init__()
+        if weights != RANDOM_VGG and not os.path.isfile(weights):  # before building 143 M parameters
+            raise UserError(f'train.F_pretrained_path: VGG19 weights not found: {weights}; nothing is downloaded '
+                            f'here: get {VGG19_URL} on a machine with internet and copy it there (or point '
+                            f'train.F_pretrained_path at your copy)')
         from torchvision.models import vgg19  # torchvision is heavy: imported only for GAN training
         net = vgg19(weights=None)
         if weights != RANDOM_VGG:
-            if not os.path.isfile(weights):
-                raise UserError(f'train.F_pretrained_path: VGG19 weights not found: {weights}; nothing is downloaded '
-                                f'here: get {VGG19_URL} on a machine with internet and copy it there (or point '
-                                f'train.F_pretrained_path at your copy)')
             try:
                 net.load_state_dict(load_checkpoint(weights))
             except RuntimeError as e:

@@ -65,7 +65,7 @@ class ModelGAN(ModelPlain):
         'F_weights': Key(1.0, (int, float, list)),
         'F_use_input_norm': Key(True, (bool,)),
         'F_use_range_norm': Key(False, (bool,)),
-        'F_pretrained_path': Key(None, (str, type(None))),  # null: torchvision's cache file; "random": tests
+        'F_pretrained_path': Key(None, (str, type(None))),  # null: torchvision's cache file; "random": smoke runs
         'gan_type': Key('gan', (str,), _gan_type),
         'D_lossfn_weight': Key(0.1, (int, float), _non_negative),
         'D_update_ratio': Key(1, (int,), _positive_int),
@@ -103,7 +103,8 @@ class ModelGAN(ModelPlain):
                                              t['F_use_input_norm'], t['F_use_range_norm'], vgg).to(device)
             if vgg == RANDOM_VGG:
                 get_logger().warning('train.F_pretrained_path is "random": the perceptual loss uses a randomly '
-                                     'initialised VGG19 (for tests; not a perceptual loss)')
+                                     'initialised VGG19: a smoke run, not a perceptual loss (real training needs '
+                                     'torchvision\'s vgg19-dcbb9e9d.pth, see the README)')
         super().__init__(opt, device, allow_unsafe_load)
         self.net_d = net_d.to(device)
         self.net_D = self._wrap(self.net_d, static_graph=False)  # two backward passes per iteration

@@ -353,14 +353,14 @@ class ModelPlain:
         return self.ema.module if self.ema is not None else self.net_g
 
     def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
-                 encode_all: bool = False) -> Dict[str, Any]:
+                 encode_all: bool = False, score_input: bool = False) -> Dict[str, Any]:
         """PSNR/SSIM of the current eval network (EMA or netG) on `loader`: see ImageRestorer.validate.
 
         A collective: every rank must call it.
         """
         self.sync_eval_buffers()
         with eager():  # regionally compiled blocks of netG would recompile for every image size
-            return self.restorer.validate(loader, num_images, encode_all)
+            return self.restorer.validate(loader, num_images, encode_all, score_input)
 
     def sync_eval_buffers(self) -> None:
         """Rank 0's buffers (BatchNorm running statistics) in the EMA copy, and in netG when DDP

@@ -19,7 +19,7 @@ from models.registry import build_network
 from utils import dist
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
-from utils.image import encode_image, images_to_float, tensor2uint
+from utils.image import encode_image, images_to_float, imresize_bicubic, tensor2uint
 from utils.logger import get_logger
 from utils.memory import available_memory
 from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
@@ -28,6 +28,7 @@ from utils.progress import progress
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
 Item = Tuple[str, List[np.ndarray], List[np.ndarray]]  # (name, restored frames, GT frames), HWC uint8
+InputItem = Tuple[str, List[np.ndarray], List[np.ndarray], int]  # (name, input frames, GT frames, upscale)
 
 
 def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Module:
@@ -207,16 +208,35 @@ class ImageRestorer:
         return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
                 for j in range(out.shape[0])]
 
+    def input_items(self, batch: Dict[str, Any]) -> List[InputItem]:
+        """The inputs themselves as restored items: (name, input frames, GT frames, upscale) per item.
+
+        The score of doing nothing, to compare the restored items with: L against H when they have
+        the same size (denoising, deblurring, JPEG), else L upscaled to H's size by MATLAB's bicubic
+        (super-resolution; `upscale` is the factor, 1 for none). Extra input channels (noise level
+        maps, kernels) are left out; items whose L cannot be compared with H are left out too.
+        """
+        batch = images_to_float(batch)
+        out = []
+        for j in range(batch['H'].shape[0]):
+            frame = input_as_target(batch['L'][j], batch['H'][j])
+            if frame is not None:
+                out.append((_image_name(batch, j), [frame[0]], [tensor2uint(batch['H'][j])], frame[1]))
+        return out
+
     def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
-                 encode_all: bool = False) -> Dict[str, Any]:
+                 encode_all: bool = False, score_input: bool = False) -> Dict[str, Any]:
         """PSNR/SSIM (RGB and Y) per item, summed over all ranks; returns the means over items.
 
-        Every rank must call this (the sums are a collective). Also returns up to `num_images`
-        restored images (middle frame for clips) of this rank's shard for logging, and with
-        `encode_all` every restored item of the shard as PNG bytes per frame (`val.save_img`):
-        compressed, so a rank holds its shard's images until rank 0 has written them.
+        Every rank must call this (the sums are a collective), with the same `score_input`. Also
+        returns up to `num_images` restored images (middle frame for clips) of this rank's shard for
+        logging, and with `encode_all` every restored item of the shard as PNG bytes per frame
+        (`val.save_img`): compressed, so a rank holds its shard's images until rank 0 has written them.
+        With `score_input`, 'input' holds the scores of the inputs themselves (InputScores.means),
+        from the same pass over the data; else it is None.
         """
         sums = torch.zeros(5, dtype=torch.float64)
+        inputs = InputScores(self) if score_input else None
         images: Dict[str, Any] = {}
         encoded: List[Tuple[str, List[bytes]]] = []
         rows = []
@@ -231,12 +251,72 @@ class ImageRestorer:
                     images[name] = E[len(E) // 2]
                 if encode_all:
                     encoded.append((name, [encode_image(e) for e in E]))
+            if inputs is not None:
+                inputs.add(batch)
         if self.log_items:
             log = get_logger()
             for name, frames, m in sorted(r for part in dist.gather_objects(rows) for r in part):
                 log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
                          f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
-        return {**metrics_from_sums(sums), 'images': images, 'encoded': encoded}
+        if inputs is None:
+            return {**metrics_from_sums(sums), 'input': None, 'images': images, 'encoded': encoded}
+        both = torch.cat([sums, inputs.sums])  # one all-reduce for both
+        dist.all_reduce_sum(both)
+        return {**means_of(both[:5]), 'input': InputScores.from_sums(both[5:]), 'images': images,
+                'encoded': encoded}
+
+
+class InputScores:
+    """PSNR/SSIM of the inputs themselves against the targets (`ImageRestorer.input_items`), summed
+    over the items of this rank; `reduce` sums over ranks (a collective) and returns the means."""
+
+    def __init__(self, restorer: ImageRestorer):
+        self.restorer = restorer
+        self.sums = torch.zeros(6, dtype=torch.float64)  # psnr, ssim, psnr_y, ssim_y, items, upscale
+
+    def add(self, batch: Dict[str, Any]) -> None:
+        for _, I, H, upscale in self.restorer.input_items(batch):
+            self.sums += torch.tensor([*self.restorer.score(I, H), 1.0, float(upscale)], dtype=torch.float64)
+
+    def reduce(self) -> Optional[Dict[str, float]]:
+        sums = self.sums.clone()
+        dist.all_reduce_sum(sums)
+        return self.from_sums(sums)
+
+    @staticmethod
+    def from_sums(sums: torch.Tensor) -> Optional[Dict[str, float]]:
+        """{'psnr', 'ssim', 'psnr_y', 'ssim_y', 'count', 'upscale'}, or None when no input was comparable."""
+        n = sums[4].item()
+        if n < 1:
+            return None
+        return {**means_of(sums[:5]), 'upscale': sums[5].item() / n}
+
+    @staticmethod
+    def describe(res: Optional[Dict[str, float]]) -> str:
+        """One log line's worth: what was compared, on how many items, and the scores."""
+        if res is None:
+            return 'no input-vs-target score: the inputs are not comparable with the targets (other frames)'
+        up = res['upscale']
+        what = 'the input itself (L against H)' if up == 1 else f'the input upscaled by bicubic x{up:g} (against H)'
+        return (f'{what} on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, SSIM {res["ssim"]:.4f}; '
+                f'Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
+
+
+def input_as_target(L: torch.Tensor, H: torch.Tensor) -> Optional[Tuple[np.ndarray, int]]:
+    """CHW float L as an HWC uint8 image of H's size, and the bicubic factor it took (1: none).
+
+    Only L's first channels (as many as H has) are the image; None when L is not H's size or an
+    integer fraction of it.
+    """
+    L = L[:H.shape[0]]
+    (h, w), (lh, lw) = H.shape[-2:], L.shape[-2:]
+    if (h, w) == (lh, lw):
+        return tensor2uint(L), 1
+    if h % lh or w % lw or h // lh != w // lw:
+        return None
+    factor = h // lh
+    up = imresize_bicubic(L.float().cpu().permute(1, 2, 0).numpy().astype(np.float64), factor)
+    return tensor2uint(torch.from_numpy(np.ascontiguousarray(up)).permute(2, 0, 1)), factor
 
 
 class ConditionedRestorer(ImageRestorer):
@@ -368,6 +448,24 @@ class VideoRestorer(ImageRestorer):
         return [(str(names[j]), [tensor2uint(E[j, t]) for t in range(E.shape[1])],
                  [tensor2uint(H[j, t]) for t in range(H.shape[1])]) for j in range(L.shape[0])]
 
+    def input_items(self, batch: Dict[str, Any]) -> List[InputItem]:
+        """The input clips as restored clips (see ImageRestorer.input_items): the frames compared are
+        the ones `restore` compares; a clip whose target frames are not its input frames (frame
+        interpolation) is left out."""
+        batch = images_to_float(batch)
+        L, H = batch['L'], batch['H']
+        n = L.shape[1]
+        if H.shape[1] != n:
+            return []
+        frames = [n // 2] if self.val['center_frame_only'] else range(n)
+        names = batch.get('folder') or [f'clip_{j}' for j in range(L.shape[0])]
+        out = []
+        for j in range(L.shape[0]):
+            pairs = [(input_as_target(L[j, t], H[j, t]), tensor2uint(H[j, t])) for t in frames]
+            if all(p is not None for p, _ in pairs):
+                out.append((str(names[j]), [p[0] for p, _ in pairs], [h for _, h in pairs], pairs[0][0][1]))
+        return out
+
     def test_video(self, L: torch.Tensor) -> torch.Tensor:
         """Restore a whole N×T×C×H×W clip, in temporal chunks if `val.num_frame_testing`; output on CPU."""
         v = self.val
@@ -468,6 +566,11 @@ def image_metrics(E: np.ndarray, H: np.ndarray, border: int, round_y: bool = Fal
 def metrics_from_sums(sums: torch.Tensor) -> Dict[str, float]:
     """Sum [psnr, ssim, psnr_y, ssim_y, count] over ranks and return the means."""
     dist.all_reduce_sum(sums)
+    return means_of(sums)
+
+
+def means_of(sums: torch.Tensor) -> Dict[str, float]:
+    """The means of summed [psnr, ssim, psnr_y, ssim_y, count]."""
     n = max(sums[4].item(), 1.0)
     return {'psnr': sums[0].item() / n, 'ssim': sums[1].item() / n, 'psnr_y': sums[2].item() / n,
             'ssim_y': sums[3].item() / n, 'count': int(sums[4].item())}

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # A real one-node SLURM cluster on localhost, for the launch tests and CI (Debian, run as root).
 #
-#   conf=$(scripts/slurm_local.sh start [STATE_DIR])   # prints the SLURM_CONF path, nothing else
+#   conf=$(INSTALL_SLURM=1 scripts/slurm_local.sh start [STATE_DIR])   # prints the SLURM_CONF path, nothing else
 #   SLURM_CONF=$conf sbatch ... ; SLURM_CONF=$conf srun -n 2 ...
 #   scripts/slurm_local.sh stop STATE_DIR|SLURM_CONF
 #
-# `start` installs slurmd/slurmctld/slurm-client/munge with apt-get when missing, writes slurm.conf in
+# `start` installs slurmd/slurmctld/slurm-client/munge with apt-get when missing and INSTALL_SLURM=1 is
+# set (never otherwise: without it a missing SLURM is one line and exit 1), writes slurm.conf in
 # STATE_DIR (default: a new /tmp/slurm_local.XXXXXX) and starts its own munged (private socket),
 # slurmctld and slurmd on free ports, so it never touches a system munge or another cluster on the
 # machine. `stop` ends exactly those three daemons, found by their pid files in STATE_DIR and
@@ -15,7 +16,19 @@ set -Eeuo pipefail
 log() { echo "slurm_local: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+COMMANDS="slurmctld slurmd sbatch srun squeue scontrol munged"
+
+# the commands of COMMANDS that are not on PATH (`command -v a b` succeeds when any one is found)
+missing_commands() {
+  local c missing=""
+  for c in $COMMANDS; do command -v "$c" >/dev/null 2>&1 || missing="$missing $c"; done
+  echo "${missing# }"
+}
+
 install_packages() {
+  [ "${INSTALL_SLURM:-}" = 1 ] || die "not installed: $1; INSTALL_SLURM=1 lets this script apt-get install \
+slurmd slurmctld slurm-client munge (as root)"
+  [ "$(id -u)" = 0 ] || die "must run as root to install packages"
   command -v apt-get >/dev/null || die "slurm is not installed and apt-get is absent"
   log "installing slurmd slurmctld slurm-client munge with apt-get"
   local policy=/usr/sbin/policy-rc.d made_policy=0
@@ -75,8 +88,10 @@ stop_state() {
 }
 
 start() {
+  local missing
+  missing=$(missing_commands)
+  [ -z "$missing" ] || install_packages "$missing"
   [ "$(id -u)" = 0 ] || die "must run as root (the daemons and munge need it)"
-  command -v slurmctld slurmd sbatch srun squeue scontrol munged >/dev/null 2>&1 || install_packages
 
   local state=${1:-}
   if [ -z "$state" ]; then state=$(mktemp -d /tmp/slurm_local.XXXXXX); else mkdir -p "$state"; fi

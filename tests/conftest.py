@@ -4,7 +4,8 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+import tempfile
+from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
 
@@ -31,7 +32,11 @@ def clean_env(**extra: str) -> Dict[str, str]:
 
 
 def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
-    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images."""
+    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images.
+
+    The demo images are `<data_root>/train` and `<data_root>/test`, generated there when missing only
+    if data_root lies in or is a folder named demo_data (as `demo_images` does); else read as they are.
+    """
     t = {'manual_seed': 7, 'G_lossfn_type': 'l1', 'E_decay': 0.9, 'G_optimizer_lr': 1e-3,
          'G_scheduler_type': 'MultiStepLR', 'G_scheduler_milestones': [6], 'total_iter': 8,
          'checkpoint_test': 4, 'checkpoint_save': 4, 'checkpoint_print': 2}
@@ -109,11 +114,29 @@ def restoration_logger_restored():
     log.propagate, log.level = saved[1], saved[2]
 
 
+@pytest.fixture(scope='session', autouse=True)
+def private_tmpdir(tmp_path_factory: pytest.TempPathFactory):
+    """TMPDIR inside pytest's base folder for the session: what the tests and the processes they start put
+    in the temporary folder (torchrun's log folders, multiprocessing's, W&B's, TorchInductor's cache) is
+    removed with it (pytest.ini's retention policy), instead of piling up in /tmp."""
+    path = tmp_path_factory.getbasetemp() / 'tmp'
+    path.mkdir(exist_ok=True)
+    saved_env, saved_dir = os.environ.get('TMPDIR'), tempfile.tempdir
+    os.environ['TMPDIR'] = tempfile.tempdir = str(path)
+    yield str(path)
+    tempfile.tempdir = saved_dir
+    if saved_env is None:
+        os.environ.pop('TMPDIR', None)
+    else:
+        os.environ['TMPDIR'] = saved_env
+
+
 @pytest.fixture(scope='session')
 def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Generated demo images shared by the tests (the generator is deterministic and idempotent)."""
+    """Generated demo images shared by the tests (the generator is deterministic and idempotent), in
+    `<tmp>/demo_data/{train,test}`: generate_demo writes only inside a folder named demo_data."""
     from data.demo import ensure_demo_data
-    root = str(tmp_path_factory.mktemp('demo_images'))
+    root = str(tmp_path_factory.mktemp('demo_images') / 'demo_data')
     for name in ('train', 'test'):
         ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(root, name)))
     return root
@@ -130,9 +153,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def in_ci() -> bool:
+def in_ci(env: Optional[Mapping[str, str]] = None) -> bool:
     """CI=true (or 1): every test must run; a missing prerequisite is a failure, never a skip."""
-    return os.environ.get('CI', '').lower() in ('1', 'true')
+    return (os.environ if env is None else env).get('CI', '').lower() in ('1', 'true')
 
 
 def pytest_collection_modifyitems(config, items):

@@ -244,19 +244,45 @@ def test_two_processes_keep_g_d_and_e_identical_and_only_rank_zero_writes(tmp_pa
               env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
+    # both ranks score their half of the inputs in the first validation, summed over ranks
+    assert '<iter:4> validation input: the input upscaled by bicubic x4 (against H) on 8 items: PSNR' in res.stdout
     models = tmp_path / 'exp' / 'train_msrresnet_gan_tiny' / 'models'
     assert sorted(p.name for p in models.glob('4_*.pth')) == ['4_D.pth', '4_E.pth', '4_G.pth', '4_state.pth']
 
 
+PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('path', TINY, ids=[os.path.basename(p)[len('train_'):-len('_tiny.json')] for p in TINY])
-def test_a_tiny_gan_config_trains_with_two_processes(tmp_path, path, demo_images):
+def test_a_tiny_gan_config_trains_as_shipped_with_two_processes_offline_and_its_psnr_rises(tmp_path, path):
+    """No VGG19 file anywhere (an empty torch hub folder): the tiny files use a random one."""
     overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=20', 'train.checkpoint_test=10',
-                 'train.checkpoint_save=20', 'logging.use_tensorboard=false', 'train.F_pretrained_path=random']
+                 'train.checkpoint_save=20', 'logging.use_tensorboard=false']
     res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py', '--opt', path]
-              + [a for o in overrides for a in ('--set', o)], env=clean_env(OMP_NUM_THREADS='1'), timeout=900)
+              + [a for o in overrides for a in ('--set', o)],
+              env=clean_env(OMP_NUM_THREADS='1', TORCH_HOME=str(tmp_path / 'empty_torch_home')), timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'parameters identical on all 2 rank(s)' in res.stdout and 'D_loss' in res.stdout
+    assert 'train.F_pretrained_path is "random": the perceptual loss uses a randomly initialised VGG19' in res.stdout
+    psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
+    assert len(psnr) == 2 and psnr[1] > psnr[0], res.stdout[-3000:]
+
+
+def test_tiny_gan_files_need_no_vgg19_file_and_the_full_files_need_the_real_one(tmp_path, monkeypatch):
+    """Tiny files are smoke demos that run offline as shipped; full files train for real."""
+    monkeypatch.setattr(torch.hub, 'get_dir', lambda: str(tmp_path / 'hub'))  # no cached VGG19
+    for path in TINY:
+        opt = read_options(path)
+        assert opt['train']['F_pretrained_path'] == 'random', path
+        ModelGAN(opt, CPU)
+    full = glob.glob(os.path.join(ROOT, 'options', 'gan', 'full', '*.json'))
+    assert len(full) == 4
+    for path in full:
+        opt = read_options(path)
+        assert opt['train']['F_pretrained_path'] is None and opt['train']['F_lossfn_weight'] > 0, path
+        with pytest.raises(UserError, match=r'VGG19 weights not found: .*hub/checkpoints/vgg19-dcbb9e9d\.pth'):
+            ModelGAN(opt, CPU)
 
 
 def test_every_gan_option_file_validates():

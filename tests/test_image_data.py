@@ -1,6 +1,8 @@
 import hashlib
+import logging
 import os
 import random
+import sys
 
 import cv2
 import numpy as np
@@ -8,13 +10,14 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from conftest import ROOT, unchecked_section
+from conftest import ROOT, run, unchecked_section
 from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.loader import build_train_loader, build_val_loader
 from data.registry import DATASETS
 from data.transforms import augment, paired_random_crop, random_crop
 from utils.errors import UserError
+from utils.logger import get_logger
 from utils.image import imread_uint, imresize_bicubic, imwrite, list_images, tensor2uint, uint2tensor
 
 
@@ -434,7 +437,8 @@ def _demo(generator, phase, target):
 
 
 def test_demo_images_are_deterministic_and_sized_by_phase(tmp_path):
-    a, b, v = str(tmp_path / 'a'), str(tmp_path / 'b'), str(tmp_path / 'v')
+    demo = tmp_path / 'demo_data'
+    a, b, v = str(demo / 'a'), str(demo / 'b'), str(demo / 'v')
     ensure_demo_data(_demo('images', 'train', a))
     ensure_demo_data(_demo('images', 'train', b))
     ensure_demo_data(_demo('images', 'test', v))
@@ -442,19 +446,20 @@ def test_demo_images_are_deterministic_and_sized_by_phase(tmp_path):
     assert _digest(a) == _digest(b)
     assert imread_uint(list_images(v)[0]).shape == (128, 128, 3)
     assert not np.array_equal(imread_uint(list_images(a)[0]), imread_uint(list_images(v)[0]))
-    assert os.listdir(tmp_path) and all('.tmp-' not in n for n in os.listdir(tmp_path))
+    assert os.listdir(demo) and all('.tmp-' not in n for n in os.listdir(demo))
 
 
 def test_demo_images_are_not_flat(tmp_path):
-    ensure_demo_data(_demo('images', 'test', str(tmp_path / 'v')))
-    for p in list_images(str(tmp_path / 'v')):
+    target = str(tmp_path / 'demo_data' / 'v')
+    ensure_demo_data(_demo('images', 'test', target))
+    for p in list_images(target):
         img = imread_uint(p).astype(float)
         assert img.std() > 20
         assert np.abs(np.diff(img, axis=1)).max() > 50  # has edges
 
 
 def test_complete_demo_folder_is_not_regenerated(tmp_path):
-    target = str(tmp_path / 'v')
+    target = str(tmp_path / 'demo_data' / 'v')
     opt = _demo('images', 'test', target)
     ensure_demo_data(opt)
     first = list_images(target)[0]
@@ -464,9 +469,9 @@ def test_complete_demo_folder_is_not_regenerated(tmp_path):
 
 
 def test_partial_temp_folder_of_a_killed_run_does_not_count_as_complete(tmp_path):
-    target = str(tmp_path / 'v')
-    stale = tmp_path / 'v.tmp-999999999-deadbeef'  # pid that cannot exist
-    stale.mkdir()
+    target = str(tmp_path / 'demo_data' / 'v')
+    stale = tmp_path / 'demo_data' / 'v.tmp-999999999-deadbeef'  # pid that cannot exist
+    stale.mkdir(parents=True)
     imwrite(str(stale / '0000.png'), _rand((8, 8, 3)))
     ensure_demo_data(_demo('images', 'test', target))
     assert len(list_images(target)) == 8
@@ -475,8 +480,8 @@ def test_partial_temp_folder_of_a_killed_run_does_not_count_as_complete(tmp_path
 
 
 def test_demo_refuses_to_overwrite_a_folder_that_is_not_a_finished_demo(tmp_path):
-    target = tmp_path / 'mine'
-    target.mkdir()
+    target = tmp_path / 'demo_data' / 'mine'
+    target.mkdir(parents=True)
     (target / 'photo.png').write_bytes(b'x')
     with pytest.raises(UserError, match='not a complete generated demo folder'):
         ensure_demo_data(_demo('images', 'test', str(target)))
@@ -485,14 +490,58 @@ def test_demo_refuses_to_overwrite_a_folder_that_is_not_a_finished_demo(tmp_path
 
 def test_unknown_demo_generator_is_a_user_error_with_a_hint(tmp_path):
     with pytest.raises(UserError, match=r'datasets\.train\.generate_demo: unknown demo "image" \(did you mean "images"\?\)'):
-        ensure_demo_data(_demo('image', 'train', str(tmp_path)))
+        ensure_demo_data(_demo('image', 'train', str(tmp_path / 'demo_data' / 'train')))
 
 
 def test_demo_images_train_a_dataset(tmp_path):
-    target = str(tmp_path / 'v')
+    target = str(tmp_path / 'demo_data' / 'v')
     ensure_demo_data(_demo('images', 'test', target))
     ds = DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=target, H_size=64))
     assert len(ds) == 8 and ds[(3, 5)]['L'].shape == (3, 64, 64)
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.mark.parametrize('root', ['mydata', 'demo_data_old', 'x/demo_dta', 'demo_data'],
+                         ids=['other-folder', 'similar-name', 'typo', 'demo_data-itself'])
+def test_demo_data_is_generated_only_inside_a_folder_named_demo_data_and_other_paths_are_read_as_they_are(
+        tmp_path, root):
+    target = tmp_path / root / 'train' if root != 'demo_data' else tmp_path / 'demo_data'
+    lines = _Lines()
+    get_logger().addHandler(lines)
+    try:
+        assert ensure_demo_data(_demo('images', 'train', str(target))) is False
+    finally:
+        get_logger().removeHandler(lines)
+    assert not os.listdir(tmp_path)  # nothing written: the folder is the user's
+    assert lines.lines == [f'datasets.train.generate_demo: "images" did not apply: datasets.train.dataroot_H '
+                           f'{target} is not inside a folder named demo_data, so it is read as it is (demo data '
+                           f'are generated only under demo_data/)']
+    with pytest.raises(UserError, match=rf'^datasets\.train\.dataroot_H: folder not found: {target}$'):
+        DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=str(target), H_size=64, generate_demo='images'))
+    assert ensure_demo_data(_demo('images', 'train', str(tmp_path / 'a' / 'demo_data' / 'b' / 'train'))) is True
+
+
+def test_a_typo_in_the_data_path_of_a_copy_of_the_demo_file_is_folder_not_found_not_made_up_data(tmp_path):
+    """`generate_demo` stays in the copy; the typo's folder is read as given, so the run stops at once."""
+    with open(os.path.join(ROOT, 'options', 'train_dncnn_demo.json')) as f:
+        text = f.read()
+    assert text.count('"demo_data/images/train"') == 1
+    opt = tmp_path / 'my_denoiser.json'
+    opt.write_text(text.replace('"demo_data/images/train"', '"demo_dta/images/train"'))
+    res = run([sys.executable, os.path.join(ROOT, 'main_train.py'), '--opt', str(opt)], cwd=str(tmp_path))
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert res.stderr == 'error: datasets.train.dataroot_H: folder not found: demo_dta/images/train\n'
+    assert 'datasets.train.generate_demo: "images" did not apply' in res.stdout
+    assert sorted(os.listdir(tmp_path)) == ['demo_data', 'my_denoiser.json']  # the test set's demo images only
+    assert os.listdir(tmp_path / 'demo_data' / 'images') == ['test']
 
 
 def test_loader_workers_decode_with_one_opencv_thread_after_the_parent_used_opencvs_pool():

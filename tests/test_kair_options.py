@@ -59,7 +59,7 @@ def test_kairs_usrnet_file_loads_unchanged_and_the_log_notes_use_flip():
 
 @pytest.fixture(scope='module')
 def vimeo(tmp_path_factory):
-    root = tmp_path_factory.mktemp('kair_009') / 'vimeo'
+    root = tmp_path_factory.mktemp('kair_009') / 'demo_data' / 'vimeo'
     ensure_demo_data(dataset_options('VideoRecurrentTrainVimeoDataset', dataroot_gt=str(root / 'sequences'),
                                      dataroot_lq=str(root / 'sequences_BIx4'), generate_demo='vimeo',
                                      meta_info_file=str(root / 'meta_info_Vimeo90K_train_GT.txt')))

@@ -1,8 +1,14 @@
 """SLURM for real: a one-node cluster on localhost (scripts/slurm_local.sh) runs the three ways users
 launch on clusters: `sbatch submit_job.sh`, `srun -n 2` directly, and `srun` + torchrun per node.
 
-The cluster needs root (it installs packages and starts munged/slurmctld/slurmd); without root or
-apt-get the tests are skipped with that reason, except under CI=true where they must run.
+The cluster needs root: scripts/slurm_local.sh starts its own munged, slurmctld and slurmd (private
+state folder, socket and ports; stopped and removed after the tests). Where SLURM is not installed,
+the tests install nothing unless asked to: as root,
+
+    INSTALL_SLURM=1 python -m pytest -q tests/test_launch_slurm.py
+
+lets scripts/slurm_local.sh `apt-get install slurmd slurmctld slurm-client munge` (Debian/Ubuntu),
+and so does CI=true, where these tests must run. Otherwise they are skipped with a reason saying so.
 """
 import glob
 import os
@@ -11,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Dict, Iterator, Tuple
+from typing import Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 import pytest
 
@@ -22,10 +28,27 @@ SCRIPT = os.path.join(ROOT, 'scripts', 'slurm_local.sh')
 JOB_DEADLINE_S = 240
 
 
-def _cannot_run_reason() -> str:
-    if os.geteuid() != 0:
-        return 'not root: scripts/slurm_local.sh must run as root to install and start munged/slurmctld/slurmd'
-    if not shutil.which('apt-get') and not shutil.which('slurmctld'):
+SLURM_COMMANDS = ('slurmctld', 'slurmd', 'sbatch', 'srun', 'squeue', 'scontrol', 'munged')
+HOW_TO_INSTALL = ('as root, INSTALL_SLURM=1 python -m pytest tests/test_launch_slurm.py lets scripts/slurm_local.sh '
+                  'apt-get install slurmd slurmctld slurm-client munge (CI=true does too)')
+
+
+def may_install(env: Mapping[str, str]) -> bool:
+    """Whether the tests may install system packages: only when asked (INSTALL_SLURM=1) or in CI."""
+    return in_ci(env) or env.get('INSTALL_SLURM') == '1'
+
+
+def cannot_run_reason(env: Mapping[str, str] = os.environ, euid: Optional[int] = None,
+                      which: Callable[[str], Optional[str]] = shutil.which) -> str:
+    """Why the SLURM tests cannot run here ('' when they can), given the environment, user and PATH."""
+    missing = [c for c in SLURM_COMMANDS if not which(c)]
+    if (os.geteuid() if euid is None else euid) != 0:
+        return 'not root: scripts/slurm_local.sh must run as root to start munged/slurmctld/slurmd'
+    if not missing:
+        return ''
+    if not may_install(env):
+        return f'SLURM is not installed ({", ".join(missing)} missing) and the tests install nothing unasked: {HOW_TO_INSTALL}'
+    if not which('apt-get'):
         return 'apt-get is absent and SLURM is not installed: scripts/slurm_local.sh cannot install it'
     return ''
 
@@ -33,12 +56,13 @@ def _cannot_run_reason() -> str:
 @pytest.fixture(scope='session')
 def slurm() -> Iterator[Dict[str, str]]:
     """The environment for SLURM commands talking to a private cluster, stopped at the end."""
-    reason = _cannot_run_reason()
+    reason = cannot_run_reason()
     if reason:
         if in_ci():
             pytest.fail(f'CI=true: the SLURM tests must run, but {reason}')
         pytest.skip(reason)
-    res = subprocess.run(['bash', SCRIPT, 'start'], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, 'INSTALL_SLURM': '1' if may_install(os.environ) else '0'}
+    res = subprocess.run(['bash', SCRIPT, 'start'], capture_output=True, text=True, timeout=300, env=env)
     if res.returncode != 0 or not res.stdout.strip():
         pytest.fail(f'scripts/slurm_local.sh start failed (exit {res.returncode}):\n{res.stderr[-3000:]}')
     conf = res.stdout.strip().splitlines()[-1]
@@ -116,3 +140,41 @@ def test_srun_one_torchrun_per_node_with_c10d_rendezvous_trains_two_ranks(slurm,
     assert 'mode=env' in res.stdout and 'world_size=2' in res.stdout, res.stdout[-3000:]
     assert 'parameters identical on all 2 rank(s)' in res.stdout
     _assert_one_set_of_outputs(str(tmp_path / 'exp' / 'tiny'))
+
+
+@pytest.mark.parametrize('env, installs', [({}, False), ({'INSTALL_SLURM': '0'}, False), ({'CI': 'false'}, False),
+                                           ({'INSTALL_SLURM': '1'}, True), ({'CI': 'true'}, True)],
+                         ids=['plain', 'INSTALL_SLURM=0', 'CI=false', 'INSTALL_SLURM=1', 'CI=true'])
+def test_a_missing_slurm_is_installed_only_when_asked_and_otherwise_the_tests_say_how_to_run_them(env, installs):
+    """The README's test command as root must not apt-get anything by itself."""
+    without_slurm = {'apt-get': '/usr/bin/apt-get'}.get
+    reason = cannot_run_reason(env, euid=0, which=without_slurm)
+    if installs:
+        assert reason == ''
+    else:
+        assert reason.startswith('SLURM is not installed (slurmctld, slurmd, sbatch, srun, squeue, scontrol, munged '
+                                 'missing) and the tests install nothing unasked: as root, INSTALL_SLURM=1 python -m '
+                                 'pytest tests/test_launch_slurm.py lets scripts/slurm_local.sh apt-get install')
+    installed = {c: f'/usr/sbin/{c}' for c in SLURM_COMMANDS}.get
+    assert cannot_run_reason(env, euid=0, which=installed) == ''  # nothing to install: the cluster just starts
+    assert cannot_run_reason(env, euid=1000, which=installed).startswith('not root')
+
+
+@pytest.mark.parametrize('present', [(), ('munged',)], ids=['none', 'only-munged'])
+def test_slurm_local_sh_never_runs_apt_get_without_install_slurm(tmp_path, present):
+    """A missing command is one line and exit 1, even when some of them are there (munge without slurm)."""
+    fake = tmp_path / 'bin'
+    fake.mkdir()
+    calls = tmp_path / 'apt-get-calls'
+    for name in ('apt-get',) + present:
+        (fake / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
+        (fake / name).chmod(0o755)
+    (fake / 'id').write_text('#!/bin/sh\necho 0\n')  # root, as the README's test command may well be run
+    (fake / 'id').chmod(0o755)
+    env = {'PATH': str(fake), 'HOME': str(tmp_path)}  # nothing else: the script stops before it needs a tool
+    res = subprocess.run(['/bin/bash', SCRIPT, 'start'], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and res.stdout == ''
+    missing = ' '.join(c for c in SLURM_COMMANDS if c not in present)
+    assert res.stderr == (f'slurm_local: not installed: {missing}; INSTALL_SLURM=1 lets this script apt-get install '
+                          f'slurmd slurmctld slurm-client munge (as root)\n')
+    assert not calls.exists()

@@ -1,6 +1,7 @@
 """main_test.py: a checkpoint evaluated on the test set gives restored images and a metrics table."""
 import csv
 import os
+import re
 import sys
 
 from tests.conftest import run, tiny_options, write_options
@@ -23,11 +24,14 @@ def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_p
     assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y'] and rows[-1][0] == 'mean'
     assert len(rows) == 2 + 8 and all(float(r[1]) > 10 for r in rows[1:])
     assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)] + ['results.csv'])
+    noisy = re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', one.stdout)
+    assert len(noisy) == 1 and 19.5 < float(noisy[0]) < 21, one.stdout  # sigma 25: about 20.2 dB
 
     two = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_test.py',
                '--opt', opt, '--out', str(tmp_path / 'two')])
     assert two.returncode == 0, two.stderr[-2000:]
     assert sorted(_table(tmp_path / 'two' / 'results.csv')[1:-1]) == sorted(rows[1:-1])
+    assert re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', two.stdout) == noisy
 
 
 def test_main_test_without_a_checkpoint_says_so(tmp_path, demo_images):

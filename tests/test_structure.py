@@ -173,10 +173,10 @@ def test_every_registered_name_in_the_options_is_checked_with_the_options(tmp_pa
 
 
 def test_an_unknown_demo_generator_ends_the_run_before_anything_is_written(tmp_path):
-    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'demo_data'))
     opt['datasets']['train']['generate_demo'] = 'image'
     r = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)],
             env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
     assert 'datasets.train.generate_demo: unknown demo "image" (did you mean "images"?)' in r.stderr
-    assert not (tmp_path / 'exp').exists() and not (tmp_path / 'data').exists()
+    assert not (tmp_path / 'exp').exists() and not (tmp_path / 'demo_data').exists()

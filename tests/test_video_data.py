@@ -270,7 +270,7 @@ def test_spike_frames_of_another_size_than_the_lq_frames_are_rejected(pattern_ro
 
 @pytest.fixture(scope='module')
 def gopro_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp('demo') / 'GoPro'
+    root = tmp_path_factory.mktemp('demo') / 'demo_data' / 'GoPro'
     for split in ('train', 'test'):
         ensure_demo_data(unchecked_section(VideoRecurrentTestDataset, split, generate_demo='gopro_spike',
                                            dataroot_gt=str(root / f'{split}_GT'),
@@ -331,12 +331,14 @@ def test_gopro_spike_demo_feeds_both_video_datasets(gopro_root):
 
 
 def test_gopro_spike_demo_rejects_a_layout_it_does_not_write(tmp_path):
+    root = tmp_path / 'demo_data'
     with pytest.raises(UserError, match='datasets.train.dataroot_gt: .*train_GT or test_GT'):
         ensure_demo_data(unchecked_section(VideoRecurrentTestDataset, generate_demo='gopro_spike',
-                                           dataroot_gt=str(tmp_path / 'gt')))
+                                           dataroot_gt=str(root / 'gt')))
     with pytest.raises(UserError, match='datasets.train.dataroot_lq: .*train_GT_blurred'):
         ensure_demo_data(unchecked_section(VideoRecurrentTestDataset, generate_demo='gopro_spike',
-                                           dataroot_gt=str(tmp_path / 'train_GT'), dataroot_lq=str(tmp_path / 'blurred')))
+                                           dataroot_gt=str(root / 'train_GT'), dataroot_lq=str(root / 'blurred')))
+    assert not root.exists()
 
 
 # ---- start-up checks: every frame's header, spike headers, option values ---------------------------

@@ -26,7 +26,7 @@ TEST = 'VideoRecurrentTestNonblindDenoisingDataset'
 
 @pytest.fixture(scope='module')
 def davis(tmp_path_factory):
-    root = tmp_path_factory.mktemp('data') / 'davis'
+    root = tmp_path_factory.mktemp('data') / 'demo_data' / 'davis'
     for section in (_train_opt(root, generate_demo='davis'), _test_opt(root, generate_demo='davis')):
         ensure_demo_data(section)
     return root

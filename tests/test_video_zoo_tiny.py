@@ -36,3 +36,9 @@ def test_a_tiny_video_config_trains_with_two_processes_and_its_psnr_rises(tmp_pa
     assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
     psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
     assert len(psnr) == 2 and psnr[-1] > psnr[0], res.stdout[-3000:]
+    inputs = re.findall(r'<iter:10> validation input: (.*)', res.stdout)
+    assert len(inputs) == 1 and res.stdout.count('validation input:') == 1, res.stdout[-3000:]
+    if '009' in path:  # frame interpolation: no input frame is a target frame
+        assert inputs[0].startswith('no input-vs-target score'), inputs
+    else:
+        assert re.match(r'the input (itself|upscaled by bicubic x4) .* on \d+ items: PSNR', inputs[0]), inputs

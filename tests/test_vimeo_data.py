@@ -25,7 +25,7 @@ TEST_SEQS = [f'{c}/{s}' for c, s in SPLITS['test']]
 
 @pytest.fixture(scope='module')
 def vimeo(tmp_path_factory):
-    return tmp_path_factory.mktemp('data') / 'vimeo'
+    return tmp_path_factory.mktemp('data') / 'demo_data' / 'vimeo'
 
 
 @pytest.fixture(scope='module')
@@ -88,13 +88,14 @@ def test_vimeo_demo_is_deterministic_idempotent_and_laid_out_as_vimeo(vimeo_root
 
 
 def test_vimeo_demo_refuses_paths_it_does_not_write(tmp_path):
+    root = tmp_path / 'demo_data'
     with pytest.raises(UserError, match=r'^datasets.train.dataroot_gt: generate_demo "vimeo" needs a path ending in'):
-        ensure_demo_data(_opt('VideoRecurrentTrainVimeoDataset', tmp_path, generate_demo='vimeo',
-                              dataroot_gt=str(tmp_path / 'gt')))
+        ensure_demo_data(_opt('VideoRecurrentTrainVimeoDataset', root, generate_demo='vimeo',
+                              dataroot_gt=str(root / 'gt')))
     with pytest.raises(UserError, match=r'^datasets.train.dataroot_lq: generate_demo "vimeo" writes .*sequences_BDx4'):
-        ensure_demo_data(_opt('VideoRecurrentTrainVimeoDataset', tmp_path, generate_demo='vimeo',
-                              dataroot_lq=str(tmp_path / 'lq')))
-    assert not (tmp_path / 'sequences').exists()
+        ensure_demo_data(_opt('VideoRecurrentTrainVimeoDataset', root, generate_demo='vimeo',
+                              dataroot_lq=str(root / 'lq')))
+    assert not root.exists()
 
 
 @pytest.mark.parametrize('num_frame, numbers', [(7, [1, 2, 3, 4, 5, 6, 7]), (5, [2, 3, 4, 5, 6]), (3, [3, 4, 5]),

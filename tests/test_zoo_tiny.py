@@ -36,3 +36,5 @@ def test_a_tiny_zoo_config_trains_with_two_processes_and_its_psnr_rises(tmp_path
     assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
     psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
     assert len(psnr) == 2 and psnr[-1] > psnr[0], res.stdout[-3000:]
+    inputs = re.findall(r'<iter:20> validation input: the input (itself|upscaled by bicubic x\d)', res.stdout)
+    assert len(inputs) == 1 and res.stdout.count('validation input:') == 1, res.stdout[-3000:]

@@ -27,8 +27,10 @@ torchrun directly for `--max-restarts`, whose exit code is 1 for any failure.
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -174,12 +176,15 @@ def launch_local(nproc: int, script: str, argv: Sequence[str]) -> int:
     0 when every rank succeeded; else the code of the rank that failed first (128+N if killed by
     signal N), named in one line on stderr. The ranks inherit os.environ plus the DDP variables.
     """
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    # The agent's folder for the ranks' error files: left to itself it makes a new /tmp/torchelastic_*
+    # per launch and never removes it. Ours goes when the launch is over (failures are read by then).
+    log_dir = tempfile.mkdtemp(prefix='torchelastic_')
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend='c10d', rdzv_endpoint='localhost:0', max_restarts=0,
-                          signals_to_handle=AGENT_SIGNALS)
+                          signals_to_handle=AGENT_SIGNALS, logs_specs=DefaultLogsSpecs(log_dir=log_dir))
     args: List[str] = ['-u', os.path.abspath(script), *argv]
     agent_log = logging.getLogger('torch.distributed.elastic.multiprocessing.api')
     quiet = _DropFailureLog()
@@ -199,6 +204,7 @@ def launch_local(nproc: int, script: str, argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
     finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
         agent_log.removeFilter(quiet)
         os.environ.pop('TORCHELASTIC_SIGNALS_TO_HANDLE', None)
         if saved is not None:
