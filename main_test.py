@@ -5,7 +5,16 @@
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
 single process or under any launcher (the items are split across ranks; rank 0 writes).
 """
-import argparse
+if __name__ == '__main__':
+    # First, before the heavy imports: Ctrl-C ends the evaluation at once with one line and exit 130 (there is
+    # nothing to save), at any moment, instead of a KeyboardInterrupt traceback.
+    import signal as _signal
+
+    from utils.stop import StopSignals as _StopSignals
+    _StopSignals((_signal.SIGINT,), at_once=1, at_once_line='stopped: SIGINT (Ctrl-C): testing stopped; '
+                                                            'results.csv not written')
+
+import argparse  # noqa: E402
 import csv
 import io
 import os

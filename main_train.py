@@ -5,7 +5,13 @@
 Launch modes (detected, never configured): plain process, torchrun / platform-injected env
 (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
 """
-import argparse
+if __name__ == '__main__':
+    # First of all, before the imports below (torch alone takes seconds): a stop signal during start-up is
+    # kept and acted on at the first safe point (exit 3, or 130 for Ctrl-C), never the default death (143).
+    from utils import stop as _early_stop
+    _early_stop.install()
+
+import argparse  # noqa: E402
 import hashlib
 import os
 import random
@@ -27,7 +33,7 @@ from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
 from models.optim import OPTIMIZERS, SCHEDULERS
 from models.registry import MODELS, discriminator_options, model_options, network_options
-from utils import dist, parent_watch
+from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger
@@ -37,7 +43,7 @@ from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
 from utils.seed import rng_state, seed_everything, set_rng_state
 from utils.step_gate import StepGate
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
+from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, TrainingStopped
 
 EXIT_USER_ERROR = 2
 DATA_WAIT_HINT = 0.25  # share of an iteration spent waiting for data above which the log says so, once
@@ -106,7 +112,8 @@ class Trainer:
         self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
         self.best = {'psnr': float('-inf'), 'iter': 0}
         self.gate = StepGate(device, self.train_opt['nan_skip_limit']) if self.train_opt['nan_policy'] != 'off' else None
-        self.signals = StopSignals()
+        self.signals = stop.install()  # the process's handlers: a signal received during start-up is known here
+        self.last_saved: Optional[int] = None  # the iteration of the newest complete checkpoint of this run
         self.print_windows = 0
         self.data_hinted = False
         self.graphs_seen: Optional[int] = None  # train.compile: graphs compiled up to the last iteration
@@ -238,6 +245,8 @@ class Trainer:
         set_rng_state(rngs[self.state.rank] if self.state.rank < len(rngs) else rngs[0])
         self.log.info(f'resumed from {point.path} at iteration {self.step} (epoch {self.epoch}, '
                       f'{self.epoch_step} iterations into it)')
+        if same_run:
+            self.last_saved = self.step
         return s['wandb_id']
 
     def save(self) -> bool:
@@ -265,7 +274,10 @@ class Trainer:
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
             except Exception as e:  # torch.save reports a full disk as RuntimeError, not OSError
                 error = f'checkpoint at iteration {self.step} failed: {first_line(e)}'
-        return self.agree_on_write(error)
+        ok = self.agree_on_write(error)
+        if ok:
+            self.last_saved = self.step
+        return ok
 
     def newest_save(self) -> str:
         latest = self.ckpt.complete_steps()
@@ -344,12 +356,13 @@ class Trainer:
         while self.step < total:
             batches = next(groups)
             self.timing.data_ready()
+            self.agree_to_go_on()
             self.step += 1
             self.epoch_step += 1
-            stop = self.train_step(batches)
+            self.train_step(batches)
             self.model.end_iteration(self.step)
             self.timing.step_done()
-            self.after_step(total, stop)
+            self.after_step(total)
             if self.epoch_step == self.steps_per_epoch:
                 self.epoch += 1
                 self.epoch_step = 0
@@ -375,9 +388,32 @@ class Trainer:
             if not steps:
                 raise RuntimeError(f'the train loader gave no complete step at epoch {self.epoch}')
 
-    def after_step(self, total: int, stop: bool) -> None:
-        """Check skipped steps, print, save, then validate (a failing validation never costs the save); stop
-        if asked. The checks come first at every point that reads the device anyway or writes."""
+    def agree_to_go_on(self) -> None:
+        """Before each iteration, the one host collective of a step: every rank learns whether any rank was asked to
+        stop (a signal), and all stop together, here, after a checkpoint of the iterations done so far. Host flags
+        only: nothing here waits for the device."""
+        signals = self.signals
+        stop_asked, interrupted = dist.agree_any([signals.requested, signals.interrupted])
+        if stop_asked:
+            by = signals.name() or ('SIGINT (Ctrl-C) on another rank' if interrupted else 'a signal on another rank')
+            saved = self.save_before_stopping()
+            at = f'at iteration {self.step}' if self.step else 'before the first iteration'
+            raise TrainingStopped(f'stopped by {by} {at}; {saved}, rerun the same command to '
+                                  f'{"resume" if self.last_saved is not None else "start"}',
+                                  EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED)
+
+    def save_before_stopping(self) -> str:
+        """A checkpoint of the iterations done so far, unless there is one already; what happened, for the last line."""
+        self.check_skipped_steps()  # non-finite steps since the last check: exit 4, no save (as at any save)
+        if self.last_saved == self.step:
+            return 'checkpoint saved'
+        if not self.step:
+            return 'nothing to save yet'
+        return 'checkpoint saved' if self.save() else 'the checkpoint FAILED'
+
+    def after_step(self, total: int) -> None:
+        """Check skipped steps, print, save, then validate (a failing validation never costs the save).
+        The checks come first at every point that reads the device anyway or writes."""
         t, last = self.train_opt, self.step == total
         if t['compile']:
             self.note_compilation()
@@ -388,32 +424,25 @@ class Trainer:
                           f'GiB of the card\'s {total_mem / 2**30:.1f} GiB (video networks: netG.checkpoint "memory" '
                           f'needs least)')
         print_due = self.step % t['checkpoint_print'] == 0 or last
-        save_due = self.step % t['checkpoint_save'] == 0 or last or stop
+        save_due = self.step % t['checkpoint_save'] == 0 or last
         validate_due = self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last)
         if print_due or save_due or validate_due:
             self.check_skipped_steps()
         if print_due:
             self.print_status(*self.timing.take())
-        saved = False
         if save_due:
-            saved = self.save()
-        if stop:
-            raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at iteration '
-                                  f'{self.step}; {"checkpoint saved" if saved else "the checkpoint FAILED"}, rerun '
-                                  f'the same command to resume', EXIT_PREEMPTED)
+            self.save()
         if validate_due:
             self.validate()
 
-    def train_step(self, batches: List[Any]) -> bool:
-        """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), the ranks' agreement
-        on stop signals, then the gated step. Nothing here reads the device: the only per-iteration
-        host collective is the tiny stop-signal agreement, which never waits for the GPU."""
+    def train_step(self, batches: List[Any]) -> None:
+        """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), then the gated step.
+        Nothing here reads the device; the only per-iteration host collective is the tiny agreement before it
+        (`agree_to_go_on`: stop signals), which never waits for the GPU."""
         loss = self.model.backward(batches)
         finite = self.model.finalize_gradients(self.step, loss)
         applied = self.gate.decide(finite, self.step) if self.gate is not None else None
-        stop, = dist.agree_any([self.signals.requested])
         self.model.step(self.step, loss, applied)
-        return stop
 
     def note_compilation(self) -> None:
         """`train.compile`: what the first iteration cost, and any later compilation (a recompilation means the
@@ -583,13 +612,25 @@ def is_restart(env: Mapping[str, str]) -> bool:
     return any(int(env.get(key) or 0) > 0 for key in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
 
 
+def stop_if_asked(signals: stop.StopSignals, when: str) -> None:
+    """A safe point of the start-up, the same on every rank: a stop asked for so far (on any rank) ends the run
+    here, before anything is written to the run folder, with exit 3 (130 for Ctrl-C)."""
+    asked, interrupted = dist.agree_any([signals.requested, signals.interrupted])
+    if asked:
+        by = signals.name() or ('SIGINT (Ctrl-C) on another rank' if interrupted else 'a signal on another rank')
+        raise TrainingStopped(f'stopped by {by} during start-up ({when}): nothing written, nothing to save; rerun '
+                              f'the same command to continue', EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED)
+
+
 def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
     log = setup_logger(state.rank)
+    signals = stop.install()
     trainer, lock = None, None
     ok = False
     try:
+        stop_if_asked(signals, 'before the ranks met' if state.distributed else 'while loading')
         log.info(dist.banner(state, device))
         for note in opt['_notes']:
             log.warning(f'options: {note}')
@@ -602,6 +643,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
             opt['dist'] = state.distributed
         trainer = Trainer(opt, state, device, args)
         trainer.build()
+        stop_if_asked(signals, 'while the data and the model were checked')
         lock = prepare_run_dir(opt, state, args)
         trainer.start()
         trainer.run()
@@ -612,9 +654,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     finally:
         if trainer is not None:
             trainer.close()
-        dist.cleanup(together=ok)
-        if trainer is not None:
-            trainer.signals.restore()  # only now: a late SIGTERM in the final barrier must not become 143
+        dist.cleanup(together=ok)  # the stop-signal handlers stay until the process exits: a late SIGTERM is no 143
         if lock is not None:
             lock.release()
 
@@ -628,19 +668,26 @@ def one_line(message: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parent_watch.install()  # first: the parent pid it records must be the launcher's
+    signals = stop.install()  # already there when run as a script (see the top of this file)
     args = parse_args(argv)
     try:
         opt = read_options(args.opt, args.set)
         state = dist.detect()
+        if not state.distributed:  # a rank waits for the others: they all stop together once they have met
+            stop_if_asked(signals, 'while loading')
         code = maybe_relaunch(opt, state, __file__, sys.argv[1:] if argv is None else argv)
         if code is not None:  # this process only launched the ranks
             return code
         train(opt, state, args)
     except UserError as e:
+        if signals.requested:  # asked to stop before the failure: what a job script must act on (requeue)
+            print(f'stopped: stopped by {signals.name()}; nothing saved (the run failed meanwhile: '
+                  f'{one_line(str(e))}); rerun the same command to continue', file=sys.stderr)
+            return signals.code
         print(f'error: {one_line(str(e))}', file=sys.stderr)
         return EXIT_USER_ERROR
     except TrainingStopped as e:
-        print(f'{"stopped" if e.code == EXIT_PREEMPTED else "error"}: {e}', file=sys.stderr)
+        print(f'{"stopped" if e.code in (EXIT_PREEMPTED, EXIT_INTERRUPTED) else "error"}: {e}', file=sys.stderr)
         return e.code
     return 0
 
