@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
-from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options
+from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options, training_files
 from models.compile import compiled_graphs
 from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
@@ -114,6 +114,7 @@ class Trainer:
         self.gate = StepGate(device, self.train_opt['nan_skip_limit']) if self.train_opt['nan_policy'] != 'off' else None
         self.signals = stop.install()  # the process's handlers: a signal received during start-up is known here
         self.last_saved: Optional[int] = None  # the iteration of the newest complete checkpoint of this run
+        self.train_files: Optional[Dict[str, List[str]]] = None
         self.print_windows = 0
         self.data_hinted = False
         self.graphs_seen: Optional[int] = None  # train.compile: graphs compiled up to the last iteration
@@ -132,6 +133,7 @@ class Trainer:
             raise UserError(f'{opt["opt_path"]}: datasets.train: required section is missing')
         train_opt_ds = opt['datasets']['train']
         self.train_set = build_dataset(train_opt_ds)
+        self.train_files = training_files(self.train_set)
         val_set = build_dataset(opt['datasets']['test']) if 'test' in opt['datasets'] else None
 
         # Found before seeding: a resumed run must shuffle with the seed it started with.
@@ -229,7 +231,8 @@ class Trainer:
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
         # state files written before the batch layout was recorded lack it: the layout is unknown
         saved = (s['world_size'], s['batch_size'], s['accumulate_steps']) if 'batch_size' in s else None
-        if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch:
+        files_changed = self.training_set_change(s)
+        if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch and not files_changed:
             self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
         else:
             # Shards and batches differ with the world size, batch size, accumulation and seed, so
@@ -241,6 +244,9 @@ class Trainer:
             elif saved != layout:
                 self.log.warning(f'resume: (world size, batch per process, accumulation) changed {saved} -> '
                                  f'{layout}; continuing at the start of epoch {self.epoch}')
+            if files_changed:
+                self.log.warning(f'resume: the training set changed since checkpoint {s["iter"]}: {files_changed}; '
+                                 f'continuing at the start of epoch {self.epoch}')
         rngs = s['rng']
         set_rng_state(rngs[self.state.rank] if self.state.rank < len(rngs) else rngs[0])
         self.log.info(f'resumed from {point.path} at iteration {self.step} (epoch {self.epoch}, '
@@ -248,6 +254,23 @@ class Trainer:
         if same_run:
             self.last_saved = self.step
         return s['wandb_id']
+
+    def training_set_change(self, s: Mapping[str, Any]) -> str:
+        """What differs between the training files a checkpoint recorded and those of this start ('' if
+        nothing, or if either side does not know its files), e.g. `1 file gone (dataroot_H: 0007.png)`."""
+        before, now = s.get('train_files'), self.train_files
+        if not isinstance(before, dict) or now is None or before == now:
+            return ''
+        parts = []
+        for what, keys in (('gone', lambda: {k: sorted(set(before[k]) - set(now.get(k, ()))) for k in before}),
+                           ('new', lambda: {k: sorted(set(now[k]) - set(before.get(k, ()))) for k in now})):
+            per_folder = {k: v for k, v in keys().items() if v}
+            count = sum(len(v) for v in per_folder.values())
+            if count:
+                names = [f'{k}: {n}' for k, v in per_folder.items() for n in v]
+                shown = ', '.join(names[:3]) + (f' and {count - 3} more' if count > 3 else '')
+                parts.append(f'{count} file{"s" if count > 1 else ""} {what} ({shown})')
+        return ', '.join(parts) or 'the same files in another order'
 
     def save(self) -> bool:
         """Rank 0 writes; all ranks gather the random states before and learn the outcome after.
@@ -269,6 +292,8 @@ class Trainer:
                 'accumulate_steps': self.accum, 'seed': self.seed, 'rng': rngs, 'best': self.best,
                 'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
             }
+            if self.train_files is not None:
+                files['state']['train_files'] = self.train_files  # a resume says when the training set changed
             try:
                 self.ckpt.save(self.step, files)
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
@@ -354,9 +379,9 @@ class Trainer:
         groups = self.training_batches()
         self.timing.tick()
         while self.step < total:
-            batches = next(groups)
+            batches, data_error = self.next_batches(groups)
             self.timing.data_ready()
-            self.agree_to_go_on()
+            self.agree_to_go_on(data_error)
             self.step += 1
             self.epoch_step += 1
             self.train_step(batches)
@@ -388,12 +413,32 @@ class Trainer:
             if not steps:
                 raise RuntimeError(f'the train loader gave no complete step at epoch {self.epoch}')
 
-    def agree_to_go_on(self) -> None:
+    @staticmethod
+    def next_batches(groups: Iterator[List[Any]]) -> Tuple[Optional[List[Any]], Optional[str]]:
+        """The next step's micro-batches, or the one line of a training file that can no longer be read (replaced
+        by a damaged file, deleted since the start-up check; in a loader worker or here): the loop saves first."""
+        try:
+            return next(groups), None
+        except UserError as e:
+            return None, one_line(str(e))
+
+    def agree_to_go_on(self, data_error: Optional[str]) -> None:
         """Before each iteration, the one host collective of a step: every rank learns whether any rank was asked to
-        stop (a signal), and all stop together, here, after a checkpoint of the iterations done so far. Host flags
-        only: nothing here waits for the device."""
+        stop (a signal) or could not read its batch, and all stop together, here, after a checkpoint of the
+        iterations done so far. Host flags only: nothing here waits for the device."""
         signals = self.signals
-        stop_asked, interrupted = dist.agree_any([signals.requested, signals.interrupted])
+        stop_asked, interrupted, data_failed = dist.agree_any([signals.requested, signals.interrupted,
+                                                               data_error is not None])
+        if data_failed:
+            # only on this path, taken by every rank together: the line of the rank that failed
+            errors = dist.gather_objects(data_error)
+            rank = next(r for r, e in enumerate(errors) if e is not None)
+            where = f' (rank {rank})' if self.state.world_size > 1 else ''
+            saved = self.save_before_stopping()
+            if self.last_saved == self.step:
+                saved += f' at iteration {self.step}'
+            raise TrainingStopped(f'iteration {self.step + 1}: training data{where}: {errors[rank]}; {saved}; '
+                                  f'replace or remove the file, then rerun the same command to resume', EXIT_USER_ERROR)
         if stop_asked:
             by = signals.name() or ('SIGINT (Ctrl-C) on another rank' if interrupted else 'a signal on another rank')
             saved = self.save_before_stopping()
@@ -438,7 +483,7 @@ class Trainer:
     def train_step(self, batches: List[Any]) -> None:
         """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), then the gated step.
         Nothing here reads the device; the only per-iteration host collective is the tiny agreement before it
-        (`agree_to_go_on`: stop signals), which never waits for the GPU."""
+        (`agree_to_go_on`: stop signals, unreadable data), which never waits for the GPU."""
         loss = self.model.backward(batches)
         finite = self.model.finalize_gradients(self.step, loss)
         applied = self.gate.decide(finite, self.step) if self.gate is not None else None

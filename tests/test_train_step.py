@@ -212,7 +212,7 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
                 m.setattr(torch.Tensor, name, forbidden(name))
             m.setattr(main_train.dist, 'agree_any', lambda flags: [bool(f) for f in flags])  # host flags only
             for step in (1, 2, 3):
-                trainer.agree_to_go_on()  # the iteration's one host collective: stop signals
+                trainer.agree_to_go_on(None)  # the iteration's one host collective: stop signals, unreadable data
                 trainer.step = step
                 batch = _batch(2, step)
                 if step == 2:
