@@ -32,12 +32,14 @@ from models.registry import MODELS
 from models.restorer import build_eval_network
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
+from utils.diskspace import no_space
 from utils.errors import UserError
 from utils.image import imwrite
 from utils.logger import setup_logger
 from utils.progress import progress
 
 COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
+EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -134,6 +136,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         return 2
+    except OSError as e:  # writing the images or the table; a full disk is one line, the rest a traceback
+        full = no_space(e, e.filename or os.getcwd())
+        if not full:
+            raise
+        print(f'error: writing the results failed: {full}', file=sys.stderr)
+        return EXIT_WRITE_FAILED
     return 0
 
 

@@ -35,6 +35,7 @@ from models.optim import OPTIMIZERS, SCHEDULERS
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
+from utils.diskspace import describe_write_error, object_bytes
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger
 from utils.options import Rules, dumps, load_options
@@ -298,7 +299,8 @@ class Trainer:
                 self.ckpt.save(self.step, files)
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
             except Exception as e:  # torch.save reports a full disk as RuntimeError, not OSError
-                error = f'checkpoint at iteration {self.step} failed: {first_line(e)}'
+                error = (f'checkpoint at iteration {self.step} failed: '
+                         f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')
         ok = self.agree_on_write(error)
         if ok:
             self.last_saved = self.step
@@ -335,10 +337,12 @@ class Trainer:
             self.best = {'psnr': res['psnr'], 'iter': self.step}
             error = None
             if self.main:
+                files = self.model.state_files()
                 try:
-                    self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
+                    self.ckpt.save_best(files, self.step, res['psnr'])
                 except Exception as e:
-                    error = f'best checkpoint at iteration {self.step} failed: {first_line(e)}'
+                    error = (f'best checkpoint at iteration {self.step} failed: '
+                             f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')
             self.agree_on_write(error)
         self.reporter.redraw_curves()
 
@@ -361,10 +365,11 @@ class Trainer:
                     for j, data in enumerate(frames):
                         stem = name if len(frames) == 1 else f'{j:04d}'
                         atomic_write_bytes(os.path.join(folder, f'{stem}_{self.step}.png'),
-                                           lambda f, data=data: f.write(data))
+                                           lambda f, data=data: f.write(data), size=len(data))
             except OSError as e:
                 error = e
-                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: {e}')
+                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: '
+                               f'{describe_write_error(e, self.opt["path"]["images"])}')
         if rounds and self.main and error is None:
             self.log.info(f'val.save_img: validation images of iteration {self.step} in {self.opt["path"]["images"]}')
 
@@ -617,27 +622,38 @@ def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.N
 
     The lock comes first, before anything is written: a second job on the same folder ends on every
     rank with one line naming the holder (exit 2) and leaves no trace. Rank 0 gets the lock back and
-    holds it until the process ends.
+    holds it until the process ends. A write that fails here (a full disk) ends every rank with one
+    line and exit 5, as a failed checkpoint does.
     """
     task_dir = opt['path']['task']
-    lock, error = None, None
+    lock, error, write_error = None, None, None
     if dist.is_main_process():
         try:
             lock = RunLock.acquire(task_dir)
         except UserError as e:
             error = str(e)
-    if dist.agree_any([error is not None])[0]:
+        except OSError as e:  # no space for the lock file
+            write_error = describe_write_error(e, task_dir)
+    busy, failed = dist.agree_any([error is not None, write_error is not None])
+    if busy:
         raise UserError(error or f'{task_dir} is in use by another job (rank 0 found its lock held)')
     try:
+        if failed:
+            raise _run_folder_failed(task_dir, write_error)
         archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
         dist.barrier()
         if dist.is_main_process():
-            for key in ('task', 'models', 'options'):
-                os.makedirs(opt['path'][key], exist_ok=True)
-            log_to_file(task_dir)
-            name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
-            atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
-                              dumps(opt) + '\n')
+            try:
+                for key in ('task', 'models', 'options'):
+                    os.makedirs(opt['path'][key], exist_ok=True)
+                log_to_file(task_dir)
+                name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
+                atomic_write_text(os.path.join(opt['path']['options'],
+                                               f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'), dumps(opt) + '\n')
+            except OSError as e:
+                write_error = describe_write_error(e, task_dir)
+        if dist.agree_any([write_error is not None])[0]:
+            raise _run_folder_failed(task_dir, write_error)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -647,6 +663,11 @@ def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.N
     if archived:
         get_logger().info(f'--fresh: previous run moved to {archived}')
     return lock
+
+
+def _run_folder_failed(task_dir: str, problem: Optional[str]) -> TrainingStopped:
+    return TrainingStopped(f'writing the run folder {task_dir} failed: {problem or "on rank 0"}; nothing trained yet',
+                           EXIT_SAVE_FAILED)
 
 
 def is_restart(env: Mapping[str, str]) -> bool:

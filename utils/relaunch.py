@@ -51,7 +51,8 @@ from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SA
 CPU_TEST_MODE = 'RESTORATION_CPU_PROCS_FROM_GPU_IDS'
 EXIT_USER_ERROR = 2  # main_train.py's code for a user mistake
 MEANING = {EXIT_USER_ERROR: 'user error', EXIT_PREEMPTED: 'stopped for preemption, checkpoint saved',
-           EXIT_NONFINITE: 'non-finite loss or gradients', EXIT_SAVE_FAILED: 'checkpoint write failed',
+           EXIT_NONFINITE: 'non-finite loss or gradients',
+           EXIT_SAVE_FAILED: 'checkpoint write failed (or another write to the run folder)',
            EXIT_INTERRUPTED: 'interrupted by SIGINT (Ctrl-C)'}
 FORWARDED = stop.STOP_SIGNALS  # the ranks' stop signals: SIGTERM, SIGUSR1, SIGINT
 AT_ONCE = (signal.SIGTERM, signal.SIGINT)  # the second of these stops the ranks at once
