@@ -696,7 +696,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     trainer, lock = None, None
     ok = False
     try:
-        stop_if_asked(signals, 'before the ranks met' if state.distributed else 'while loading')
+        stop_if_asked(signals, 'while loading')  # on every rank, the first point where all of them can agree
         log.info(dist.banner(state, device))
         for note in opt['_notes']:
             log.warning(f'options: {note}')
@@ -709,7 +709,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
             opt['dist'] = state.distributed
         trainer = Trainer(opt, state, device, args)
         trainer.build()
-        stop_if_asked(signals, 'while the data and the model were checked')
+        stop_if_asked(signals, 'while checking the data and the model')
         lock = prepare_run_dir(opt, state, args)
         trainer.start()
         trainer.run()
