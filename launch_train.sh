@@ -4,8 +4,10 @@
 # Runs `python -m utils.relaunch --nproc N main_train.py --opt ...`: N ranks on torch's elastic launch
 # API (what torchrun runs; standalone rendezvous, no restarts), one process per GPU, or N CPU processes
 # with one thread each. It exits with the documented code of the rank that failed first (2 user
-# error, 3 preempted with a checkpoint saved, 4 non-finite loss, 5 checkpoint write failed, 128+N
-# killed by signal N), where torchrun exits 1; SIGTERM/SIGUSR1 to it make the ranks save and exit 3.
+# error, 3 preempted with a checkpoint saved, 4 non-finite loss, 5 checkpoint write failed, 130
+# Ctrl-C with a checkpoint saved, 128+N killed by signal N), where torchrun exits 1; SIGTERM/SIGUSR1
+# to it make the ranks save and exit 3, Ctrl-C (SIGINT) save and exit 130; a second SIGTERM or
+# Ctrl-C stops them at once. A stop before any rank started starts none (exit 3, or 130).
 # For `--max-restarts`, call torchrun directly. Under a platform that already started one process
 # per GPU (WORLD_SIZE set) it refuses: nesting launchers would start N processes per process.
 set -euo pipefail

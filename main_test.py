@@ -5,7 +5,16 @@
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
 single process or under any launcher (the items are split across ranks; rank 0 writes).
 """
-import argparse
+if __name__ == '__main__':
+    # First, before the heavy imports: Ctrl-C ends the evaluation at once with one line and exit 130 (there is
+    # nothing to save), at any moment, instead of a KeyboardInterrupt traceback.
+    import signal as _signal
+
+    from utils.stop import StopSignals as _StopSignals
+    _StopSignals((_signal.SIGINT,), at_once=1, at_once_line='stopped: SIGINT (Ctrl-C): testing stopped; '
+                                                            'results.csv not written')
+
+import argparse  # noqa: E402
 import csv
 import io
 import os
@@ -23,12 +32,14 @@ from models.registry import MODELS
 from models.restorer import InputScores, build_eval_network
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
+from utils.diskspace import no_space
 from utils.errors import UserError
 from utils.image import imwrite
 from utils.logger import setup_logger
 from utils.progress import progress
 
 COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
+EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -132,6 +143,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         return 2
+    except OSError as e:  # writing the images or the table; a full disk is one line, the rest a traceback
+        full = no_space(e, e.filename or os.getcwd())
+        if not full:
+            raise
+        print(f'error: writing the results failed: {full}', file=sys.stderr)
+        return EXIT_WRITE_FAILED
     return 0
 
 

@@ -5,7 +5,13 @@
 Launch modes (detected, never configured): plain process, torchrun / platform-injected env
 (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
 """
-import argparse
+if __name__ == '__main__':
+    # First of all, before the imports below (torch alone takes seconds): a stop signal during start-up is
+    # kept and acted on at the first safe point (exit 3, or 130 for Ctrl-C), never the default death (143).
+    from utils import stop as _early_stop
+    _early_stop.install()
+
+import argparse  # noqa: E402
 import hashlib
 import os
 import random
@@ -21,15 +27,16 @@ import torch  # noqa: E402
 
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
-from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options
+from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options, training_files
 from models.compile import compiled_graphs
 from models.init import BN_INITS, WEIGHT_INITS
 from models.losses import LOSSES
 from models.optim import OPTIMIZERS, SCHEDULERS
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from models.restorer import InputScores
-from utils import dist, parent_watch
+from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
+from utils.diskspace import describe_write_error, object_bytes
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger, show_console
 from utils.options import Rules, dumps, load_options
@@ -38,7 +45,7 @@ from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
 from utils.seed import rng_state, seed_everything, set_rng_state
 from utils.step_gate import StepGate
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, StopSignals, TrainingStopped
+from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, TrainingStopped
 
 EXIT_USER_ERROR = 2
 DATA_WAIT_HINT = 0.25  # share of an iteration spent waiting for data above which the log says so, once
@@ -107,7 +114,9 @@ class Trainer:
         self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
         self.best = {'psnr': float('-inf'), 'iter': 0}
         self.gate = StepGate(device, self.train_opt['nan_skip_limit']) if self.train_opt['nan_policy'] != 'off' else None
-        self.signals = StopSignals()
+        self.signals = stop.install()  # the process's handlers: a signal received during start-up is known here
+        self.last_saved: Optional[int] = None  # the iteration of the newest complete checkpoint of this run
+        self.train_files: Optional[Dict[str, List[str]]] = None
         self.print_windows = 0
         self.data_hinted = False
         self.graphs_seen: Optional[int] = None  # train.compile: graphs compiled up to the last iteration
@@ -127,6 +136,7 @@ class Trainer:
             raise UserError(f'{opt["opt_path"]}: datasets.train: required section is missing')
         train_opt_ds = opt['datasets']['train']
         self.train_set = build_dataset(train_opt_ds)
+        self.train_files = training_files(self.train_set)
         val_set = build_dataset(opt['datasets']['test']) if 'test' in opt['datasets'] else None
 
         # Found before seeding: a resumed run must shuffle with the seed it started with.
@@ -235,7 +245,8 @@ class Trainer:
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
         # state files written before the batch layout was recorded lack it: the layout is unknown
         saved = (s['world_size'], s['batch_size'], s['accumulate_steps']) if 'batch_size' in s else None
-        if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch:
+        files_changed = self.training_set_change(s)
+        if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch and not files_changed:
             self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
         else:
             # Shards and batches differ with the world size, batch size, accumulation and seed, so
@@ -247,11 +258,33 @@ class Trainer:
             elif saved != layout:
                 self.log.warning(f'resume: (world size, batch per process, accumulation) changed {saved} -> '
                                  f'{layout}; continuing at the start of epoch {self.epoch}')
+            if files_changed:
+                self.log.warning(f'resume: the training set changed since checkpoint {s["iter"]}: {files_changed}; '
+                                 f'continuing at the start of epoch {self.epoch}')
         rngs = s['rng']
         set_rng_state(rngs[self.state.rank] if self.state.rank < len(rngs) else rngs[0])
         self.log.info(f'resumed from {point.path} at iteration {self.step} (epoch {self.epoch}, '
                       f'{self.epoch_step} iterations into it)')
+        if same_run:
+            self.last_saved = self.step
         return s['wandb_id']
+
+    def training_set_change(self, s: Mapping[str, Any]) -> str:
+        """What differs between the training files a checkpoint recorded and those of this start ('' if
+        nothing, or if either side does not know its files), e.g. `1 file gone (dataroot_H: 0007.png)`."""
+        before, now = s.get('train_files'), self.train_files
+        if not isinstance(before, dict) or now is None or before == now:
+            return ''
+        parts = []
+        for what, keys in (('gone', lambda: {k: sorted(set(before[k]) - set(now.get(k, ()))) for k in before}),
+                           ('new', lambda: {k: sorted(set(now[k]) - set(before.get(k, ()))) for k in now})):
+            per_folder = {k: v for k, v in keys().items() if v}
+            count = sum(len(v) for v in per_folder.values())
+            if count:
+                names = [f'{k}: {n}' for k, v in per_folder.items() for n in v]
+                shown = ', '.join(names[:3]) + (f' and {count - 3} more' if count > 3 else '')
+                parts.append(f'{count} file{"s" if count > 1 else ""} {what} ({shown})')
+        return ', '.join(parts) or 'the same files in another order'
 
     def save(self) -> bool:
         """Rank 0 writes; all ranks gather the random states before and learn the outcome after.
@@ -273,12 +306,18 @@ class Trainer:
                 'accumulate_steps': self.accum, 'seed': self.seed, 'rng': rngs, 'best': self.best,
                 'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
             }
+            if self.train_files is not None:
+                files['state']['train_files'] = self.train_files  # a resume says when the training set changed
             try:
                 self.ckpt.save(self.step, files)
                 self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
             except Exception as e:  # torch.save reports a full disk as RuntimeError, not OSError
-                error = f'checkpoint at iteration {self.step} failed: {first_line(e)}'
-        return self.agree_on_write(error)
+                error = (f'checkpoint at iteration {self.step} failed: '
+                         f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')
+        ok = self.agree_on_write(error)
+        if ok:
+            self.last_saved = self.step
+        return ok
 
     def newest_save(self) -> str:
         latest = self.ckpt.complete_steps()
@@ -318,10 +357,12 @@ class Trainer:
             self.best = {'psnr': res['psnr'], 'iter': self.step}
             error = None
             if self.main:
+                files = self.model.state_files()
                 try:
-                    self.ckpt.save_best(self.model.state_files(), self.step, res['psnr'])
+                    self.ckpt.save_best(files, self.step, res['psnr'])
                 except Exception as e:
-                    error = f'best checkpoint at iteration {self.step} failed: {first_line(e)}'
+                    error = (f'best checkpoint at iteration {self.step} failed: '
+                             f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')
             self.agree_on_write(error)
         self.reporter.redraw_curves()
 
@@ -344,10 +385,11 @@ class Trainer:
                     for j, data in enumerate(frames):
                         stem = name if len(frames) == 1 else f'{j:04d}'
                         atomic_write_bytes(os.path.join(folder, f'{stem}_{self.step}.png'),
-                                           lambda f, data=data: f.write(data))
+                                           lambda f, data=data: f.write(data), size=len(data))
             except OSError as e:
                 error = e
-                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: {e}')
+                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: '
+                               f'{describe_write_error(e, self.opt["path"]["images"])}')
         if rounds and self.main and error is None:
             self.log.info(f'val.save_img: validation images of iteration {self.step} in {self.opt["path"]["images"]}')
 
@@ -362,14 +404,15 @@ class Trainer:
         groups = self.training_batches()
         self.timing.tick()
         while self.step < total:
-            batches = next(groups)
+            batches, data_error = self.next_batches(groups)
             self.timing.data_ready()
+            self.agree_to_go_on(data_error)
             self.step += 1
             self.epoch_step += 1
-            stop = self.train_step(batches)
+            self.train_step(batches)
             self.model.end_iteration(self.step)
             self.timing.step_done()
-            self.after_step(total, stop)
+            self.after_step(total)
             if self.epoch_step == self.steps_per_epoch:
                 self.epoch += 1
                 self.epoch_step = 0
@@ -395,9 +438,52 @@ class Trainer:
             if not steps:
                 raise RuntimeError(f'the train loader gave no complete step at epoch {self.epoch}')
 
-    def after_step(self, total: int, stop: bool) -> None:
-        """Check skipped steps, print, save, then validate (a failing validation never costs the save); stop
-        if asked. The checks come first at every point that reads the device anyway or writes."""
+    @staticmethod
+    def next_batches(groups: Iterator[List[Any]]) -> Tuple[Optional[List[Any]], Optional[str]]:
+        """The next step's micro-batches, or the one line of a training file that can no longer be read (replaced
+        by a damaged file, deleted since the start-up check; in a loader worker or here): the loop saves first."""
+        try:
+            return next(groups), None
+        except UserError as e:
+            return None, one_line(str(e))
+
+    def agree_to_go_on(self, data_error: Optional[str]) -> None:
+        """Before each iteration, the one host collective of a step: every rank learns whether any rank was asked to
+        stop (a signal) or could not read its batch, and all stop together, here, after a checkpoint of the
+        iterations done so far. Host flags only: nothing here waits for the device."""
+        signals = self.signals
+        stop_asked, interrupted, data_failed = dist.agree_any([signals.requested, signals.interrupted,
+                                                               data_error is not None])
+        if data_failed:
+            # only on this path, taken by every rank together: the line of the rank that failed
+            errors = dist.gather_objects(data_error)
+            rank = next(r for r, e in enumerate(errors) if e is not None)
+            where = f' (rank {rank})' if self.state.world_size > 1 else ''
+            saved = self.save_before_stopping()
+            if self.last_saved == self.step:
+                saved += f' at iteration {self.step}'
+            raise TrainingStopped(f'iteration {self.step + 1}: training data{where}: {errors[rank]}; {saved}; '
+                                  f'replace or remove the file, then rerun the same command to resume', EXIT_USER_ERROR)
+        if stop_asked:
+            by = signals.name() or ('SIGINT (Ctrl-C) on another rank' if interrupted else 'a signal on another rank')
+            saved = self.save_before_stopping()
+            at = f'at iteration {self.step}' if self.step else 'before the first iteration'
+            raise TrainingStopped(f'stopped by {by} {at}; {saved}, rerun the same command to '
+                                  f'{"resume" if self.last_saved is not None else "start"}',
+                                  EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED)
+
+    def save_before_stopping(self) -> str:
+        """A checkpoint of the iterations done so far, unless there is one already; what happened, for the last line."""
+        self.check_skipped_steps()  # non-finite steps since the last check: exit 4, no save (as at any save)
+        if self.last_saved == self.step:
+            return 'checkpoint saved'
+        if not self.step:
+            return 'nothing to save yet'
+        return 'checkpoint saved' if self.save() else 'the checkpoint FAILED'
+
+    def after_step(self, total: int) -> None:
+        """Check skipped steps, print, save, then validate (a failing validation never costs the save).
+        The checks come first at every point that reads the device anyway or writes."""
         t, last = self.train_opt, self.step == total
         if t['compile']:
             self.note_compilation()
@@ -408,32 +494,25 @@ class Trainer:
                           f'GiB of the card\'s {total_mem / 2**30:.1f} GiB (video networks: netG.checkpoint "memory" '
                           f'needs least)')
         print_due = self.step % t['checkpoint_print'] == 0 or last
-        save_due = self.step % t['checkpoint_save'] == 0 or last or stop
+        save_due = self.step % t['checkpoint_save'] == 0 or last
         validate_due = self.val_loader is not None and (self.step % t['checkpoint_test'] == 0 or last)
         if print_due or save_due or validate_due:
             self.check_skipped_steps()
         if print_due:
             self.print_status(*self.timing.take())
-        saved = False
         if save_due:
-            saved = self.save()
-        if stop:
-            raise TrainingStopped(f'stopped by {self.signals.name() or "a signal on another rank"} at iteration '
-                                  f'{self.step}; {"checkpoint saved" if saved else "the checkpoint FAILED"}, rerun '
-                                  f'the same command to resume', EXIT_PREEMPTED)
+            self.save()
         if validate_due:
             self.validate()
 
-    def train_step(self, batches: List[Any]) -> bool:
-        """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), the ranks' agreement
-        on stop signals, then the gated step. Nothing here reads the device: the only per-iteration
-        host collective is the tiny stop-signal agreement, which never waits for the GPU."""
+    def train_step(self, batches: List[Any]) -> None:
+        """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), then the gated step.
+        Nothing here reads the device; the only per-iteration host collective is the tiny agreement before it
+        (`agree_to_go_on`: stop signals, unreadable data), which never waits for the GPU."""
         loss = self.model.backward(batches)
         finite = self.model.finalize_gradients(self.step, loss)
         applied = self.gate.decide(finite, self.step) if self.gate is not None else None
-        stop, = dist.agree_any([self.signals.requested])
         self.model.step(self.step, loss, applied)
-        return stop
 
     def note_compilation(self) -> None:
         """`train.compile`: what the first iteration cost, and any later compilation (a recompilation means the
@@ -563,27 +642,38 @@ def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.N
 
     The lock comes first, before anything is written: a second job on the same folder ends on every
     rank with one line naming the holder (exit 2) and leaves no trace. Rank 0 gets the lock back and
-    holds it until the process ends.
+    holds it until the process ends. A write that fails here (a full disk) ends every rank with one
+    line and exit 5, as a failed checkpoint does.
     """
     task_dir = opt['path']['task']
-    lock, error = None, None
+    lock, error, write_error = None, None, None
     if dist.is_main_process():
         try:
             lock = RunLock.acquire(task_dir)
         except UserError as e:
             error = str(e)
-    if dist.agree_any([error is not None])[0]:
+        except OSError as e:  # no space for the lock file
+            write_error = describe_write_error(e, task_dir)
+    busy, failed = dist.agree_any([error is not None, write_error is not None])
+    if busy:
         raise UserError(error or f'{task_dir} is in use by another job (rank 0 found its lock held)')
     try:
+        if failed:
+            raise _run_folder_failed(task_dir, write_error)
         archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
         dist.barrier()
         if dist.is_main_process():
-            for key in ('task', 'models', 'options'):
-                os.makedirs(opt['path'][key], exist_ok=True)
-            log_to_file(task_dir)
-            name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
-            atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
-                              dumps(opt) + '\n')
+            try:
+                for key in ('task', 'models', 'options'):
+                    os.makedirs(opt['path'][key], exist_ok=True)
+                log_to_file(task_dir)
+                name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
+                atomic_write_text(os.path.join(opt['path']['options'],
+                                               f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'), dumps(opt) + '\n')
+            except OSError as e:
+                write_error = describe_write_error(e, task_dir)
+        if dist.agree_any([write_error is not None])[0]:
+            raise _run_folder_failed(task_dir, write_error)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -595,6 +685,11 @@ def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.N
     return lock
 
 
+def _run_folder_failed(task_dir: str, problem: Optional[str]) -> TrainingStopped:
+    return TrainingStopped(f'writing the run folder {task_dir} failed: {problem or "on rank 0"}; nothing trained yet',
+                           EXIT_SAVE_FAILED)
+
+
 def is_restart(env: Mapping[str, str]) -> bool:
     """Whether this process is an automatic restart of a job: `torchrun --max-restarts` or a SLURM requeue.
 
@@ -603,15 +698,27 @@ def is_restart(env: Mapping[str, str]) -> bool:
     return any(int(env.get(key) or 0) > 0 for key in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
 
 
+def stop_if_asked(signals: stop.StopSignals, when: str) -> None:
+    """A safe point of the start-up, the same on every rank: a stop asked for so far (on any rank) ends the run
+    here, before anything is written to the run folder, with exit 3 (130 for Ctrl-C)."""
+    asked, interrupted = dist.agree_any([signals.requested, signals.interrupted])
+    if asked:
+        by = signals.name() or ('SIGINT (Ctrl-C) on another rank' if interrupted else 'a signal on another rank')
+        raise TrainingStopped(f'stopped by {by} during start-up ({when}): nothing written, nothing to save; rerun '
+                              f'the same command to continue', EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED)
+
+
 def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
     threads = dist.set_cpu_threads(state, opt['datasets']['train']['dataloader_num_workers']
                                    if 'train' in opt['datasets'] else 0)
     log = setup_logger(state.rank)
+    signals = stop.install()
     trainer, lock = None, None
     ok = False
     try:
+        stop_if_asked(signals, 'while loading')  # on every rank, the first point where all of them can agree
         log.info(dist.banner(state, device))
         if threads:
             log.info(threads)
@@ -626,6 +733,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
             opt['dist'] = state.distributed
         trainer = Trainer(opt, state, device, args)
         trainer.build()
+        stop_if_asked(signals, 'while checking the data and the model')
         if trainer.finished():
             ok = True
             return  # nothing to train: nothing written (no log or options file added to the run folder)
@@ -639,9 +747,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     finally:
         if trainer is not None:
             trainer.close()
-        dist.cleanup(together=ok)
-        if trainer is not None:
-            trainer.signals.restore()  # only now: a late SIGTERM in the final barrier must not become 143
+        dist.cleanup(together=ok)  # the stop-signal handlers stay until the process exits: a late SIGTERM is no 143
         if lock is not None:
             lock.release()
 
@@ -655,19 +761,26 @@ def one_line(message: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parent_watch.install()  # first: the parent pid it records must be the launcher's
+    signals = stop.install()  # already there when run as a script (see the top of this file)
     args = parse_args(argv)
     try:
         opt = read_options(args.opt, args.set)
         state = dist.detect()
+        if not state.distributed:  # a rank waits for the others: they all stop together once they have met
+            stop_if_asked(signals, 'while loading')
         code = maybe_relaunch(opt, state, __file__, sys.argv[1:] if argv is None else argv)
         if code is not None:  # this process only launched the ranks
             return code
         train(opt, state, args)
     except UserError as e:
+        if signals.requested:  # asked to stop before the failure: what a job script must act on (requeue)
+            print(f'stopped: stopped by {signals.name()}; nothing saved (the run failed meanwhile: '
+                  f'{one_line(str(e))}); rerun the same command to continue', file=sys.stderr)
+            return signals.code
         print(f'error: {one_line(str(e))}', file=sys.stderr)
         return EXIT_USER_ERROR
     except TrainingStopped as e:
-        print(f'{"stopped" if e.code == EXIT_PREEMPTED else "error"}: {e}', file=sys.stderr)
+        print(f'{"stopped" if e.code in (EXIT_PREEMPTED, EXIT_INTERRUPTED) else "error"}: {e}', file=sys.stderr)
         return e.code
     return 0
 

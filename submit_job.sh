@@ -10,7 +10,7 @@
 # every rank agrees on the stop, rank 0 saves a checkpoint, the ranks exit with code 3, and this
 # script requeues the job, which resumes from that checkpoint by itself. Any other failure is not
 # requeued: the script exits with the ranks' code (2 user error, 4 non-finite loss, 5 checkpoint
-# write failed, 128+N killed by signal N).
+# write failed, 130 Ctrl-C/SIGINT, 128+N killed by signal N).
 #SBATCH --job-name=restoration
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -43,7 +43,9 @@ echo "job ${SLURM_JOB_ID} (restart ${SLURM_RESTART_COUNT:-0}) on ${SLURM_JOB_NOD
 # code 2 into 143. So the ranks get RANK_EXIT_WAIT_S to end by themselves (they stop together for
 # codes 2-5), then srun kills the rest (a crashed rank: the others fail at their next collective or
 # are killed then). The ranks' codes reach this script: 0 done, 2 user error, 3 stopped for
-# preemption (checkpoint saved), 4 non-finite loss, 5 checkpoint write failed, 128+N a rank killed
+# preemption (checkpoint saved; also for a stop that came during start-up, with nothing to save),
+# 4 non-finite loss, 5 checkpoint write failed (a full disk: "no space left on <mount>"), 130 Ctrl-C
+# (SIGINT, e.g. `scancel --signal=INT`: a person asked to stop, not requeued), 128+N a rank killed
 # by signal N. Only 3 is requeued; any other code becomes the job's exit code (ExitCode in
 # `scontrol show job`).
 RANK_EXIT_WAIT_S=60

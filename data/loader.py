@@ -1,11 +1,12 @@
 """DataLoader construction for training (sharded, resumable) and evaluation (sharded, no padding).
 
-Loader workers ignore SIGTERM and SIGUSR1. SLURM, torchrun and `kill -TERM -<pgid>` signal every
-process of a job, workers included; a worker killed that way makes its rank fail with "DataLoader
-worker ... is killed by signal" before the rank can act on the same signal (utils/stop.py: finish
-the iteration, save, exit 3). So the stop request is left to the rank. Workers still end with their
-rank: torch's worker watchdog exits a worker whose parent is gone, and a normal shutdown stops them
-through the loader.
+Loader workers ignore the stop signals, SIGTERM, SIGUSR1 and SIGINT. SLURM, torchrun and
+`kill -TERM -<pgid>` signal every process of a job, and a terminal's Ctrl-C every process of its
+foreground group, workers included; a worker ended that way makes its rank fail with "DataLoader
+worker ... is killed by signal" (or exited unexpectedly, for SIGINT's KeyboardInterrupt) before the
+rank can act on the same signal (utils/stop.py: agree at the iteration boundary, save, exit 3 or
+130). So the stop request is left to the rank. Workers still end with their rank: torch's worker
+watchdog exits a worker whose parent is gone, and a normal shutdown stops them through the loader.
 """
 import signal
 from typing import Any, Dict, Tuple
@@ -16,19 +17,19 @@ from torch.utils.data import DataLoader, Dataset
 
 from data.sampler import ResumableDistributedSampler, ShardSampler
 from utils.errors import UserError
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+from utils.stop import STOP_SIGNALS
 
 
 def ignore_stop_signals(worker_id: int) -> None:
     """`worker_init_fn` of every loader: leave the stop signals to the rank (see the module docstring).
 
     torch's worker loop installs its own SIGTERM handler (which re-raises SIGTERM from anyone but the
-    parent) before it calls `worker_init_fn`, so the SIG_IGN set here is what stays in effect.
+    parent) before it calls `worker_init_fn`, so the SIG_IGN set here is what stays in effect. The rank's
+    wake-up fd (utils/stop.py), inherited through the fork, is dropped: the rank counts only its own Ctrl-Cs.
     """
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    signal.set_wakeup_fd(-1)
 
 
 def one_opencv_thread_per_worker(num_workers: int) -> None:

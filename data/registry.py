@@ -6,7 +6,8 @@ dataset class declares `OPTIONS: dict[str, default]` with the keys it reads (a d
 point, to reject unknown keys with a did-you-mean and to fill defaults, so a dataset never sees a
 missing key.
 """
-from typing import Any, Dict
+import os
+from typing import Any, Dict, List, Optional
 
 from torch.utils.data import Dataset
 
@@ -51,3 +52,25 @@ def dataset_options(dataset_type: str, where: str = 'dataset_type') -> Dict[str,
 def build_dataset(dataset_opt: Dict[str, Any]) -> Dataset:
     """Build the dataset for one validated `datasets.<phase>` section."""
     return DATASETS.get(dataset_opt['dataset_type'], f'{dataset_opt["_where"]}.dataset_type')(dataset_opt)
+
+
+def training_files(dataset: Dataset) -> Optional[Dict[str, List[str]]]:
+    """What a training set is made of, for a checkpoint to record and a resume to compare: per folder option
+    (`dataroot_H`, `dataroot_L`) the image files relative to it; for clip datasets the `clip/frame` keys (or the
+    Vimeo sequences) of the meta info file. None for a dataset that lists neither (nothing is compared)."""
+    opt = getattr(dataset, 'opt', None) or {}
+    out: Dict[str, List[str]] = {}
+    for key, attr in (('dataroot_H', 'paths_H'), ('dataroot_L', 'paths_L')):
+        paths = getattr(dataset, attr, None)
+        if paths and opt.get(key):
+            root = os.path.join(opt[key], '')  # the listing joined the names to the folder as given: cut it off
+            out[key] = [p[len(root):] if p.startswith(root) else os.path.relpath(p, opt[key]) for p in paths]
+    if out:
+        return out
+    keys = getattr(dataset, 'keys', None)
+    if isinstance(keys, list) and keys and isinstance(keys[0], tuple):
+        return {'meta_info_file': [f'{clip}/{frame}' for clip, frame in keys]}
+    seqs = getattr(dataset, 'seqs', None)
+    if isinstance(seqs, list) and seqs and isinstance(seqs[0], tuple):
+        return {'meta_info_file': [seq for seq, _ in seqs]}
+    return None

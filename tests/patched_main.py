@@ -8,12 +8,15 @@ The production code has no test hooks; this wrapper patches it from outside:
 - SAVE_FAIL_AT=k: writing checkpoint k fails like a full disk (OSError ENOSPC);
 - DISK_FULL_AT=k: torch.save of `k_state.pth` fails as it does on a full disk (RuntimeError from
   the zip writer), after `k_G.pth` (and `k_E.pth`) were written;
+- FREE_MB=m: every file system reports m MB free (shutil.disk_usage), as a full disk does: with
+  DISK_FULL_AT the failure is then recognised as one for lack of space;
 - POISON_AT=k: after the optimizer step of iteration k a weight of netG becomes NaN (the loss
   and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
   first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
 """
 import os
+import shutil
 import sys
 import time
 
@@ -68,6 +71,14 @@ def install() -> None:
                 raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 128 vs 64')
             return original_torch_save(obj, path)
         checkpoint.atomic_torch_save = full_disk_save
+    free_mb = os.environ.get('FREE_MB')
+    if free_mb:
+        real_usage = shutil.disk_usage
+
+        def full_disk_usage(path):
+            usage, free = real_usage(path), int(float(free_mb) * 1e6)
+            return type(usage)(usage.total, usage.total - free, free)
+        shutil.disk_usage = full_disk_usage
     poison_at = int(os.environ.get('POISON_AT', 0))
     if poison_at:
         original_step = ModelPlain.step
@@ -81,13 +92,13 @@ def install() -> None:
     if slow:
         original = checkpoint.atomic_write_bytes
 
-        def slow_write(path, write):
+        def slow_write(path, write, **kwargs):
             def slowly(f):
                 write(f)
                 f.flush()
                 print(f'SAVING {path}', flush=True)
                 time.sleep(slow)
-            original(path, slowly)
+            original(path, slowly, **kwargs)
         checkpoint.atomic_write_bytes = slow_write
 
 

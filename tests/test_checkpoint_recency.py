@@ -4,6 +4,7 @@ Unit tests drive CheckpointDir directly; end-to-end tests run `main_train.py` (o
 `tests/patched_main.py` for injected faults) and read what they leave in `models/`.
 """
 import os
+import re
 import stat
 import sys
 
@@ -250,10 +251,13 @@ def test_after_an_explicit_older_resume_the_next_plain_start_continues_the_new_h
 
 
 def test_a_full_disk_is_the_agreed_save_failure_leaves_no_half_save_and_a_restart_resumes(tmp_path, demo_images):
+    """torch's zip writer reports a full disk as `unexpected pos`: the line says what it means."""
     path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000)
-    res = run([PY, PATCHED, '--opt', path], env=clean_env(DISK_FULL_AT='4'))
+    res = run([PY, PATCHED, '--opt', path], env=clean_env(DISK_FULL_AT='4', FREE_MB='0.02'))
     assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-2000:]
-    assert res.stderr.count('\n') == 1 and 'checkpoint at iteration 4 failed' in res.stderr, res.stderr
+    assert res.stderr.count('\n') == 1, res.stderr
+    assert re.match(r'error: checkpoint at iteration 4 failed: no space left on /\S* \(0\.02 MB free\); ',
+                    res.stderr), res.stderr
     assert sorted(os.listdir(_models(tmp_path))) == ['2_E.pth', '2_G.pth', '2_state.pth', 'latest']
     res = run([PY, PATCHED, '--opt', path, '--set', 'train.save_failure="warn"'], env=clean_env(DISK_FULL_AT='4'))
     assert res.returncode == 0, res.stderr[-2000:]

@@ -176,7 +176,7 @@ def test_relaunch_module_exits_5_when_a_checkpoint_write_fails(tmp_path, demo_im
     res = _launch(RELAUNCH + [PATCHED, '--opt', path], clean_env(SAVE_FAIL_AT='4'))
     assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-3000:]
     assert 'checkpoint write failed' in _launcher_line(res.stderr, EXIT_SAVE_FAILED)
-    assert 'No space left on device' in res.stderr
+    assert 'checkpoint at iteration 4 failed: no space left on /' in res.stderr
     assert _latest(tmp_path) == 2
 
 

@@ -117,7 +117,8 @@ def test_sigterm_to_a_torchrun_process_group_stops_both_ranks_with_a_checkpoint(
 
 
 def test_train_and_val_loader_workers_ignore_the_stop_signals(tmp_path):
-    """The hook itself: inside a worker (after torch installed its own handlers) both signals are ignored."""
+    """The hook itself: inside a worker (after torch installed its own handlers) SIGTERM, SIGUSR1 and SIGINT
+    (a terminal's Ctrl-C reaches the workers too) are ignored."""
     import torch
     from torch.utils.data import Dataset
 
@@ -126,8 +127,8 @@ def test_train_and_val_loader_workers_ignore_the_stop_signals(tmp_path):
             return 8
 
         def __getitem__(self, key):
-            return torch.tensor([int(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN),
-                                 int(signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN)])
+            return torch.tensor([int(signal.getsignal(sig) == signal.SIG_IGN)
+                                 for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)])
 
     opt = {'dataloader_batch_size': 2, 'dataloader_num_workers': 1, 'dataloader_shuffle': False,
            'dataloader_prefetch_factor': 2, 'dataloader_persistent_workers': False, '_where': 'datasets.train'}

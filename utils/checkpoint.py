@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from utils.diskspace import NoSpaceLeft, no_space, object_bytes
 from utils.errors import UserError, first_line
 
 STATE_FILE = re.compile(r'^(\d+)_state\.pth$')
@@ -26,24 +27,30 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def atomic_write_bytes(path: str, write: Any) -> None:
+def atomic_write_bytes(path: str, write: Any, size: Any = None) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`.
 
-    A crash at any point leaves either the old file or the new one, never a truncated file.
+    A crash at any point leaves either the old file or the new one, never a truncated file. A write
+    that fails for lack of space (`size`: the bytes written, or a function giving them, for failures
+    that carry no errno) raises NoSpaceLeft: `no space left on <mount> (N MB free)`.
     """
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=folder)
+    tmp = None
     try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=folder)
         with os.fdopen(fd, 'wb') as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)  # first: the free space counted below is the space without this partial file
+        message = no_space(e, folder, size) if isinstance(e, Exception) else None
+        if message:
+            raise NoSpaceLeft(message) from e
         raise
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
@@ -53,11 +60,12 @@ def atomic_write_bytes(path: str, write: Any) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str) -> None:
-    atomic_write_bytes(path, lambda f: torch.save(obj, f))
+    atomic_write_bytes(path, lambda f: torch.save(obj, f), size=lambda: object_bytes(obj))
 
 
 def atomic_write_text(path: str, text: str) -> None:
-    atomic_write_bytes(path, lambda f: f.write(text.encode('utf-8')))
+    data = text.encode('utf-8')
+    atomic_write_bytes(path, lambda f: f.write(data), size=len(data))
 
 
 def _looks_like_checkpoint(path: str) -> bool:

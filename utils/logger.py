@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
+from utils.diskspace import describe_write_error
 from utils.errors import first_line
 from utils.history import History
 from utils.options import dumps
@@ -104,11 +105,39 @@ def setup_logger(rank: int, buffered: bool = True) -> logging.Logger:
     return logger
 
 
+class _LogFile(logging.FileHandler):
+    """The run's log file. A line that cannot be written (a full disk) is not a traceback per line on stderr, as
+    logging's own handler prints: the console gets one warning saying why, and the file is tried again with the
+    next line (what its buffer kept goes in first); a later failure after a success warns again."""
+
+    failing = False
+    _ok = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._ok = True
+        super().emit(record)  # calls handleError if the write fails
+        if self._ok:
+            self.failing = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._ok = False
+        if self.failing:
+            return
+        self.failing = True
+        problem = describe_write_error(sys.exc_info()[1] or OSError('write failed'), self.baseFilename)
+        warning = logging.LogRecord(record.name, logging.WARNING, __file__, 0,
+                                    f'log file {self.baseFilename}: {problem}; log lines go to the console only '
+                                    f'until it can be written again', None, None)
+        for h in get_logger().handlers:
+            if h is not self:
+                h.handle(warning)
+
+
 def log_to_file(folder: str, name: str = 'train') -> str:
     """Rank 0: from now on also log to `<folder>/<name>_<time>.log`, starting with what was logged so far."""
     logger = get_logger()
     path = os.path.join(folder, f'{name}_{time.strftime("%y%m%d_%H%M%S")}.log')
-    fh = logging.FileHandler(path)
+    fh = _LogFile(path)
     fh.setFormatter(_FORMAT)
     for h in list(logger.handlers):
         if isinstance(h, _Buffer):
@@ -148,7 +177,12 @@ class Reporter:
         if not enabled:
             return
         self.history = History(opt['path']['task'])
-        dropped = self.history.truncate_after(start_iter)
+        self.history_failing = False
+        try:
+            dropped = self.history.truncate_after(start_iter)
+        except OSError as e:  # a full disk: the history is not training state, the run goes on without it
+            dropped = 0
+            self._history_failed(e)
         if dropped:
             get_logger().info(f'{self.history.path}: {dropped} rows after iteration {start_iter} dropped '
                               f'(the run went past its last checkpoint)')
@@ -209,9 +243,22 @@ class Reporter:
             self.wandb_run.log({k: wandb.Image(img) for k, img in images.items()}, step=step)
 
     def row(self, row: Dict[str, Any]) -> None:
-        """One line of history.jsonl (a print step or a validation)."""
-        if self.history is not None:
+        """One line of history.jsonl (a print step or a validation); a row that cannot be written (a full disk)
+        is missing, said once until writing works again."""
+        if self.history is None:
+            return
+        try:
             self.history.append(row)
+        except OSError as e:
+            self._history_failed(e)
+        else:
+            self.history_failing = False
+
+    def _history_failed(self, e: OSError) -> None:
+        if not self.history_failing:
+            self.history_failing = True
+            get_logger().warning(f'{self.history.path}: {describe_write_error(e, self.history.path)}; rows are '
+                                 f'missing until it can be written again')
 
     def redraw_curves(self) -> None:
         """curves.png from the history, in the background."""

@@ -24,8 +24,13 @@ def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None
     """Draw the curves of `rows` (history rows) to the PNG `out`, written atomically."""
     fig = curves_figure(rows, title)
     tmp = f'{out}.tmp.png'
-    fig.savefig(tmp)
-    os.replace(tmp, out)
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
@@ -146,7 +151,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f'error: {args.folder}: no {HISTORY_FILE} (not a run folder, or a run from before the history '
               f'file existed)', file=sys.stderr)
         return 2
-    print(plot_run(args.folder))
+    try:
+        print(plot_run(args.folder))
+    except OSError as e:  # a full disk: one line (this runs beside training, on its stderr), not a traceback
+        from utils.diskspace import describe_write_error
+        print(f'error: {os.path.join(args.folder, CURVES_FILE)}: {describe_write_error(e, args.folder)}',
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,36 +17,48 @@ Exit codes. torchrun exits 1 with a traceback whenever a rank fails, so a job sc
 that rank; the ranks print their own error. Codes: 2 user error, 3 stopped for preemption
 (checkpoint saved), 4 non-finite loss/gradients, 5 checkpoint write failed.
 
-Signals. SIGTERM and SIGUSR1 to the launcher are passed on to the ranks (they are started in sessions
-of their own, so a signal to the launcher's process group does not reach them): the ranks agree to
-stop at the next iteration boundary, rank 0 saves, every rank exits 3 and so does the launcher. A
-second SIGTERM, or SIGINT/SIGHUP/SIGQUIT, stops the ranks at once as torchrun does (that signal,
-SIGKILL after 30 s) and the launcher exits 128+N. There are no restarts (`max_restarts=0`): use
-torchrun directly for `--max-restarts`, whose exit code is 1 for any failure.
+Signals. SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) to the launcher are passed on to the ranks (they are
+started in sessions of their own, so a signal to the launcher's process group does not reach them):
+the ranks agree to stop at the next iteration boundary, rank 0 saves, every rank exits 3 (130 after
+Ctrl-C) and so does the launcher. A second SIGTERM or SIGINT, or SIGHUP/SIGQUIT, stops the ranks at
+once as torchrun does (that signal, SIGKILL after 30 s) and the launcher exits 128+N. A stop signal
+that arrives before any rank exists starts none: exit 3 (130), nothing to save. There are no
+restarts (`max_restarts=0`): use torchrun directly for `--max-restarts`, whose exit code is 1 for
+any failure.
 """
-import argparse
-import logging
-import os
-import shutil
-import signal
-import sys
-import tempfile
-import threading
-import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+if __name__ == '__main__':
+    # `python -m utils.relaunch`: before importing torch (seconds), so that a stop during start-up is kept
+    # (see utils/stop.py) and ends the launcher with 3, not 143.
+    from utils import stop as _early_stop
+    _early_stop.install()
 
-import torch
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import uuid  # noqa: E402
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple  # noqa: E402
 
-from utils.dist import DistState
-from utils.errors import UserError
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
+import torch  # noqa: E402
+
+from utils import stop  # noqa: E402
+from utils.dist import DistState  # noqa: E402
+from utils.errors import UserError  # noqa: E402
+from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED  # noqa: E402
 
 CPU_TEST_MODE = 'RESTORATION_CPU_PROCS_FROM_GPU_IDS'
 EXIT_USER_ERROR = 2  # main_train.py's code for a user mistake
 MEANING = {EXIT_USER_ERROR: 'user error', EXIT_PREEMPTED: 'stopped for preemption, checkpoint saved',
-           EXIT_NONFINITE: 'non-finite loss or gradients', EXIT_SAVE_FAILED: 'checkpoint write failed'}
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1)  # the ranks' stop signals (utils/stop.py)
-AGENT_SIGNALS = 'SIGINT,SIGHUP,SIGQUIT'       # left to the elastic agent: stop the ranks at once
+           EXIT_NONFINITE: 'non-finite loss or gradients',
+           EXIT_SAVE_FAILED: 'checkpoint write failed (or another write to the run folder)',
+           EXIT_INTERRUPTED: 'interrupted by SIGINT (Ctrl-C)'}
+FORWARDED = stop.STOP_SIGNALS  # the ranks' stop signals: SIGTERM, SIGUSR1, SIGINT
+AT_ONCE = (signal.SIGTERM, signal.SIGINT)  # the second of these stops the ranks at once
+AGENT_SIGNALS = 'SIGHUP,SIGQUIT'  # left to the elastic agent: stop the ranks at once
 
 
 def relaunch_count(gpu_ids: Optional[Sequence[int]], state: DistState, cuda: bool,
@@ -82,7 +94,7 @@ def shell_code(exitcode: int) -> int:
 
 def describe(code: int) -> str:
     """`code` with its meaning, e.g. `code 4 (non-finite loss or gradients)`."""
-    if code > 128:
+    if code > 128 and code != EXIT_INTERRUPTED:  # a rank ends with 130 itself after Ctrl-C
         try:
             return f'code {code} (killed by {signal.Signals(code - 128).name})'
         except ValueError:
@@ -126,13 +138,15 @@ def _rank_pids() -> List[int]:
 
 
 class _ForwardStopSignals:
-    """While the ranks run, SIGTERM/SIGUSR1 to the launcher ask them to stop (they save and exit 3)
-    and the launcher keeps waiting for their exit codes. Before any rank exists, or on a second
-    SIGTERM, the signal goes to the elastic agent as with torchrun: it stops the ranks at once."""
+    """While the ranks run, SIGTERM/SIGUSR1/SIGINT to the launcher ask them to stop (they save and exit 3,
+    130 for SIGINT) and the launcher keeps waiting for their exit codes. Before any rank exists, or on a
+    second SIGTERM or SIGINT, the signal goes to the elastic agent as with torchrun: it stops the ranks at
+    once (`early` records a first stop signal that found no rank)."""
 
     def __init__(self) -> None:
         self._previous: Dict[int, Any] = {}
         self._forwarded: set = set()
+        self.early: Optional[int] = None
 
     def __enter__(self) -> '_ForwardStopSignals':
         if threading.current_thread() is threading.main_thread():
@@ -149,7 +163,9 @@ class _ForwardStopSignals:
         from torch.distributed.elastic.multiprocessing.api import SignalException
         sig = signal.Signals(signum)
         pids = _rank_pids()
-        if not pids or (sig == signal.SIGTERM and sig in self._forwarded):
+        if not pids or (sig in AT_ONCE and sig in self._forwarded):
+            if not pids and not self._forwarded and self.early is None:
+                self.early = signum
             raise SignalException(f'Process {os.getpid()} got signal: {signum}', sigval=sig)
         self._forwarded.add(sig)
         for pid in pids:  # the rank only, not its group: its loader workers end with it
@@ -157,7 +173,7 @@ class _ForwardStopSignals:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
-        again = ' (SIGTERM again stops them at once)' if sig == signal.SIGTERM else ''
+        again = f' ({sig.name} again stops them at once)' if sig in AT_ONCE else ''
         # os.write, not print: a handler may interrupt a print of the main thread
         os.write(2, f'launcher: {sig.name} passed on to {len(pids)} rank(s): they stop together at the next '
                     f'iteration and save{again}\n'.encode())
@@ -190,8 +206,12 @@ def launch_local(nproc: int, script: str, argv: Sequence[str]) -> int:
     quiet = _DropFailureLog()
     agent_log.addFilter(quiet)
     saved = os.environ.get('TORCHELASTIC_SIGNALS_TO_HANDLE')  # the launch API sets it for good
+    forward = _ForwardStopSignals()
     try:
-        with _ForwardStopSignals():
+        with forward:
+            asked = stop.current()
+            if asked is not None and asked.requested:  # before this point: start no rank
+                return _stopped_before_the_ranks(asked.received)
             elastic_launch(config, sys.executable)(*args)
     except ChildFailedError as e:
         rank, code = root_cause(e)
@@ -200,6 +220,8 @@ def launch_local(nproc: int, script: str, argv: Sequence[str]) -> int:
               file=sys.stderr, flush=True)
         return code
     except SignalException as e:  # the ranks were stopped at once (see _ForwardStopSignals)
+        if forward.early is not None:  # no rank was running yet: nothing was trained, nothing to save
+            return _stopped_before_the_ranks(forward.early)
         return 128 + int(e.sigval)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
@@ -210,6 +232,13 @@ def launch_local(nproc: int, script: str, argv: Sequence[str]) -> int:
         if saved is not None:
             os.environ['TORCHELASTIC_SIGNALS_TO_HANDLE'] = saved
     return 0
+
+
+def _stopped_before_the_ranks(signum: int) -> int:
+    code = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_PREEMPTED
+    print(f'launcher: {signal.Signals(signum).name} before the ranks started: nothing to save; exiting with {code}',
+          file=sys.stderr, flush=True)
+    return code
 
 
 def maybe_relaunch(opt: Dict[str, Any], state: DistState, script: str, argv: Sequence[str],

@@ -13,6 +13,7 @@ import os
 import socket
 from typing import IO, Optional
 
+from utils.diskspace import NoSpaceLeft, no_space
 from utils.errors import UserError
 
 _HELD = (errno.EACCES, errno.EAGAIN)  # what lockf reports when another process holds the lock
@@ -48,13 +49,16 @@ class RunLock:
         """Lock the run folder `task_dir` for this process, or raise a UserError naming the holder.
 
         A file system without locks (some network mounts) does not stop the run: the lock comes
-        back unheld, with a `warning` to log.
+        back unheld, with a `warning` to log. No space to create the lock file raises NoSpaceLeft.
         """
         path = lock_path(task_dir)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o666), 'r+')
         except OSError as e:
+            full = no_space(e, path)
+            if full:
+                raise NoSpaceLeft(f'{path}: {full}') from None
             raise UserError(f'{path}: cannot create the run lock: {e.strerror or e}') from None
         try:
             fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -64,9 +68,11 @@ class RunLock:
                 raise UserError(f'{task_dir} is in use by another job: {holder(path)} holds {path}') from None
             return cls(path, None, f'run lock {path} not available on this file system ({e.strerror or e}): '
                                    f'nothing stops a second job from writing into {task_dir}')
-        f.truncate(0)
-        f.write(f'{socket.gethostname()} {os.getpid()}\n')
-        f.flush()
+        try:  # unbuffered: a write that fails here must not fail again when the file is closed
+            os.ftruncate(f.fileno(), 0)
+            os.pwrite(f.fileno(), f'{socket.gethostname()} {os.getpid()}\n'.encode(), 0)
+        except OSError:  # a full disk: the lock is held all the same, only its holder's name is missing
+            pass
         return cls(path, f)
 
     @property
