@@ -27,7 +27,7 @@ import torch
 from data.demo import ensure_demo_data
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
-from main_train import read_options
+from option_rules import read_options
 from models.registry import MODELS
 from models.restorer import InputScores, build_eval_network
 from utils import dist

@@ -27,19 +27,17 @@ import torch  # noqa: E402
 
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
-from data.registry import TRAIN_ONLY_OPTIONS, build_dataset, dataset_options, training_files
+from data.registry import build_dataset, training_files
 from models.compile import compiled_graphs
-from models.init import BN_INITS, WEIGHT_INITS
-from models.losses import LOSSES
-from models.optim import OPTIMIZERS, SCHEDULERS
-from models.registry import MODELS, discriminator_options, model_options, network_options
+from models.registry import MODELS
 from models.restorer import InputScores
+from option_rules import read_options
 from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.diskspace import describe_write_error, object_bytes
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger, show_console
-from utils.options import Rules, dumps, load_options
+from utils.options import dumps
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
@@ -49,22 +47,6 @@ from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SA
 
 EXIT_USER_ERROR = 2
 DATA_WAIT_HINT = 0.25  # share of an iteration spent waiting for data above which the log says so, once
-
-
-def option_rules() -> Rules:
-    """What models/ and data/ require of the options: utils/options.py knows neither."""
-    return Rules(network=network_options, dataset=dataset_options, model=model_options,
-                 discriminator=discriminator_options, train_only_dataset_keys=TRAIN_ONLY_OPTIONS,
-                 names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
-                        'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get,
-                        'train.G_lossfn_type': LOSSES.get, 'train.G_optimizer_type': OPTIMIZERS.get,
-                        'train.G_scheduler_type': SCHEDULERS.get, 'train.D_optimizer_type': OPTIMIZERS.get,
-                        'train.D_scheduler_type': SCHEDULERS.get})
-
-
-def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
-    """The option file at `path` with `--set` overrides, validated and completed."""
-    return load_options(path, option_rules(), overrides)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

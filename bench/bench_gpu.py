@@ -95,7 +95,7 @@ def _sync(device: torch.device) -> None:
 
 def _options(config: str, quick: bool, data: str, extra: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     """The validated options of a configuration as the bench trains it, and the --set list that makes them."""
-    from main_train import read_options
+    from option_rules import read_options
     path, batch, patch, tiny = CONFIGS[config]
     sets = {'datasets.train.dataroot_H': os.path.join(data, 'train'), 'datasets.test.dataroot_H': os.path.join(data, 'test'),
             'datasets.train.dataloader_batch_size': 2 if quick else batch, 'datasets.train.H_size': patch,

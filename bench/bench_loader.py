@@ -233,7 +233,7 @@ def pngs(folder: str) -> List[str]:
 def section(dataset_type: str, **given: Any) -> Dict[str, Any]:
     """A `datasets.train` section validated by the entry point's rules (defaults filled, `_where`); the
     top-level scale follows the section's."""
-    from main_train import option_rules
+    from option_rules import option_rules
     from utils.options import validate
     raw = {'task': 'bench_loader', 'netG': {'net_type': 'dncnn'}, 'scale': given.get('scale', 1),
            'datasets': {'train': {'dataset_type': dataset_type, **given}}}

@@ -33,6 +33,7 @@ import torch  # noqa: E402
 import main_train  # noqa: E402
 from models.init import init_weights  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
+from option_rules import read_options  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from utils import dist  # noqa: E402
 
@@ -59,7 +60,7 @@ def machine() -> str:
 def demo_options(root: str, *overrides: str) -> Dict[str, Any]:
     """The demo options with outputs under `root`, no TensorBoard, no EMA (unless overridden)."""
     base = [f'path.root={root}', 'logging.use_tensorboard=false', 'train.E_decay=0']
-    return main_train.read_options(DEMO, base + list(overrides))
+    return read_options(DEMO, base + list(overrides))
 
 
 def make_batches(opt: Dict[str, Any], n: int, seed: int = 0) -> List[Dict[str, torch.Tensor]]:

@@ -109,16 +109,16 @@ def main(argv: Sequence[str] = None) -> None:
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(ROOT, 'tests'))
-    import main_train
     from bench_loop import machine
     from conftest import clean_env
     from data.demo import ensure_demo_data
+    from option_rules import read_options
     print(machine())
     env = clean_env()
     times: Dict[str, List[float]] = {'ours': [], 'bare': []}
     with tempfile.TemporaryDirectory() as tmp:
         data = [f'datasets.{name}.dataroot_H="{os.path.join(tmp, "demo_data", name)}"' for name in ('train', 'test')]
-        opt = main_train.read_options(DEMO, data)
+        opt = read_options(DEMO, data)
         ds, g, t = opt['datasets']['train'], opt['netG'], opt['train']
         for section in opt['datasets'].values():
             ensure_demo_data(section)

@@ -45,13 +45,13 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick
     sys.path.insert(0, ROOT)
     import torch
 
-    import main_train
     import models.deform_conv as dc
     from models.registry import build_network
+    from option_rules import read_options
     torch.set_num_threads(threads)
     flag = 'true' if checkpoint else 'false'
-    opt = main_train.read_options(OPT, ['netG.spynet_path=null', f'netG.use_checkpoint_attn={flag}',
-                                        f'netG.use_checkpoint_ffn={flag}'] + (TINY if quick else []))
+    opt = read_options(OPT, ['netG.spynet_path=null', f'netG.use_checkpoint_attn={flag}',
+                           f'netG.use_checkpoint_ffn={flag}'] + (TINY if quick else []))
     dc.DEFORM_IMPL = 'torchvision' if impl == 'torchvision' else 'torch'
     if impl == 'torch, before':
         dc.deform_conv2d_torch = dc._deform_conv2d_ops  # plain autograd: keeps the sampled columns

@@ -27,7 +27,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from main_train import option_rules  # noqa: E402
+from option_rules import option_rules  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from utils.options import validate  # noqa: E402
 

@@ -59,7 +59,7 @@ def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
 
 def train_options(**given: Any) -> Dict[str, Any]:
     """The `train` section as the options loader completes it: its defaults with `given` on top."""
-    from main_train import option_rules
+    from option_rules import option_rules
     from utils.options import validate
     return validate({'task': 't', 'netG': {'net_type': 'dncnn'}, 'train': given}, option_rules())['train']
 
@@ -69,7 +69,7 @@ def dataset_options(dataset_type: str, phase: str = 'train', **given: Any) -> Di
 
     The top-level `scale` follows the section's, so that any scale can be given here.
     """
-    from main_train import option_rules
+    from option_rules import option_rules
     from utils.options import validate
     raw = {'task': 't', 'netG': {'net_type': 'dncnn'}, 'datasets': {phase: {'dataset_type': dataset_type, **given}}}
     if 'scale' in given:

@@ -9,7 +9,7 @@ import torch
 
 from conftest import ROOT, run
 from data.registry import build_dataset
-from main_train import read_options
+from option_rules import read_options
 from models.registry import build_network
 from utils.image import imread_uint, tensor2uint
 

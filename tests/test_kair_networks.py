@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from main_train import option_rules
+from option_rules import option_rules
 from models.registry import build_network
 from utils.options import validate
 

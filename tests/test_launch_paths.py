@@ -25,9 +25,9 @@ HANG_S = 120  # a scenario still running after this long (from its start) is kil
 # `python main_train.py` that notes when its imports are done (those of option checking too): start-up
 # on a busy machine varies by tens of seconds, the time a failing rendezvous takes must not.
 LOADED_THEN_MAIN = """import sys, time
-import main_train
+import main_train, option_rules
 args = main_train.parse_args(sys.argv[2:])
-main_train.read_options(args.opt, args.set)
+option_rules.read_options(args.opt, args.set)
 with open(sys.argv[1], 'w') as f:
     f.write(repr(time.monotonic()))
 sys.exit(main_train.main(sys.argv[2:]))

@@ -18,7 +18,7 @@ from models.restorer import VideoRestorer, item_metrics
 from tests.conftest import ROOT, run, tiny_options, write_options
 from utils.errors import OptionsError, UserError
 from utils.options import validate
-from main_train import option_rules, read_options
+from option_rules import option_rules, read_options
 
 PY = sys.executable
 FULL = os.path.join(ROOT, 'options', 'vrt', '006_train_vrt_videodeblurring_gopro_rgbspike.json')

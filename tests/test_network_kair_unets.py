@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from main_train import option_rules
+from option_rules import option_rules
 from models.network_drunet import ResUNet
 from models.network_rrdbnet import RRDBNet
 from models.network_usrnet import DataStep, Spectra, USRNet, downsample, p2o, splits, upsample

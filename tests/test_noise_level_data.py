@@ -5,7 +5,7 @@ from torch import nn
 
 from conftest import dataset_options, tiny_options, unchecked_section
 from data.noise_level_datasets import DatasetFDnCNN, DatasetFFDNet
-from main_train import option_rules
+from option_rules import option_rules
 from models.model_plain2 import ModelPlain2
 from models.registry import NETWORKS
 from utils.errors import UserError

@@ -8,7 +8,7 @@ import torch
 
 from tests.conftest import ROOT, tiny_options, write_options
 from utils.errors import OptionsError
-from main_train import option_rules, read_options
+from option_rules import option_rules, read_options
 from utils.options import dumps, strip_json_comments, validate
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')

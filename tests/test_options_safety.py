@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run, tiny_options, write_options
 from utils.errors import OptionsError
-from main_train import option_rules, read_options
+from option_rules import option_rules, read_options
 from utils.options import MAX_DEPTH, REDACTED, SCHEMA, Key, validate
 
 

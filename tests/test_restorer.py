@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from main_train import option_rules, read_options
+from option_rules import option_rules, read_options
 from models.model_plain import ModelPlain
 from models.restorer import ImageRestorer, InputScores, VideoRestorer, build_eval_network, item_metrics
 from tests.conftest import tiny_options, write_options

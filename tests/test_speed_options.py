@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import clean_env, run, tiny_options, write_options
-from main_train import micro_batches, option_rules
+from main_train import micro_batches
+from option_rules import option_rules
 from models.model_plain import ModelPlain, amp_setup
 from utils.errors import OptionsError, UserError
 from utils.options import validate

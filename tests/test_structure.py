@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from conftest import ROOT, clean_env, run, tiny_options, write_options
-from main_train import option_rules, read_options
+from option_rules import option_rules, read_options
 from models.registry import NETWORKS, build_network
 from utils.errors import OptionsError, UserError
 from utils.options import validate

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from conftest import run, tiny_options, write_options
-from main_train import option_rules
+from option_rules import option_rules
 from models.restorer import ConditionedRestorer, ImageRestorer, VideoRestorer
 from utils.errors import UserError
 from utils.options import validate

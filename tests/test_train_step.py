@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import tiny_options
-from main_train import option_rules
+from option_rules import option_rules
 from models.model_plain import ModelPlain
 from utils.options import validate
 

@@ -15,7 +15,7 @@ from data.registry import build_dataset
 from data.synthetic_davis import clip_frames, make_davis
 from data.video_denoising_datasets import (VideoRecurrentTestNonblindDenoisingDataset,
                                            VideoRecurrentTrainNonblindDenoisingDataset, add_noise)
-from main_train import option_rules
+from option_rules import option_rules
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.options import validate
