@@ -162,15 +162,12 @@ class Trainer:
 
     def ensure_demo_data(self) -> None:
         """Rank 0 generates missing demo data (outside the run folder); every rank learns the outcome."""
-        error = None
-        if self.main:
-            try:
-                for section in self.opt['datasets'].values():
-                    ensure_demo_data(section)
-            except UserError as e:
-                error = str(e)
-        if dist.agree_any([error is not None])[0]:
-            raise UserError(error or 'demo data generation failed on rank 0')
+        def generate() -> None:
+            for section in self.opt['datasets'].values():
+                ensure_demo_data(section)
+        error = dist.main_process_outcome(generate, lambda e: str(e) if isinstance(e, UserError) else None)
+        if error is not None:
+            raise UserError(error)
 
     def choose_seed(self, point: Optional[ResumePoint]) -> int:
         """`train.manual_seed`, else the resumed run's seed, else one drawn on rank 0 for every rank."""
@@ -186,14 +183,11 @@ class Trainer:
 
     def start(self) -> None:
         """Once the run folder is ours: tidy `models/`, restore the resume point, open reporters."""
-        error = None
-        if self.main:
-            try:
-                self.tidy_checkpoints(self.point.training['iter'] if self.point is not None else 0)
-            except OSError as e:
-                error = f'tidying {self.ckpt.folder} failed: {first_line(e)}'
-        if dist.agree_any([error is not None])[0]:
-            raise UserError(error or f'tidying {self.ckpt.folder} failed on rank 0')
+        error = dist.main_process_outcome(
+            lambda: self.tidy_checkpoints(self.point.training['iter'] if self.point is not None else 0),
+            lambda e: f'tidying {self.ckpt.folder} failed: {first_line(e)}' if isinstance(e, OSError) else None)
+        if error is not None:
+            raise UserError(error)
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         wandb_id = None
         if self.point is not None:
@@ -279,9 +273,10 @@ class Trainer:
             raise TrainingStopped(f'iteration {self.step}: the network weights are not finite; no checkpoint '
                                   f'written; {self.newest_save()}', EXIT_NONFINITE)
         rngs = dist.gather_objects(rng_state())
-        error = None
-        if self.main:
-            files = self.model.state_files()
+        files: Dict[str, Any] = {}
+
+        def write() -> None:
+            files.update(self.model.state_files())
             files['state'] = {
                 'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
                 'world_size': self.state.world_size, 'batch_size': self.train_loader.batch_size,
@@ -290,13 +285,13 @@ class Trainer:
             }
             if self.train_files is not None:
                 files['state']['train_files'] = self.train_files  # a resume says when the training set changed
-            try:
-                self.ckpt.save(self.step, files)
-                self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
-            except Exception as e:  # torch.save reports a full disk as RuntimeError, not OSError
-                error = (f'checkpoint at iteration {self.step} failed: '
-                         f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')
-        ok = self.agree_on_write(error)
+            self.ckpt.save(self.step, files)
+            self.log.info(f'saved checkpoint {self.step} to {self.ckpt.folder}')
+        # torch.save reports a full disk as RuntimeError, not OSError: every failure of the write is an outcome
+        error = dist.main_process_outcome(write, lambda e: (
+            f'checkpoint at iteration {self.step} failed: '
+            f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}'))
+        ok = self.act_on_write(error)
         if ok:
             self.last_saved = self.step
         return ok
@@ -305,15 +300,15 @@ class Trainer:
         latest = self.ckpt.complete_steps()
         return f'newest complete checkpoint: {self.ckpt.path(latest[-1], "state") if latest else "none"}'
 
-    def agree_on_write(self, error: Optional[str]) -> bool:
-        """All ranks learn whether rank 0's write failed and act on `train.save_failure` together."""
-        failed, = dist.agree_any([error is not None])
-        if not failed:
+    def act_on_write(self, error: Optional[str]) -> bool:
+        """Every rank, with the same outcome of rank 0's write (`dist.main_process_outcome`): act on
+        `train.save_failure` together."""
+        if error is None:
             return True
         if self.train_opt['save_failure'] == 'warn':
             self.log.error(f'{error} (train.save_failure=warn: training continues)')
             return False
-        raise TrainingStopped(f'{error or "checkpoint failed on rank 0"}; the previous checkpoints are intact '
+        raise TrainingStopped(f'{error}; the previous checkpoints are intact '
                               f'(train.save_failure="warn" would continue without it)', EXIT_SAVE_FAILED)
 
     def validate(self) -> None:
@@ -337,15 +332,14 @@ class Trainer:
         self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})
         if res['psnr'] > self.best['psnr']:
             self.best = {'psnr': res['psnr'], 'iter': self.step}
-            error = None
-            if self.main:
-                files = self.model.state_files()
-                try:
-                    self.ckpt.save_best(files, self.step, res['psnr'])
-                except Exception as e:
-                    error = (f'best checkpoint at iteration {self.step} failed: '
-                             f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')
-            self.agree_on_write(error)
+            files: Dict[str, Any] = {}
+
+            def write() -> None:
+                files.update(self.model.state_files())
+                self.ckpt.save_best(files, self.step, res['psnr'])
+            self.act_on_write(dist.main_process_outcome(write, lambda e: (
+                f'best checkpoint at iteration {self.step} failed: '
+                f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')))
         self.reporter.redraw_curves()
 
     def save_images(self, encoded: List[Any]) -> None:
@@ -628,33 +622,32 @@ def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.N
     line and exit 5, as a failed checkpoint does.
     """
     task_dir = opt['path']['task']
-    lock, error, write_error = None, None, None
-    if dist.is_main_process():
-        try:
-            lock = RunLock.acquire(task_dir)
-        except UserError as e:
-            error = str(e)
-        except OSError as e:  # no space for the lock file
-            write_error = describe_write_error(e, task_dir)
-    busy, failed = dist.agree_any([error is not None, write_error is not None])
-    if busy:
-        raise UserError(error or f'{task_dir} is in use by another job (rank 0 found its lock held)')
+    taken: List[RunLock] = []
+
+    def lock_problem(e: BaseException) -> Optional[Tuple[str, str]]:
+        if isinstance(e, UserError):  # held by another job
+            return 'busy', str(e)
+        return ('write', describe_write_error(e, task_dir)) if isinstance(e, OSError) else None  # no space for it
+    outcome = dist.main_process_outcome(lambda: taken.append(RunLock.acquire(task_dir)), lock_problem)
+    if outcome is not None and outcome[0] == 'busy':
+        raise UserError(outcome[1])
+    lock = taken[0] if taken else None
     try:
-        if failed:
-            raise _run_folder_failed(task_dir, write_error)
+        if outcome is not None:
+            raise _run_folder_failed(task_dir, outcome[1])
         archived = archive_task_dir(task_dir) if args.fresh and dist.is_main_process() else None
         dist.barrier()
-        if dist.is_main_process():
-            try:
-                for key in ('task', 'models', 'options'):
-                    os.makedirs(opt['path'][key], exist_ok=True)
-                log_to_file(task_dir)
-                name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
-                atomic_write_text(os.path.join(opt['path']['options'],
-                                               f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'), dumps(opt) + '\n')
-            except OSError as e:
-                write_error = describe_write_error(e, task_dir)
-        if dist.agree_any([write_error is not None])[0]:
+
+        def write_folder() -> None:
+            for key in ('task', 'models', 'options'):
+                os.makedirs(opt['path'][key], exist_ok=True)
+            log_to_file(task_dir)
+            name = os.path.splitext(os.path.basename(opt['opt_path']))[0]
+            atomic_write_text(os.path.join(opt['path']['options'], f'{name}_{time.strftime("%y%m%d_%H%M%S")}.json'),
+                              dumps(opt) + '\n')
+        write_error = dist.main_process_outcome(
+            write_folder, lambda e: describe_write_error(e, task_dir) if isinstance(e, OSError) else None)
+        if write_error is not None:
             raise _run_folder_failed(task_dir, write_error)
     except BaseException:
         if lock is not None:
@@ -667,8 +660,8 @@ def prepare_run_dir(opt: Dict[str, Any], state: dist.DistState, args: argparse.N
     return lock
 
 
-def _run_folder_failed(task_dir: str, problem: Optional[str]) -> TrainingStopped:
-    return TrainingStopped(f'writing the run folder {task_dir} failed: {problem or "on rank 0"}; nothing trained yet',
+def _run_folder_failed(task_dir: str, problem: str) -> TrainingStopped:
+    return TrainingStopped(f'writing the run folder {task_dir} failed: {problem}; nothing trained yet',
                            EXIT_SAVE_FAILED)
 
 
@@ -690,6 +683,22 @@ def stop_if_asked(signals: stop.StopSignals, when: str) -> None:
                               f'the same command to continue', EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED)
 
 
+def settle_launch(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace,
+                  env: Mapping[str, str]) -> Tuple[Dict[str, Any], argparse.Namespace, List[str]]:
+    """What the launch decides over the options and the command line, decided once, in new objects:
+    `dist` is the detected launch mode (saved as such), and `--fresh` applies to the first start of a
+    job only (an automatic restart reruns the same command line). Returns them with the log lines."""
+    notes = []
+    if args.fresh and is_restart(env):
+        notes.append('--fresh: ignored on this automatic restart of the job (it applied to the first start); resuming')
+        args = argparse.Namespace(**{**vars(args), 'fresh': False})
+    if opt['dist'] != state.distributed:
+        notes.append(f'options: "dist": {str(opt["dist"]).lower()} overridden by the detected launch '
+                     f'mode ({state.mode}, world size {state.world_size})')
+        opt = {**opt, 'dist': state.distributed}
+    return opt, args, notes
+
+
 def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) -> None:
     dist.select_gpus(opt['gpu_ids'], state)
     device = dist.init(state, opt['dist_timeout'])
@@ -706,13 +715,9 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
             log.info(threads)
         for note in opt['_notes']:
             log.warning(f'options: {note}')
-        if args.fresh and is_restart(os.environ):
-            log.info('--fresh: ignored on this automatic restart of the job (it applied to the first start); resuming')
-            args.fresh = False
-        if opt['dist'] != state.distributed:
-            log.info(f'options: "dist": {str(opt["dist"]).lower()} overridden by the detected launch '
-                     f'mode ({state.mode}, world size {state.world_size})')
-            opt['dist'] = state.distributed
+        opt, args, notes = settle_launch(opt, state, args, os.environ)
+        for note in notes:
+            log.info(note)
         trainer = Trainer(opt, state, device, args)
         trainer.build()
         stop_if_asked(signals, 'while checking the data and the model')

@@ -4,7 +4,7 @@ Callers write one code path: without a process group every function here is the 
 single rank (rank 0 of 1, sums of one, a list of one), so the training loop never asks whether
 it runs distributed.
 """
-from typing import Any, List, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -108,3 +108,28 @@ def agree_any(flags: Sequence[bool]) -> List[bool]:
         else:
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control_group())
     return [bool(v) for v in t.tolist()]
+
+
+def main_process_outcome(action: Callable[[], None],
+                         describe: Callable[[BaseException], Optional[T]]) -> Optional[T]:
+    """Rank 0 tries `action`; every rank returns the same outcome: None when it worked, else what
+    `describe` made of the exception (a message, or a (kind, message) pair).
+
+    The one pattern for side effects (writes, generated data, checkpoints): only rank 0 acts, but
+    every rank must act on its failure together, or the others would train on and wait forever in
+    the next collective. An exception that `describe` returns None for is not an outcome: it
+    propagates on rank 0 as a crash. One collective, on the host (gloo control group under NCCL).
+    """
+    outcome: Optional[T] = None
+    if is_main_process():
+        try:
+            action()
+        except Exception as e:
+            outcome = describe(e)
+            if outcome is None:
+                raise
+    if not is_initialized():
+        return outcome
+    box = [outcome]
+    dist.broadcast_object_list(box, src=0, group=None if dist.get_backend() == 'gloo' else control_group())
+    return box[0]
