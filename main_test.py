@@ -21,24 +21,22 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 
 from data.demo import ensure_demo_data
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
-from option_rules import read_options
+from models.evaluation import METRICS, describe_input, evaluate
 from models.registry import MODELS
-from models.restorer import InputScores, build_eval_network
+from models.restorer import build_eval_network
+from option_rules import read_options
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.diskspace import no_space
 from utils.errors import UserError
-from utils.image import imwrite
 from utils.logger import setup_logger
-from utils.progress import progress
 
-COLUMNS = ('name', 'psnr', 'ssim', 'psnr_y', 'ssim_y')
+COLUMNS = ('name',) + METRICS
 EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 
 
@@ -65,9 +63,8 @@ def default_weights(opt: Dict[str, Any]) -> str:
     raise UserError(f'{opt["path"]["models"]}: checkpoint {steps[-1]} has no weights file')
 
 
-def write_table(path: str, rows: List[List[Any]]) -> Dict[str, float]:
-    means = {c: float(np.mean([r[i] for r in rows])) for i, c in enumerate(COLUMNS) if i}
-
+def write_table(path: str, rows: List[List[Any]], means: Dict[str, float]) -> None:
+    """results.csv: one row per item (dataset order), then the means."""
     def write(f: Any) -> None:
         text = io.StringIO()
         w = csv.writer(text)
@@ -77,10 +74,9 @@ def write_table(path: str, rows: List[List[Any]]) -> Dict[str, float]:
         w.writerow(['mean'] + [f'{means[c]:.4f}' for c in COLUMNS[1:]])
         f.write(text.getvalue().encode())
     atomic_write_bytes(path, write)
-    return means
 
 
-def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device) -> None:
+def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device) -> None:
     if 'test' not in opt['datasets']:
         raise UserError(f'{opt["opt_path"]}: datasets.test: required section is missing')
     test_opt = opt['datasets']['test']
@@ -98,31 +94,22 @@ def evaluate(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
 
-    rows: List[List[Any]] = []
-    inputs = InputScores(restorer)  # the inputs' own scores, the baseline the restored ones beat
-    local = iter(loader)
-    rounds = -(-len(loader.dataset) // state.world_size)
-    # equal number of collectives on every rank, shards may differ by one
-    for _ in progress(range(rounds), rounds, 'testing', enabled=dist.is_main_process()):
-        batch = next(local, None)
-        items = restorer.restore(batch) if batch is not None else []
-        if batch is not None:
-            inputs.add(batch)
-        mine = [(name, restorer.score(E, H), None if args.no_images else E) for name, E, H in items]
-        for part in dist.gather_objects(mine):
-            for name, vals, frames in part:
-                rows.append([name, *vals])  # PSNR already capped (restorer.PSNR_CAP)
-                if dist.is_main_process() and frames is not None:
-                    for k, frame in enumerate(frames):
-                        suffix = f'_{k:03d}' if len(frames) > 1 else ''
-                        imwrite(os.path.join(out_dir, f'{name}{suffix}.png'), frame)
-    input_scores = inputs.reduce()  # a collective: every rank
+    def write_item(name: str, frames: List[bytes]) -> None:
+        for k, data in enumerate(frames):
+            suffix = f'_{k:03d}' if len(frames) > 1 else ''
+            atomic_write_bytes(os.path.join(out_dir, f'{name}{suffix}.png'), lambda f, data=data: f.write(data),
+                               size=len(data))
+    res = evaluate(restorer, loader, len(loader.dataset), score_input=True, label='testing', lines=True,
+                   write_item=None if args.no_images else write_item)
     if dist.is_main_process():
-        means = write_table(os.path.join(out_dir, 'results.csv'), rows)
-        log.info(f'{len(rows)} items: PSNR {means["psnr"]:.2f} dB, SSIM {means["ssim"]:.4f}; '
-                 f'Y: PSNR {means["psnr_y"]:.2f} dB, SSIM {means["ssim_y"]:.4f}; table: '
+        if res.write_error is not None:
+            raise res.write_error
+        m = res.means
+        write_table(os.path.join(out_dir, 'results.csv'), [[row.name, *row.scores] for row in res.rows], m)
+        log.info(f'{m["count"]} items: PSNR {m["psnr"]:.2f} dB, SSIM {m["ssim"]:.4f}; '
+                 f'Y: PSNR {m["psnr_y"]:.2f} dB, SSIM {m["ssim_y"]:.4f}; table: '
                  f'{os.path.join(out_dir, "results.csv")}')
-        log.info(f'input: {InputScores.describe(input_scores)}')
+        log.info(f'input: {describe_input(res.input)}')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -136,7 +123,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             dist.set_cpu_threads(state, opt['datasets']['test']['dataloader_num_workers'])
         ok = False
         try:
-            evaluate(opt, args, state, device)
+            run_test(opt, args, state, device)
             ok = True
         finally:
             dist.cleanup(together=ok)  # after an error on one rank the others may never arrive

@@ -29,8 +29,8 @@ from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import build_dataset, training_files
 from models.compile import compiled_graphs
+from models.evaluation import METRICS, describe_input
 from models.registry import MODELS
-from models.restorer import InputScores
 from option_rules import read_options
 from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
@@ -315,59 +315,46 @@ class Trainer:
         v = self.opt['val']
         # The first validation of this process also scores the inputs themselves (same pass over the
         # data, same collectives on every rank): the score a restoration has to beat.
-        res = self.model.validate(self.val_loader, v['tb_images'], encode_all=v['save_img'],
-                                  score_input=not self.input_scored)
-        images = res.pop('images')
-        self.save_images(res.pop('encoded'))
+        res = self.model.validate(self.val_loader, len(self.val_loader.dataset), score_input=not self.input_scored,
+                                  num_previews=v['tb_images'], write_item=self.write_image if v['save_img'] else None)
+        if v['save_img'] and self.main:
+            images = self.opt['path']['images']
+            if res.write_error is not None:  # images are not training state: training goes on
+                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: '
+                               f'{describe_write_error(res.write_error, images)}')
+            else:
+                self.log.info(f'val.save_img: validation images of iteration {self.step} in {images}')
         if not self.input_scored:
-            self.log.info(f'<iter:{self.step:,d}> validation input: {InputScores.describe(res["input"])}')
+            self.log.info(f'<iter:{self.step:,d}> validation input: {describe_input(res.input)}')
             self.input_scored = True
-        res.pop('input')
-        self.log.info(f'<iter:{self.step:,d}> validation on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, '
-                      f'SSIM {res["ssim"]:.4f}; Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
-        self.reporter.scalars(self.step, {f'val/{k}': v for k, v in res.items() if k != 'count'})
+        m = res.means
+        self.log.info(f'<iter:{self.step:,d}> validation on {m["count"]} items: PSNR {m["psnr"]:.2f} dB, '
+                      f'SSIM {m["ssim"]:.4f}; Y: PSNR {m["psnr_y"]:.2f} dB, SSIM {m["ssim_y"]:.4f}')
+        self.reporter.scalars(self.step, {f'val/{k}': m[k] for k in METRICS})
         self.reporter.row({'kind': 'val', 'iter': self.step, 'epoch': self.epoch,
-                           'test_set': self.opt['datasets']['test']['name'], 'items': res['count'],
-                           **{k: res[k] for k in ('psnr', 'ssim', 'psnr_y', 'ssim_y')}, 'time': time.time()})
-        self.reporter.images(self.step, {f'val_images/{k}': v for k, v in images.items()})
-        if res['psnr'] > self.best['psnr']:
-            self.best = {'psnr': res['psnr'], 'iter': self.step}
+                           'test_set': self.opt['datasets']['test']['name'], 'items': m['count'],
+                           **{k: m[k] for k in METRICS}, 'time': time.time()})
+        self.reporter.images(self.step, {f'val_images/{k}': img for k, img in res.previews.items()})
+        if m['psnr'] > self.best['psnr']:
+            self.best = {'psnr': m['psnr'], 'iter': self.step}
             files: Dict[str, Any] = {}
 
             def write() -> None:
                 files.update(self.model.state_files())
-                self.ckpt.save_best(files, self.step, res['psnr'])
+                self.ckpt.save_best(files, self.step, m['psnr'])
             self.act_on_write(dist.main_process_outcome(write, lambda e: (
                 f'best checkpoint at iteration {self.step} failed: '
                 f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')))
         self.reporter.redraw_curves()
 
-    def save_images(self, encoded: List[Any]) -> None:
-        """`val.save_img`: rank 0 writes every restored item, KAIR's layout `images/<name>/<name>_<iter>.png`.
-
-        Items come to rank 0 one per rank per round (memory stays one item per rank); every rank
-        runs the same number of rounds. Clips get one file per frame, `<frame>_<iter>.png`. A
-        failed image write is logged and training goes on: images are not training state.
-        """
-        rounds = int(dist.all_reduce_max(torch.tensor([float(len(encoded))])).item())
-        error = None
-        for i in range(rounds):
-            items = dist.gather_objects(encoded[i] if i < len(encoded) else None)
-            if not self.main or error is not None:
-                continue
-            try:
-                for name, frames in filter(None, items):
-                    folder = os.path.join(self.opt['path']['images'], name)
-                    for j, data in enumerate(frames):
-                        stem = name if len(frames) == 1 else f'{j:04d}'
-                        atomic_write_bytes(os.path.join(folder, f'{stem}_{self.step}.png'),
-                                           lambda f, data=data: f.write(data), size=len(data))
-            except OSError as e:
-                error = e
-                self.log.error(f'val.save_img: writing validation images of iteration {self.step} failed: '
-                               f'{describe_write_error(e, self.opt["path"]["images"])}')
-        if rounds and self.main and error is None:
-            self.log.info(f'val.save_img: validation images of iteration {self.step} in {self.opt["path"]["images"]}')
+    def write_image(self, name: str, frames: List[bytes]) -> None:
+        """`val.save_img` (rank 0): one restored item in KAIR's layout `images/<name>/<name>_<iter>.png`;
+        clips get one file per frame, `<frame>_<iter>.png`."""
+        folder = os.path.join(self.opt['path']['images'], name)
+        for j, data in enumerate(frames):
+            stem = name if len(frames) == 1 else f'{j:04d}'
+            atomic_write_bytes(os.path.join(folder, f'{stem}_{self.step}.png'),
+                               lambda f, data=data: f.write(data), size=len(data))
 
     def run(self) -> None:
         total = self.train_opt['total_iter']

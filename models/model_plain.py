@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models.compile import compile_training_net, eager
 from models.ema import ModelEMA
+from models.evaluation import Evaluation, WriteItem, evaluate
 from models.init import init_weights
 from models.losses import build_loss
 from models.merge_bn import count_foldable, fold_batchnorm
@@ -352,15 +353,16 @@ class ModelPlain:
         """The network used for testing: EMA weights when enabled (KAIR's netE), else netG."""
         return self.ema.module if self.ema is not None else self.net_g
 
-    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
-                 encode_all: bool = False, score_input: bool = False) -> Dict[str, Any]:
-        """PSNR/SSIM of the current eval network (EMA or netG) on `loader`: see ImageRestorer.validate.
+    def validate(self, loader: Iterable[Dict[str, Any]], num_items: int, *, score_input: bool = False,
+                 num_previews: int = 0, write_item: Optional[WriteItem] = None) -> Evaluation:
+        """The current eval network (EMA or netG) through the one evaluation loop (models/evaluation.py).
 
         A collective: every rank must call it.
         """
         self.sync_eval_buffers()
         with eager():  # regionally compiled blocks of netG would recompile for every image size
-            return self.restorer.validate(loader, num_images, encode_all, score_input)
+            return evaluate(self.restorer, loader, num_items, score_input=score_input, num_previews=num_previews,
+                            write_item=write_item)
 
     def sync_eval_buffers(self) -> None:
         """Rank 0's buffers (BatchNorm running statistics) in the EMA copy, and in netG when DDP

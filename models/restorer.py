@@ -2,13 +2,13 @@
 
 Nothing here knows about training. `main_test.py` builds the network with `build_eval_network` and
 wraps it in its model's `restorer_class`; the training models hand their current eval network
-(EMA or netG) to the same restorer, so testing and validation are one code path.
+(EMA or netG) to the same restorer, and both run it through models/evaluation.py's one loop.
 """
 import copy
 import math
 import os
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -16,14 +16,12 @@ from torch import nn
 
 from models.merge_bn import fold_batchnorm
 from models.registry import build_network
-from utils import dist
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
-from utils.image import encode_image, images_to_float, imresize_bicubic, tensor2uint
+from utils.image import images_to_float, imresize_bicubic, tensor2uint
 from utils.logger import get_logger
 from utils.memory import available_memory
 from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
-from utils.progress import progress
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
@@ -223,83 +221,6 @@ class ImageRestorer:
             if frame is not None:
                 out.append((_image_name(batch, j), [frame[0]], [tensor2uint(batch['H'][j])], frame[1]))
         return out
-
-    def validate(self, loader: Iterable[Dict[str, Any]], num_images: int = 0,
-                 encode_all: bool = False, score_input: bool = False) -> Dict[str, Any]:
-        """PSNR/SSIM (RGB and Y) per item, summed over all ranks; returns the means over items.
-
-        Every rank must call this (the sums are a collective), with the same `score_input`. Also
-        returns up to `num_images` restored images (middle frame for clips) of this rank's shard for
-        logging, and with `encode_all` every restored item of the shard as PNG bytes per frame
-        (`val.save_img`): compressed, so a rank holds its shard's images until rank 0 has written them.
-        With `score_input`, 'input' holds the scores of the inputs themselves (InputScores.means),
-        from the same pass over the data; else it is None.
-        """
-        sums = torch.zeros(5, dtype=torch.float64)
-        inputs = InputScores(self) if score_input else None
-        images: Dict[str, Any] = {}
-        encoded: List[Tuple[str, List[bytes]]] = []
-        rows = []
-        batches = progress(loader, len(loader) if hasattr(loader, '__len__') else None, 'validation',
-                           enabled=dist.is_main_process(), lines=False)  # a bar on a terminal only
-        for batch in batches:
-            for name, E, H in self.restore(batch):
-                m = self.score(E, H)
-                rows.append((name, len(E), m))
-                sums += torch.tensor([*m, 1.0], dtype=torch.float64)
-                if len(images) < num_images:
-                    images[name] = E[len(E) // 2]
-                if encode_all:
-                    encoded.append((name, [encode_image(e) for e in E]))
-            if inputs is not None:
-                inputs.add(batch)
-        if self.log_items:
-            log = get_logger()
-            for name, frames, m in sorted(r for part in dist.gather_objects(rows) for r in part):
-                log.info(f'  clip {name} ({frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
-                         f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
-        if inputs is None:
-            return {**metrics_from_sums(sums), 'input': None, 'images': images, 'encoded': encoded}
-        both = torch.cat([sums, inputs.sums])  # one all-reduce for both
-        dist.all_reduce_sum(both)
-        return {**means_of(both[:5]), 'input': InputScores.from_sums(both[5:]), 'images': images,
-                'encoded': encoded}
-
-
-class InputScores:
-    """PSNR/SSIM of the inputs themselves against the targets (`ImageRestorer.input_items`), summed
-    over the items of this rank; `reduce` sums over ranks (a collective) and returns the means."""
-
-    def __init__(self, restorer: ImageRestorer):
-        self.restorer = restorer
-        self.sums = torch.zeros(6, dtype=torch.float64)  # psnr, ssim, psnr_y, ssim_y, items, upscale
-
-    def add(self, batch: Dict[str, Any]) -> None:
-        for _, I, H, upscale in self.restorer.input_items(batch):
-            self.sums += torch.tensor([*self.restorer.score(I, H), 1.0, float(upscale)], dtype=torch.float64)
-
-    def reduce(self) -> Optional[Dict[str, float]]:
-        sums = self.sums.clone()
-        dist.all_reduce_sum(sums)
-        return self.from_sums(sums)
-
-    @staticmethod
-    def from_sums(sums: torch.Tensor) -> Optional[Dict[str, float]]:
-        """{'psnr', 'ssim', 'psnr_y', 'ssim_y', 'count', 'upscale'}, or None when no input was comparable."""
-        n = sums[4].item()
-        if n < 1:
-            return None
-        return {**means_of(sums[:5]), 'upscale': sums[5].item() / n}
-
-    @staticmethod
-    def describe(res: Optional[Dict[str, float]]) -> str:
-        """One log line's worth: what was compared, on how many items, and the scores."""
-        if res is None:
-            return 'no input-vs-target score: the inputs are not comparable with the targets (other frames)'
-        up = res['upscale']
-        what = 'the input itself (L against H)' if up == 1 else f'the input upscaled by bicubic x{up:g} (against H)'
-        return (f'{what} on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, SSIM {res["ssim"]:.4f}; '
-                f'Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
 
 
 def input_as_target(L: torch.Tensor, H: torch.Tensor) -> Optional[Tuple[np.ndarray, int]]:
@@ -561,19 +482,6 @@ def image_metrics(E: np.ndarray, H: np.ndarray, border: int, round_y: bool = Fal
     else:
         psnr_y, ssim_y = psnr, ssim
     return [psnr, ssim, psnr_y, ssim_y]
-
-
-def metrics_from_sums(sums: torch.Tensor) -> Dict[str, float]:
-    """Sum [psnr, ssim, psnr_y, ssim_y, count] over ranks and return the means."""
-    dist.all_reduce_sum(sums)
-    return means_of(sums)
-
-
-def means_of(sums: torch.Tensor) -> Dict[str, float]:
-    """The means of summed [psnr, ssim, psnr_y, ssim_y, count]."""
-    n = max(sums[4].item(), 1.0)
-    return {'psnr': sums[0].item() / n, 'ssim': sums[1].item() / n, 'psnr_y': sums[2].item() / n,
-            'ssim_y': sums[3].item() / n, 'count': int(sums[4].item())}
 
 
 def _image_name(batch: Dict[str, Any], j: int) -> str:

@@ -12,6 +12,7 @@ from torch import nn
 
 from data.spike import representation_channels
 from data.synthetic_gopro import make_gopro_spike
+from models.evaluation import evaluate
 from models.model_vrt import ModelVRT
 from models.registry import build_network
 from models.restorer import VideoRestorer, item_metrics
@@ -360,13 +361,14 @@ def test_validation_reports_the_mean_over_clips_of_each_clips_mean_over_frames(t
         batches.append({'L': L, 'H': H, 'folder': [name]})
     per_clip = [item_metrics(E, H, 0) for b in batches for _, E, H in restorer.restore(b)]
     frame_counts = [2, 4]
-    res = restorer.validate(batches, num_images=1)
-    assert res['count'] == 2
-    assert res['psnr'] == pytest.approx((per_clip[0][0] + per_clip[1][0]) / 2)
-    assert res['ssim_y'] == pytest.approx((per_clip[0][3] + per_clip[1][3]) / 2)
+    res = evaluate(restorer, batches, len(batches), num_previews=1)
+    m = res.means
+    assert m['count'] == 2 and [(row.name, row.frames) for row in res.rows] == [('a', 2), ('b', 4)]
+    assert m['psnr'] == pytest.approx((per_clip[0][0] + per_clip[1][0]) / 2)
+    assert m['ssim_y'] == pytest.approx((per_clip[0][3] + per_clip[1][3]) / 2)
     by_frame = (per_clip[0][0] * frame_counts[0] + per_clip[1][0] * frame_counts[1]) / 6
-    assert abs(res['psnr'] - by_frame) > 0.1
-    assert list(res['images']) == ['a'] and res['images']['a'].shape == (40, 40, 3)
+    assert abs(m['psnr'] - by_frame) > 0.1
+    assert list(res.previews) == ['a'] and res.previews['a'].shape == (40, 40, 3)
 
 
 def test_the_model_validates_through_a_video_restorer_of_its_eval_network(tmp_path, gopro):

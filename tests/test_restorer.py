@@ -6,7 +6,8 @@ from torch import nn
 
 from option_rules import option_rules, read_options
 from models.model_plain import ModelPlain
-from models.restorer import ImageRestorer, InputScores, VideoRestorer, build_eval_network, item_metrics
+from models.evaluation import describe_input, evaluate
+from models.restorer import ImageRestorer, VideoRestorer, build_eval_network, item_metrics
 from tests.conftest import tiny_options, write_options
 from utils.errors import UserError
 from utils.image import imresize_bicubic, tensor2uint
@@ -38,8 +39,13 @@ def _trained(opt, steps=2):
     return model
 
 
+def _evaluate(restorer, batches, **kw):
+    """The one evaluation loop (validation and main_test) over a list of batches, in one process."""
+    return evaluate(restorer, batches, len(batches), **kw)
+
+
 def _scores(res):
-    return {k: v for k, v in res.items() if k not in ('images', 'encoded')}
+    return res.means, [(row.name, row.scores) for row in res.rows]
 
 
 def test_validation_uses_the_ema_network_when_there_is_one_else_netg(tmp_path):
@@ -59,8 +65,10 @@ def test_the_saved_weights_restored_for_testing_score_exactly_as_validation_did(
     net = build_eval_network(opt['netG'], path, CPU, '--weights')
     assert not net.training and not any(m.training for m in net.modules())
     restorer = ModelPlain.restorer_class.from_options(net, opt, CPU)
-    expected = model.validate(_batches()) if kind == 'E' else ImageRestorer(model.net_g, CPU, 0).validate(_batches())
-    assert _scores(restorer.validate(_batches())) == _scores(expected)
+    batches = _batches()
+    expected = (model.validate(batches, len(batches)) if kind == 'E'
+                else _evaluate(ImageRestorer(model.net_g, CPU, 0), batches))
+    assert _scores(_evaluate(restorer, batches)) == _scores(expected)
     assert model.net_g.training  # validation leaves the training network in train mode
 
 
@@ -101,19 +109,20 @@ def _sr_batches(n=2, size=32, scale=4):
 def test_validation_scores_the_inputs_themselves_when_asked_from_the_same_pass_over_the_data():
     """An identity network restores nothing: its scores are the inputs' scores, L against H."""
     restorer = ImageRestorer(nn.Identity(), CPU, 0)
-    asked = restorer.validate(_batches(), score_input=True)
-    plain = restorer.validate(_batches())
-    assert plain['input'] is None and _scores({**asked, 'input': None}) == _scores(plain)
-    assert asked['input'] == {k: plain[k] for k in ('psnr', 'ssim', 'psnr_y', 'ssim_y', 'count')} | {'upscale': 1.0}
-    assert asked['input']['count'] == 4 and 15 < asked['input']['psnr'] < 30
-    assert InputScores.describe(asked['input']) == (
-        f'the input itself (L against H) on 4 items: PSNR {plain["psnr"]:.2f} dB, SSIM {plain["ssim"]:.4f}; '
-        f'Y: PSNR {plain["psnr_y"]:.2f} dB, SSIM {plain["ssim_y"]:.4f}')
+    asked = _evaluate(restorer, _batches(), score_input=True)
+    plain = _evaluate(restorer, _batches())
+    assert plain.input is None and _scores(asked) == _scores(plain)
+    m = plain.means
+    assert asked.input == {**m, 'upscale': 1.0}
+    assert asked.input['count'] == 4 and 15 < asked.input['psnr'] < 30
+    assert describe_input(asked.input) == (
+        f'the input itself (L against H) on 4 items: PSNR {m["psnr"]:.2f} dB, SSIM {m["ssim"]:.4f}; '
+        f'Y: PSNR {m["psnr_y"]:.2f} dB, SSIM {m["ssim_y"]:.4f}')
 
 
 def test_super_resolution_inputs_are_scored_after_matlab_bicubic_upscaling_with_the_test_sets_border():
     restorer = ImageRestorer(nn.Upsample(scale_factor=4), CPU, metric_border=4, round_y=True)
-    res = restorer.validate(_sr_batches(), score_input=True)['input']
+    res = _evaluate(restorer, _sr_batches(), score_input=True).input
     expected = []
     for batch in _sr_batches():
         for j in range(2):
@@ -122,7 +131,7 @@ def test_super_resolution_inputs_are_scored_after_matlab_bicubic_upscaling_with_
             expected.append(item_metrics([E], [tensor2uint(batch['H'][j])], 4, True))
     assert res['upscale'] == 4 and res['count'] == 4
     assert [res[k] for k in ('psnr', 'ssim', 'psnr_y', 'ssim_y')] == pytest.approx(np.mean(expected, axis=0).tolist())
-    assert InputScores.describe(res).startswith('the input upscaled by bicubic x4 (against H) on 4 items: PSNR ')
+    assert describe_input(res).startswith('the input upscaled by bicubic x4 (against H) on 4 items: PSNR ')
 
 
 def test_extra_input_channels_are_left_out_and_inputs_of_no_fitting_size_are_not_scored():
@@ -153,7 +162,7 @@ def test_video_inputs_are_scored_frame_by_frame_and_frame_interpolation_has_no_i
     assert [item[3] for item in sr] == [4]
     vfi = _video_restorer()  # frames 1, 3, 5, 7 in, frame 4 out: no input frame is the target's
     assert vfi.input_items({'L': torch.rand(1, 4, 3, 16, 16), 'H': torch.rand(1, 1, 3, 16, 16)}) == []
-    scores = InputScores(vfi)
-    scores.add({'L': torch.rand(1, 4, 3, 16, 16), 'H': torch.rand(1, 1, 3, 16, 16)})
-    assert scores.reduce() is None
-    assert InputScores.describe(None).startswith('no input-vs-target score')
+    vfi.restore = lambda batch: []  # only the input scores matter here
+    assert _evaluate(vfi, [{'L': torch.rand(1, 4, 3, 16, 16), 'H': torch.rand(1, 1, 3, 16, 16)}],
+                     score_input=True).input is None
+    assert describe_input(None).startswith('no input-vs-target score')

@@ -184,7 +184,7 @@ def test_compiled_training_compiles_once_and_evaluation_never(tmp_path, monkeypa
     assert counts == [3, 3, 3], counts  # 6 blocks, 3 kinds
     images = [{'L': torch.rand(1, 3, size, size), 'H': torch.rand(1, 3, size, size), 'L_path': [f'{size}.png']}
               for size in (20, 28)]
-    model.validate(images)
+    model.validate(images, len(images))
     assert compiled_graphs() - start == counts[0]
 
 

@@ -1,0 +1,123 @@
+"""The one evaluation loop: every item of a test set restored once, scored, gathered, written by rank 0.
+
+Validation during training (`ModelPlain.validate`) and main_test.py both run `evaluate`, so the two
+can never disagree on what a score means, how items are shared among ranks or which images land on
+disk. Items go round by round: in round r, rank k restores item r * world_size + k (the val
+loader's shard), and every rank gathers that round's scores (and, when images are written, their
+PNG bytes), so every rank makes the same collectives, memory stays one round of items, and the rows
+come back in dataset order whatever the number of ranks: the means are the same sums in the same
+order on 1 or N processes.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from models.restorer import ImageRestorer
+from utils import dist
+from utils.image import encode_image
+from utils.logger import get_logger
+from utils.progress import progress
+
+METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')
+
+# rank 0 writes one restored item: (name, PNG bytes of each frame); an OSError stops further writes
+WriteItem = Callable[[str, List[bytes]], None]
+
+
+@dataclass
+class Row:
+    """One evaluated item: its name, frame count and [psnr, ssim, psnr_y, ssim_y]."""
+    name: str
+    frames: int
+    scores: List[float]
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate` returns on every rank (previews and `write_error` are per rank)."""
+    rows: List[Row]                           # every item, in dataset order
+    means: Dict[str, float]                   # psnr, ssim, psnr_y, ssim_y over the rows, and 'count'
+    input: Optional[Dict[str, float]] = None  # the inputs' own scores (describe_input), when asked
+    previews: Dict[str, np.ndarray] = field(default_factory=dict)  # this rank's first restored images
+    write_error: Optional[OSError] = None     # rank 0: the write that failed (later items were not written)
+
+
+def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_items: int, *,
+             score_input: bool = False, num_previews: int = 0, write_item: Optional[WriteItem] = None,
+             label: str = 'validation', lines: bool = False) -> Evaluation:
+    """Restore and score the `num_items` items of `loader` (this rank's shard) on every rank.
+
+    A collective: every rank calls it with the same arguments but its own loader. `write_item` (rank
+    0 only calls it) receives every item's frames as PNG bytes; its first OSError is kept in
+    `write_error` and no further item is written, while the loop (and its collectives) goes on.
+    `score_input` also scores the inputs themselves (`restorer.input_items`), the score a restoration must beat.
+    `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs).
+    """
+    world, rank = dist.get_world_size(), dist.get_rank()
+    rounds = -(-num_items // world)
+    encode = write_item is not None
+    local = iter(loader)
+    gathered: List[Tuple[Tuple[int, int, int], Row, Optional[List[float]]]] = []
+    previews: Dict[str, np.ndarray] = {}
+    write_error: Optional[OSError] = None
+    for r in progress(range(rounds), rounds, label, enabled=dist.is_main_process(), lines=lines):
+        batch = next(local, None)
+        mine = []
+        if batch is not None:
+            inputs = {name: (restorer.score(I, H), upscale)
+                      for name, I, H, upscale in restorer.input_items(batch)} if score_input else {}
+            for name, E, H in restorer.restore(batch):
+                if len(previews) < num_previews:
+                    previews[name] = E[len(E) // 2]
+                given = inputs.get(name)
+                mine.append((Row(name, len(E), restorer.score(E, H)),
+                             None if given is None else [*given[0], float(given[1])],
+                             [encode_image(e) for e in E] if encode else None))
+        for k, part in enumerate(dist.gather_objects(mine)):
+            for j, (row, input_scores, frames) in enumerate(part):
+                gathered.append(((r, k, j), row, input_scores))  # round, rank, item: dataset order
+                if rank == 0 and frames is not None and write_error is None:
+                    try:
+                        write_item(row.name, frames)
+                    except OSError as e:
+                        write_error = e
+    gathered.sort(key=lambda g: g[0])
+    rows = [row for _, row, _ in gathered]
+    if restorer.log_items and rank == 0:
+        log = get_logger()
+        for row in sorted(rows, key=lambda row: row.name):
+            m = row.scores
+            log.info(f'  clip {row.name} ({row.frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
+                     f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
+    scored_inputs = [s for _, _, s in gathered if s is not None]
+    return Evaluation(rows, means_of_rows([row.scores for row in rows]),
+                      input_means(scored_inputs) if score_input else None, previews, write_error)
+
+
+def means_of_rows(scores: List[List[float]]) -> Dict[str, float]:
+    """The mean of each metric over the items, summed in float64 in the given (dataset) order."""
+    sums = np.zeros(len(METRICS), dtype=np.float64)
+    for s in scores:
+        sums += np.asarray(s, dtype=np.float64)
+    n = max(len(scores), 1)
+    return {**{m: float(sums[i] / n) for i, m in enumerate(METRICS)}, 'count': len(scores)}
+
+
+def input_means(scores: List[List[float]]) -> Optional[Dict[str, float]]:
+    """The inputs' means (and the bicubic factor they were upscaled by); None when no input was comparable."""
+    if not scores:
+        return None
+    means = means_of_rows([s[:4] for s in scores])
+    return {**means, 'upscale': float(np.mean([s[4] for s in scores]))}
+
+
+
+def describe_input(res: Optional[Dict[str, float]]) -> str:
+    """One log line's worth of `Evaluation.input`: what was compared, on how many items, the scores."""
+    if res is None:
+        return 'no input-vs-target score: the inputs are not comparable with the targets (other frames)'
+    up = res['upscale']
+    what = 'the input itself (L against H)' if up == 1 else f'the input upscaled by bicubic x{up:g} (against H)'
+    return (f'{what} on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, SSIM {res["ssim"]:.4f}; '
+            f'Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
