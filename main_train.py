@@ -30,6 +30,7 @@ from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import build_dataset, training_files
 from models.compile import compiled_graphs
 from models.evaluation import METRICS, describe_input
+from models.interface import TrainingModel
 from models.registry import MODELS
 from option_rules import read_options
 from utils import dist, parent_watch, stop
@@ -145,7 +146,7 @@ class Trainer:
                       f'batch {per_proc} per process x {self.state.world_size} processes x {self.accum} '
                       f'accumulation = effective batch {self.effective_batch}')
 
-        self.model = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
+        self.model: TrainingModel = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
         self.model.check_sample(self.train_set[(0, 0)], train_opt_ds['_where'])
 

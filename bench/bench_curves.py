@@ -62,7 +62,7 @@ def main() -> None:
             t0 = time.perf_counter()
             plotter.redraw()
             calls.append(time.perf_counter() - t0)
-            while plotter._child.poll() is None:
+            while plotter.drawing():
                 during.append(step())
             plotter.close()
     print(f'{args.rows} history rows; draw in this process: first {first:.3f} s (imports matplotlib), then '

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
-from models.deform_conv import _deform_conv2d_ops, deform_conv2d_torch  # noqa: E402
+from models.deform_conv import deform_conv2d_autograd, deform_conv2d_torch  # noqa: E402
 
 # (label, batch, channels, deformable groups); frames are --size x --size
 SHAPES = [
@@ -36,7 +36,7 @@ IMPLS = {
     'torchvision': lambda *a: torchvision.ops.deform_conv2d(*a[:4], (1, 1), (1, 1), (1, 1), a[4]),
     'torch': lambda *a: deform_conv2d_torch(*a[:4], 1, 1, 1, a[4]),
     # the pure path as plain autograd (before it kept only its inputs and sampled again in backward)
-    'torch before': lambda *a: _deform_conv2d_ops(*a[:4], 1, 1, 1, a[4]),
+    'torch before': lambda *a: deform_conv2d_autograd(*a[:4], 1, 1, 1, a[4]),
 }
 
 

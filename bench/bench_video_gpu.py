@@ -110,7 +110,7 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
     import torch
 
     from models import network_vrt
-    from models.guided_attention import _gda_rows, guided_deformable_attention
+    from models.guided_attention import gda_rows, guided_deformable_attention
     torch.manual_seed(0)
     # RVRT 002's GDA call at its 64x64 working size (--quick: 16x16): 2 query frames, 2 key frames each
     size = 16 if quick else 64
@@ -118,7 +118,7 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
     k, v = (torch.randn(2, 2, 288, size, size, requires_grad=True) for _ in range(2))
     offset = torch.randn(2, 2, 12, 9, 2, size, size, requires_grad=True)
     gda = {'ours': lambda: guided_deformable_attention(q, k, v, offset, 12, (3, 3)),
-           'before': lambda: _gda_rows(q, k, v, offset, 12, (3, 3), 0)}
+           'before': lambda: gda_rows(q, k, v, offset, 12, (3, 3), 0)}
     # VRT 006's first-stage mutual + self attention: 2x8x8 windows of 96 channels, 6 heads
     attn = network_vrt.WindowAttention(96, (2, 8, 8), 6, qkv_bias=True, mut_attn=True)
     windows = 8 if quick else 144  # a 1x6x192x192 clip has 1728 of them

@@ -54,7 +54,7 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick
                            f'netG.use_checkpoint_ffn={flag}'] + (TINY if quick else []))
     dc.DEFORM_IMPL = 'torchvision' if impl == 'torchvision' else 'torch'
     if impl == 'torch, before':
-        dc.deform_conv2d_torch = dc._deform_conv2d_ops  # plain autograd: keeps the sampled columns
+        dc.deform_conv2d_torch = dc.deform_conv2d_autograd  # plain autograd: keeps the sampled columns
     torch.manual_seed(0)
     net = build_network(opt['netG']).train()
     g = opt['netG']

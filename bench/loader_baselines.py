@@ -133,7 +133,7 @@ def _lmdb_env(path: str) -> Any:
     key = os.path.realpath(path)
     if key in _BORROWED:
         from data import lmdb_util
-        return lmdb_util._env(path)  # handles fork itself
+        return lmdb_util.open_env(path)  # handles fork itself
     entry = _ENVS.get(key)
     if entry is not None and entry[0] == os.getpid():
         return entry[1]
@@ -143,11 +143,11 @@ def _lmdb_env(path: str) -> Any:
         env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False)
     except lmdb.Error as e:
         from data import lmdb_util  # the framework's reader may hold these files open in this process
-        theirs = lmdb_util._ENVS.get(key)
-        if 'already open' not in str(e) or theirs is None or theirs[0] != os.getpid():
+        theirs = lmdb_util.open_env_in_this_process(path)
+        if 'already open' not in str(e) or theirs is None:
             raise
         _BORROWED.add(key)
-        return theirs[1]
+        return theirs
     _ENVS[key] = (os.getpid(), env)
     return env
 

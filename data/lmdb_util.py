@@ -103,7 +103,8 @@ def make_lmdb_from_folder(folder: Union[str, os.PathLike], lmdb_path: Union[str,
 _ENVS: Dict[str, Tuple[int, object]] = {}
 
 
-def _env(path: str):
+def open_env(path: str):
+    """This process's read-only environment of the LMDB folder `path`, opened on first use."""
     key = os.path.realpath(path)
     entry = _ENVS.get(key)
     if entry is not None and entry[0] == os.getpid():
@@ -113,6 +114,13 @@ def _env(path: str):
     env = import_lmdb().open(path, readonly=True, lock=False, readahead=False, meminit=False)
     _ENVS[key] = (os.getpid(), env)
     return env
+
+
+def open_env_in_this_process(path: str) -> Optional[object]:
+    """The environment `open_env` already opened for `path` in this process, else None (LMDB refuses a
+    second one in the same process: another reader of the same files must borrow it)."""
+    entry = _ENVS.get(os.path.realpath(path))
+    return entry[1] if entry is not None and entry[0] == os.getpid() else None
 
 
 class LazyLmdbReader:
@@ -126,7 +134,7 @@ class LazyLmdbReader:
         self.paths = dict(paths)
 
     def get(self, name: str, key: str, where: str) -> bytes:
-        with _env(self.paths[name]).begin(write=False) as txn:
+        with open_env(self.paths[name]).begin(write=False) as txn:
             value = txn.get(key.encode('ascii'))
         if value is None:
             raise UserError(f'{where}: key {key} not found in lmdb {self.paths[name]}')

@@ -50,12 +50,12 @@ def deform_conv2d(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tenso
 def deform_conv2d_torch(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
                         bias: Optional[torch.Tensor] = None, stride: _Pair = 1, padding: _Pair = 0,
                         dilation: _Pair = 1, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Pure-PyTorch deformable convolution with torchvision's semantics; see `_deform_conv2d_ops` for the
+    """Pure-PyTorch deformable convolution with torchvision's semantics; see `deform_conv2d_autograd` for the
     sampling. With gradients wanted it runs through `_DeformConv2dFunction`, which keeps only the inputs."""
     tensors = (input, offset, weight, bias, mask)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return _DeformConv2dFunction.apply(input, offset, weight, bias, mask, stride, padding, dilation)
-    return _deform_conv2d_ops(input, offset, weight, bias, stride, padding, dilation, mask)
+    return deform_conv2d_autograd(input, offset, weight, bias, stride, padding, dilation, mask)
 
 
 class _DeformConv2dFunction(torch.autograd.Function):
@@ -72,7 +72,7 @@ class _DeformConv2dFunction(torch.autograd.Function):
                 dilation: _Pair) -> torch.Tensor:
         ctx.save_for_backward(input, offset, weight, bias, mask)
         ctx.conv = (stride, padding, dilation)
-        return _deform_conv2d_ops(input, offset, weight, bias, stride, padding, dilation, mask)
+        return deform_conv2d_autograd(input, offset, weight, bias, stride, padding, dilation, mask)
 
     @staticmethod
     @torch.amp.custom_bwd(device_type='cpu')
@@ -83,13 +83,13 @@ class _DeformConv2dFunction(torch.autograd.Function):
         leaves = [t.detach().requires_grad_(n) if t is not None else None for t, n in zip(saved, need)]
         with torch.enable_grad():
             input, offset, weight, bias, mask = leaves
-            out = _deform_conv2d_ops(input, offset, weight, bias, *ctx.conv, mask)
+            out = deform_conv2d_autograd(input, offset, weight, bias, *ctx.conv, mask)
         wanted = [t for t, n in zip(leaves, need) if t is not None and n]
         grads = iter(torch.autograd.grad(out, wanted, grad_out) if wanted else ())
         return (*(next(grads) if t is not None and n else None for t, n in zip(leaves, need)), None, None, None)
 
 
-def _deform_conv2d_ops(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
+def deform_conv2d_autograd(input: torch.Tensor, offset: torch.Tensor, weight: torch.Tensor,
                        bias: Optional[torch.Tensor] = None, stride: _Pair = 1, padding: _Pair = 0,
                        dilation: _Pair = 1, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The deformable convolution as differentiable PyTorch operations.

@@ -56,10 +56,10 @@ def _chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: torch.Te
     b, m, d, h, w = k.shape
     blocks = _chunks(b, m, d, offset.shape[3], h, w, k.element_size())
     if len(blocks) == 1:
-        return _gda_rows(q, k, v, offset, heads, window, 0)
+        return gda_rows(q, k, v, offset, heads, window, 0)
     out: Optional[torch.Tensor] = None
     for fr, rows in blocks:
-        part = _gda_rows(q[fr, :, rows], k[fr], v[fr], offset[fr, ..., rows, :], heads, window, rows.start)
+        part = gda_rows(q[fr, :, rows], k[fr], v[fr], offset[fr, ..., rows, :], heads, window, rows.start)
         if out is None:
             out = part.new_empty(b, d, h, w)
         out[fr, :, rows] = part
@@ -93,7 +93,7 @@ class _GuidedDeformableAttention(torch.autograd.Function):
             parts = (q[fr, :, rows], k[fr], v[fr], offset[fr, ..., rows, :])
             leaves = [t.detach().requires_grad_(n) for t, n in zip(parts, need)]
             with torch.enable_grad(), torch.autocast(dev, dtype=dtype, enabled=enabled):
-                out = _gda_rows(*leaves, ctx.heads, ctx.window, rows.start)
+                out = gda_rows(*leaves, ctx.heads, ctx.window, rows.start)
             wanted = [t for t, n in zip(leaves, need) if n]
             got = iter(torch.autograd.grad(out, wanted, grad_out[fr, :, rows]))
             for i, n in enumerate(need):
@@ -109,7 +109,7 @@ class _GuidedDeformableAttention(torch.autograd.Function):
         return (*grads, None, None)
 
 
-def _gda_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, heads: int,
+def gda_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, heads: int,
               window: Tuple[int, int], row0: int) -> torch.Tensor:
     """The attention of query rows row0 … row0 + q.shape[2] - 1 (q: B×D×r×W, offset: B×M×G×K×2×r×W) over
     whole key frames k, v (B×M×D×H×W): `guided_deformable_attention` of those rows."""

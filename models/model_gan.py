@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models.gan_losses import GAN_TYPES, RANDOM_VGG, GANLoss, PerceptualLoss, default_vgg19_path
 from models.init import init_weights
-from models.model_plain import ModelPlain, _load_exactly
+from models.model_plain import ModelPlain, load_resume_weights
 from models.optim import build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
@@ -319,7 +319,7 @@ class ModelGAN(ModelPlain):
         if 'D' not in weights or 'optimizer_d' not in training:
             raise UserError('resume: the checkpoint has no discriminator (written by a model without netD); '
                             'start a new task, or use --fresh, to train a GAN')
-        _load_exactly(self.net_d, weights['D'], 'D', self.opt['netD']['net_type'])
+        load_resume_weights(self.net_d, weights['D'], 'D', self.opt['netD']['net_type'])
         t = self.train_opt
         notes = resume_optimizer(self.optimizer_d, training['optimizer_d'], t['D_optimizer_reuse'],
                                  training['optimizer_d_type'], t['D_optimizer_type'], 'D')

@@ -1,9 +1,9 @@
 """The image model: network + loss + optimizer + scheduler + EMA, wrapped in DDP when distributed.
 
-The train loop talks only to this interface (`backward`, `finalize_gradients`, `step`,
-`log_losses`, `validate`, `state_files`, `training_state`, `load_state`), so every network trains
-with the same loop. Video models subclass it. Evaluation is not here: `validate` hands the current
-eval network to the model's `restorer_class` (models/restorer.py), which main_test.py uses too.
+It implements models/interface.py's `TrainingModel`, the only members the train loop calls, so
+every network trains with the same loop; the video and GAN models extend it. Evaluation is not
+here: `validate` hands the current eval network to the model's `restorer_class`
+(models/restorer.py) and runs it through models/evaluation.py, as main_test.py does.
 """
 import contextlib
 import gc
@@ -411,10 +411,10 @@ class ModelPlain:
                 raise UserError('resume: the checkpoint was written after merge_bn folded netG\'s BatchNorm; keep '
                                 '"merge_bn": true to resume it, or start a new task or use --fresh')
             self.merge_batchnorm()
-        _load_exactly(self.net_g, weights['G'], 'G', self.opt['netG']['net_type'])
+        load_resume_weights(self.net_g, weights['G'], 'G', self.opt['netG']['net_type'])
         if self.ema is not None:
             if 'E' in weights:
-                _load_exactly(self.ema.module, weights['E'], 'E', self.opt['netG']['net_type'])
+                load_resume_weights(self.ema.module, weights['E'], 'E', self.opt['netG']['net_type'])
             else:
                 self.ema.module.load_state_dict(weights['G'])
                 log.warning('resume: the checkpoint has no EMA weights (_E.pth); train.E_decay > 0 now, so '
@@ -436,7 +436,7 @@ class ModelPlain:
                          'loss scaling starts afresh')
 
 
-def _load_exactly(net: nn.Module, state: Dict[str, Any], kind: str, net_type: str) -> None:
+def load_resume_weights(net: nn.Module, state: Dict[str, Any], kind: str, net_type: str) -> None:
     """load_state_dict(strict) for a resume: a checkpoint of another network is a user error, not a traceback."""
     try:
         net.load_state_dict(state)

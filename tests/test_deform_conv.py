@@ -84,7 +84,7 @@ def test_unknown_DEFORM_IMPL_is_rejected(monkeypatch):
 
 
 # The pure path keeps only its inputs for backward and samples again there. Plain autograd through the
-# same operations (`_deform_conv2d_ops`) is the reference: outputs and gradients must be equal bit for bit.
+# same operations (`deform_conv2d_autograd`) is the reference: outputs and gradients must be equal bit for bit.
 
 def _float32(case, seed=0):
     (x, offset, weight, bias, mask), _, conv = _inputs(*case, seed=seed)
@@ -96,7 +96,7 @@ def _float32(case, seed=0):
 def test_outputs_and_gradients_equal_plain_autograd_bit_for_bit(case):
     (x, offset, weight, bias, mask), (s, p, d) = _float32(case)
     tensors = [t for t in (x, offset, weight, bias, mask) if t is not None]
-    ref = dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask)
+    ref = dc.deform_conv2d_autograd(x, offset, weight, bias, s, p, d, mask)
     out = deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask)
     assert out.grad_fn is not None and 'DeformConv2dFunction' in type(out.grad_fn).__name__
     assert torch.equal(out, ref)
@@ -112,7 +112,7 @@ def test_only_the_gradients_asked_for_are_computed_frozen_weights_and_no_mask_gr
     mask = mask.detach()
     out = deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask)
     gx, goff = torch.autograd.grad(out.square().sum(), [x, offset])
-    rx, roff = torch.autograd.grad(dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask).square().sum(),
+    rx, roff = torch.autograd.grad(dc.deform_conv2d_autograd(x, offset, weight, bias, s, p, d, mask).square().sum(),
                                    [x, offset])
     assert torch.equal(gx, rx) and torch.equal(goff, roff)
     with torch.no_grad():  # evaluation: no autograd function at all
@@ -137,7 +137,7 @@ def test_backward_keeps_the_inputs_not_the_sampled_columns():
     columns = b * c * 9 * h * w * 4  # float32 bytes of the sampled columns
     inputs = sum(t.numel() * 4 for t in (x, offset, weight, bias, mask))
     ours = _saved_bytes(lambda: deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask))
-    plain = _saved_bytes(lambda: dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask))
+    plain = _saved_bytes(lambda: dc.deform_conv2d_autograd(x, offset, weight, bias, s, p, d, mask))
     assert ours <= inputs < columns
     assert plain > 2 * columns  # what autograd kept before: the columns before and after the mask, and more
 
@@ -147,7 +147,7 @@ def test_bf16_autocast_gradients_match_plain_autograd_under_autocast():
     tensors = [x, offset, weight, bias, mask]
     with torch.autocast('cpu', dtype=torch.bfloat16):
         out = deform_conv2d_torch(x, offset, weight, bias, s, p, d, mask)
-        ref = dc._deform_conv2d_ops(x, offset, weight, bias, s, p, d, mask)
+        ref = dc.deform_conv2d_autograd(x, offset, weight, bias, s, p, d, mask)
     assert out.dtype == ref.dtype and torch.equal(out, ref)
     cot = torch.ones_like(out)
     for a, r in zip(torch.autograd.grad(out, tensors, cot), torch.autograd.grad(ref, tensors, cot)):

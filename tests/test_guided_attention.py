@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from models import guided_attention
-from models.guided_attention import _gda_rows, guided_deformable_attention
+from models.guided_attention import gda_rows, guided_deformable_attention
 
 HEADS, WINDOW = 2, (3, 3)
 
@@ -26,7 +26,7 @@ def _grads(out, leaves, seed=1):
 def test_outputs_and_gradients_are_those_of_plain_autograd_bit_for_bit():
     leaves = _inputs()
     ours = guided_deformable_attention(*leaves, HEADS, WINDOW)
-    plain = _gda_rows(*leaves, HEADS, WINDOW, 0)
+    plain = gda_rows(*leaves, HEADS, WINDOW, 0)
     assert ours.grad_fn is not None and torch.equal(ours, plain)
     for a, b in zip(_grads(ours, leaves), _grads(plain, leaves)):
         assert torch.equal(a, b)
@@ -35,7 +35,7 @@ def test_outputs_and_gradients_are_those_of_plain_autograd_bit_for_bit():
 @pytest.mark.parametrize('budget_rows', [1, 3, 7 * 2])  # chunks of 1 row, of 3 rows, of 2 whole frames
 def test_chunks_of_frames_and_rows_give_the_same_outputs_and_gradients(monkeypatch, budget_rows):
     leaves = _inputs()
-    plain = _gda_rows(*leaves, HEADS, WINDOW, 0)
+    plain = gda_rows(*leaves, HEADS, WINDOW, 0)
     per_row = 2 * 2 * 8 * 9 * 6 * 8  # m * (k and v) * d * K * w * float64 bytes
     monkeypatch.setattr(guided_attention, 'CHUNK_BYTES', per_row * budget_rows)
     assert len(guided_attention._chunks(3, 2, 8, 9, 7, 6, 8)) > 1
@@ -64,7 +64,7 @@ def test_backward_keeps_only_the_inputs_not_the_sampled_keys_and_values():
     leaves = _inputs(b=2, d=16, h=12, w=12, dtype=torch.float32)
     inputs = sum(t.numel() * t.element_size() for t in leaves)
     ours, _ = _saved_bytes(lambda: guided_deformable_attention(*leaves, HEADS, WINDOW))
-    plain, _ = _saved_bytes(lambda: _gda_rows(*leaves, HEADS, WINDOW, 0))
+    plain, _ = _saved_bytes(lambda: gda_rows(*leaves, HEADS, WINDOW, 0))
     assert ours <= inputs  # q, k, v, offset: nothing else
     assert plain > 4 * ours  # sampled keys and values (M·K times k and v), twice, plus the sampling grid
 
@@ -73,7 +73,7 @@ def test_under_bf16_autocast_the_recomputation_runs_in_the_forward_passs_precisi
     leaves = _inputs(dtype=torch.float32)
     with torch.autocast('cpu', dtype=torch.bfloat16):
         ours = guided_deformable_attention(*leaves, HEADS, WINDOW)
-        plain = _gda_rows(*leaves, HEADS, WINDOW, 0)
+        plain = gda_rows(*leaves, HEADS, WINDOW, 0)
     assert ours.dtype == plain.dtype == torch.bfloat16 and torch.equal(ours, plain)
     for a, b in zip(_grads(ours, leaves), _grads(plain, leaves)):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)

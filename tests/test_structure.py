@@ -51,6 +51,79 @@ def test_layers_only_import_downwards(package, forbidden):
     assert {f: m for f, m in upward.items() if m} == {}
 
 
+PROJECT_PACKAGES = ('models', 'data', 'utils', 'losses', 'metrics', 'bench', 'scripts')
+ENTRY_POINTS = ('main_train', 'main_test')
+
+
+def production_files() -> list:
+    """Every Python file of the project but the tests."""
+    top = [os.path.join(ROOT, f) for f in sorted(os.listdir(ROOT)) if f.endswith('.py')]
+    return top + [p for pkg in PROJECT_PACKAGES if os.path.isdir(os.path.join(ROOT, pkg)) for p in package_files(pkg)]
+
+
+def private_uses(path: str) -> list:
+    """`from <project module> import _name` and `<project module>._name` in one file."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    ours = {os.path.splitext(f)[0] for f in os.listdir(ROOT) if f.endswith('.py')} | set(PROJECT_PACKAGES)
+    modules = set()  # local names bound to project modules
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split('.')[0] for a in node.names if a.name.split('.')[0] in ours)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split('.')[0] in ours:
+            for a in node.names:
+                if a.name.startswith('_'):
+                    found.append(f'from {node.module} import {a.name}')
+                elif a.name.islower():  # possibly a module (`from utils import dist`)
+                    modules.add(a.asname or a.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith('_') and not node.attr.startswith('__') \
+                and isinstance(node.value, ast.Name) and node.value.id in modules:
+            found.append(f'{node.value.id}.{node.attr}')
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A helper two modules share is public where it belongs; `_names` stay inside their module."""
+    uses = {os.path.relpath(p, ROOT): private_uses(p) for p in production_files()}
+    assert {f: u for f, u in uses.items() if u} == {}
+
+
+def test_no_entry_point_imports_another_and_options_are_read_through_option_rules():
+    """main_test.py, the scripts and the library read options through option_rules.py, not the trainer
+    (only the benchmarks of the train loop import it, to time it)."""
+    importers = {os.path.relpath(p, ROOT): sorted(m for m in imported_modules(p) if m.split('.')[0] in ENTRY_POINTS)
+                 for p in production_files() if not os.path.relpath(p, ROOT).startswith('bench' + os.sep)}
+    assert {f: m for f, m in importers.items() if m} == {}
+    for p in production_files():
+        if os.path.relpath(p, ROOT).startswith('bench' + os.sep):
+            with open(p) as f:
+                assert 'main_train.read_options' not in f.read() and 'main_train import option_rules' not in f.read()
+
+
+def test_every_registered_model_has_the_members_the_train_loop_calls_with_their_parameters():
+    """models/interface.py's TrainingModel is the contract; a model missing a member, or taking other
+    parameters, fails here instead of at some iteration of a run."""
+    import inspect
+
+    from models.interface import TrainingModel
+    from models.registry import MODELS
+    members = [n for n in TrainingModel.__dict__ if not n.startswith('_') or n == '__init__']
+    members += list(TrainingModel.__annotations__)
+    assert {'backward', 'step', 'validate', 'load_state', 'state_files', 'restorer_class'} <= set(members)
+    for name in MODELS.names():
+        cls = MODELS.get(name, 'model')
+        for member in members:
+            assert hasattr(cls, member), f'model {name}: no {member}'
+            expected = TrainingModel.__dict__.get(member)
+            if callable(expected):
+                got = [p.name for p in inspect.signature(getattr(cls, member)).parameters.values()]
+                want = [p.name for p in inspect.signature(expected).parameters.values()]
+                assert got == want, f'model {name}.{member}{tuple(got)}: the loop calls it with {tuple(want)}'
+
+
 @NETWORKS.register('test_two_conv')
 class TwoConv(nn.Module):
     """A network defined outside models/: registering it is all it takes to train it."""

@@ -123,7 +123,7 @@ class BackgroundPlotter:
         self._child: Optional[subprocess.Popen] = None
 
     def redraw(self) -> None:
-        if self._child is not None and self._child.poll() is None:
+        if self.drawing():
             return
         env = {**os.environ, 'MPLBACKEND': 'Agg', 'OMP_NUM_THREADS': '1',
                'PYTHONPATH': os.pathsep.join(filter(None, [_ROOT, os.environ.get('PYTHONPATH')]))}
@@ -132,6 +132,10 @@ class BackgroundPlotter:
         self._child = subprocess.Popen([sys.executable, '-m', 'utils.plot', os.path.abspath(self.folder)], env=env,
                                        cwd=_ROOT, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL)  # errors: on stderr
+
+    def drawing(self) -> bool:
+        """Whether a redraw is running now."""
+        return self._child is not None and self._child.poll() is None
 
     def close(self, timeout: float = 60.0) -> None:
         if self._child is not None:
