@@ -7,12 +7,12 @@ import torch
 from torch import nn
 
 from conftest import train_options
+from metrics.fidelity import calculate_ssim
 from models.ema import ModelEMA
 from models.losses import CharbonnierLoss, build_loss
 from models.optim import build_optimizer, build_scheduler
 from models.regularizers import apply_regularizers, regularize_clip, regularize_orth
 from utils.errors import UserError
-from utils.metrics import calculate_ssim
 
 def t(given):
     """The validated train defaults with `given` on top, unchecked (so that bad names reach the builders)."""
