@@ -47,9 +47,11 @@ def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch
     name, where = train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type'
     cls = OPTIMIZERS.get(name, where)
     o = OPTIMIZERS.read(name, train_opt, f'{net}_optimizer_', where)
-    impl = {'fused': True} if use_fused(train_opt, device, net) else {}  # else torch's choice (foreach on CUDA)
-    return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=(float(o['betas'][0]), float(o['betas'][1])),
-               weight_decay=float(o['wd']), **impl)
+    fused = 'fused' in o and use_fused(train_opt, device, net)  # for the optimizers that declare the key
+    impl = {'fused': True} if fused else {}  # else torch's choice (foreach on CUDA)
+    betas = (float(o['betas'][0]), float(o['betas'][1]))
+    return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=betas, weight_decay=float(o['wd']),
+               **impl)
 
 
 def gated_step(optimizer: torch.optim.Optimizer, applied: Optional[torch.Tensor] = None,
