@@ -9,21 +9,17 @@ from typing import Any, Dict, Sequence
 
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
 from models.init import BN_INITS, WEIGHT_INITS
-from models.losses import LOSSES
-from models.optim import OPTIMIZERS, SCHEDULERS
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.options import Rules, load_options
 
 
 def option_rules() -> Rules:
-    """What models/ and data/ require of the options."""
+    """What models/ and data/ require of the options (the `train` type keys and their members' keys come
+    with the model: `model_options`)."""
     return Rules(network=network_options, dataset=dataset_options, model=model_options,
                  discriminator=discriminator_options, train_only_dataset_keys=TRAIN_ONLY_OPTIONS,
                  names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
-                        'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get,
-                        'train.G_lossfn_type': LOSSES.get, 'train.G_optimizer_type': OPTIMIZERS.get,
-                        'train.G_scheduler_type': SCHEDULERS.get, 'train.D_optimizer_type': OPTIMIZERS.get,
-                        'train.D_scheduler_type': SCHEDULERS.get})
+                        'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get})
 
 
 def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:

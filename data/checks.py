@@ -17,9 +17,9 @@ from typing import Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
+from metrics.fidelity import SSIM_WINDOW
 from utils.errors import UserError
 from utils.image_header import ImageFileError, decode_limit_problem, read_image_size
-from utils.metrics import SSIM_WINDOW
 
 MAX_LINES = 20
 THREADS = 8                 # for slow (network) file systems: see parallel_map

@@ -25,10 +25,10 @@ from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
+from metrics.fidelity import metric_border
 from utils.errors import UserError
 from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, imread_uint, imresize_bicubic, list_images, uint2tensor,
                          uint8_tensor)
-from utils.metrics import metric_border
 from utils.options import REQUIRED
 
 Key = Any  # int (evaluation) or (index, seed) tuple (training)
@@ -82,7 +82,7 @@ class ImageDataset(Dataset):
     What the files must satisfy depends on the phase: training crops `H_size` patches (H_size/scale
     from low-quality images), evaluation scores whole images with PSNR and SSIM after cropping
     `metric_border` pixels at each border (null: the scale for SR, none at scale 1, as KAIR's test
-    scripts do; utils/metrics.py `metric_border`).
+    scripts do; metrics/fidelity.py `metric_border`).
     """
 
     needs_L = False  # dataroot_L is required (paired folders)

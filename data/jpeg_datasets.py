@@ -14,8 +14,8 @@ import numpy as np
 
 from data.image_datasets import IMAGE_OPTIONS, ImageDataset, bool_option, int_option
 from data.registry import DATASETS
+from metrics.fidelity import rgb2y
 from utils.errors import UserError
-from utils.metrics import rgb2y
 
 
 def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:

@@ -23,69 +23,45 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from models.gan_losses import GAN_TYPES, RANDOM_VGG, GANLoss, PerceptualLoss, default_vgg19_path
+from losses.adversarial import GANLoss
+from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
 from models.init import init_weights
 from models.model_plain import ModelPlain, load_resume_weights
-from models.optim import build_optimizer, build_scheduler, gated_step, resume_optimizer
+from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
 from utils.logger import get_logger
-from utils.options import Key
-
-
-def _layers(v: Any) -> Optional[str]:
-    layers = [v] if isinstance(v, int) and not isinstance(v, bool) else v
-    if isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                   for i in layers):
-        return None
-    return 'must be a VGG19 layer index or a list of them (KAIR: 34, or [2, 7, 16, 25, 34])'
+from utils.options import Choice, Key, non_negative
 
 
 def _positive_int(v: Any) -> Optional[str]:
     return None if v >= 1 else 'must be >= 1'
 
 
-def _non_negative(v: Any) -> Optional[str]:
-    return None if v is None or v >= 0 else 'must be >= 0'
-
-
-def _gan_type(v: Any) -> Optional[str]:
-    return None if v in GAN_TYPES else f'must be one of {", ".join(GAN_TYPES)}'
-
-
 @MODELS.register('gan')
 class ModelGAN(ModelPlain):
-    # train keys of this model beside the common ones (KAIR's names and defaults)
+    # train keys of this model beside ModelPlain's (KAIR's names and defaults), the perceptual and adversarial
+    # losses' own (losses/), and those of the optimizer and schedule D_optimizer_type / D_scheduler_type choose
     TRAIN_OPTIONS: Dict[str, Any] = {
-        'F_lossfn_type': Key('l1', (str,)),
-        'F_lossfn_weight': Key(1.0, (int, float), _non_negative),
-        'F_feature_layer': Key(34, (int, list), _layers),
-        'F_weights': Key(1.0, (int, float, list)),
-        'F_use_input_norm': Key(True, (bool,)),
-        'F_use_range_norm': Key(False, (bool,)),
-        'F_pretrained_path': Key(None, (str, type(None))),  # null: torchvision's cache file; "random": smoke runs
-        'gan_type': Key('gan', (str,), _gan_type),
-        'D_lossfn_weight': Key(0.1, (int, float), _non_negative),
+        **ModelPlain.TRAIN_OPTIONS,
+        **PerceptualLoss.OPTIONS,
+        'F_lossfn_weight': Key(1.0, (int, float), non_negative),
+        **GANLoss.OPTIONS,
+        'D_lossfn_weight': Key(0.1, (int, float), non_negative),
         'D_update_ratio': Key(1, (int,), _positive_int),
-        'D_init_iters': Key(0, (int,), _non_negative),
+        'D_init_iters': Key(0, (int,), non_negative),
         'D_optimizer_type': Key('adam', (str,)),
         'D_optimizer_lr': Key(1e-4, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]'),
-        'D_optimizer_betas': Key([0.9, 0.999], (list,)),
-        'D_optimizer_wd': Key(0.0, (int, float), _non_negative),
         'D_optimizer_reuse': Key(True, (bool,)),
-        'D_optimizer_fused': Key(None, (bool, type(None))),
         'D_scheduler_type': Key('MultiStepLR', (str, type(None))),
-        'D_scheduler_milestones': Key([], (list,)),
-        'D_scheduler_gamma': Key(0.5, (int, float)),
-        'D_scheduler_periods': Key(None, (int, list, type(None))),
-        'D_scheduler_restart_weights': Key(None, (int, float, list, type(None))),
-        'D_scheduler_eta_min': Key(0.0, (int, float), _non_negative),
-        'D_scheduler_warmup_iter': Key(0, (int,), _non_negative),
+        'D_scheduler_warmup_iter': Key(0, (int,), non_negative),
         'D_param_strict': Key(True, (bool,)),
     }
-    PATH_OPTIONS: Dict[str, Any] = {'pretrained_netD': Key(None, (str, type(None)))}
+    CHOICES: Dict[str, Choice] = {**ModelPlain.CHOICES, 'D_optimizer_type': Choice(OPTIMIZERS, 'D_optimizer_'),
+                                  'D_scheduler_type': Choice(SCHEDULERS, 'D_scheduler_')}
+    PATH_OPTIONS: Dict[str, Any] = {**ModelPlain.PATH_OPTIONS, 'pretrained_netD': Key(None, (str, type(None)))}
     HAS_NETD = True  # the options need a `netD` section
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):

@@ -13,13 +13,13 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from losses.registry import LOSSES, build_loss
 from models.compile import compile_training_net, eager
 from models.ema import ModelEMA
 from models.evaluation import Evaluation, WriteItem, evaluate
 from models.init import init_weights
-from models.losses import build_loss
 from models.merge_bn import count_foldable, fold_batchnorm
-from models.optim import build_optimizer, build_scheduler, gated_step, resume_optimizer
+from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.regularizers import apply_regularizers, regularizers_due
 from models.registry import MODELS
 from models.restorer import ImageRestorer, build_checked_network, load_weights
@@ -27,6 +27,7 @@ from utils import dist
 from utils.errors import UserError, first_line
 from utils.image import images_to_float
 from utils.logger import get_logger
+from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, unit_interval
 
 AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -61,6 +62,37 @@ class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
 
     restorer_class = ImageRestorer  # how this model's networks are evaluated (validation and main_test)
+
+    # The `train` keys this model reads beside the loop's (utils/options.py SCHEMA), KAIR's names and defaults.
+    TRAIN_OPTIONS: Dict[str, Any] = {
+        'G_lossfn_type': Key('l1', (str,)),
+        'G_lossfn_weight': Key(1.0, (int, float)),
+        'E_decay': Key(0.0, (int, float), unit_interval),
+        'G_optimizer_type': Key('adam', (str,)),
+        'G_optimizer_lr': Key(1e-4, (int, float), learning_rate),
+        'G_optimizer_clipgrad': Key(None, (int, float, type(None)), positive),
+        'G_optimizer_reuse': Key(True, (bool,)),
+        'G_scheduler_type': Key('MultiStepLR', (str, type(None))),
+        'G_scheduler_warmup_iter': Key(0, (int,), non_negative),
+        'G_regularizer_orthstep': Key(None, (int, type(None)), positive),
+        'G_regularizer_clipstep': Key(None, (int, type(None)), positive),
+        'G_param_strict': Key(True, (bool,)),
+        'E_param_strict': Key(True, (bool,)),
+        'amp': Key('none', (str,), one_of('none', 'bf16', 'fp16')),
+        'tf32': Key(None, (bool, type(None))),  # null: TensorFloat-32 matmuls/convs on CUDA GPUs that have it
+        'channels_last': Key(False, (bool,)),
+        'compile_mode': Key(None, (str, type(None)), lambda v: None if v in (None, 'default', 'max-autotune',
+                                                                             'reduce-overhead')
+                            else 'must be one of default, max-autotune, reduce-overhead (or null)'),
+        # KAIR's video keys (models/model_vrt.py), which its image models ignore
+        'fix_iter': IGNORED, 'fix_lr_mul': IGNORED, 'fix_keys': IGNORED,
+    }
+    PATH_OPTIONS: Dict[str, Any] = {'pretrained_netG': Key(None, (str, type(None))),
+                                    'pretrained_netE': Key(None, (str, type(None)))}
+    # Type keys choosing a registered member, which reads its own keys as `<prefix><key>` (models/optim.py)
+    CHOICES: Dict[str, Choice] = {'G_lossfn_type': Choice(LOSSES, 'G_'),
+                                  'G_optimizer_type': Choice(OPTIMIZERS, 'G_optimizer_'),
+                                  'G_scheduler_type': Choice(SCHEDULERS, 'G_scheduler_')}
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
         self.opt = opt

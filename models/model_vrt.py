@@ -15,6 +15,7 @@ from models.registry import MODELS
 from models.restorer import VideoRestorer
 from utils.errors import UserError
 from utils.logger import get_logger
+from utils.options import Key, non_negative
 
 
 @MODELS.register('vrt')
@@ -45,6 +46,13 @@ class ModelVRT(ModelPlain):
     """
 
     restorer_class = VideoRestorer
+
+    TRAIN_OPTIONS: Dict[str, Any] = {
+        **ModelPlain.TRAIN_OPTIONS,
+        'fix_iter': Key(0, (int,), lambda v: None if v >= -1 else 'must be >= 0, or -1 (never fix, as KAIR)'),
+        'fix_lr_mul': Key(1.0, (int, float), non_negative),
+        'fix_keys': Key([], (list,)),
+    }
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
         t = opt['train']

@@ -3,6 +3,10 @@
 The schedule is one closed-form function of the iteration counter, so a resumed run only needs
 `last_epoch` (the number of `step()` calls) to continue on exactly the same lr sequence, and
 warmup composes with any schedule without chaining schedulers.
+
+Each optimizer and schedule declares the keys it reads (unprefixed; the model's type key gives the
+prefix: `G_optimizer_type` → `G_optimizer_<key>`, `G_scheduler_type` → `G_scheduler_<key>`, D's likewise);
+the keys every member reads (`lr`, `clipgrad`, `reuse`, `warmup_iter`) are the model's.
 """
 import bisect
 import math
@@ -13,13 +17,18 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from utils.errors import UserError
+from utils.options import REQUIRED, Key, betas, non_negative, positive
 from utils.registry import Registry
 
+# Adam and AdamW read `<net>_optimizer_betas`, `_wd` and `_fused` (null: fused on CUDA, see `use_fused`).
+ADAM_OPTIONS: Dict[str, Key] = {'betas': Key([0.9, 0.999], (list,), betas),
+                                'wd': Key(0.0, (int, float), non_negative),
+                                'fused': Key(None, (bool, type(None)))}
 OPTIMIZERS = Registry('optimizer')
-OPTIMIZERS.register('adam')(torch.optim.Adam)
-OPTIMIZERS.register('adamw')(torch.optim.AdamW)
+OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(torch.optim.Adam)
+OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(torch.optim.AdamW)
 
-# `G_scheduler_type` (KAIR's and BasicSR's spellings) → function(train options, 'G' or 'D') → IterationLR kwargs
+# `G_scheduler_type` (KAIR's and BasicSR's spellings) → function(where, its keys) → IterationLR kwargs
 SCHEDULERS = Registry('scheduler')
 
 
@@ -35,11 +44,14 @@ def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch
                     device: torch.device = torch.device('cpu')) -> torch.optim.Optimizer:
     """Adam/AdamW over `param_groups` from the `<net>_optimizer_*` keys (G: the generator, D: a GAN's
     discriminator); a group's own 'lr' wins over `<net>_optimizer_lr`. Fused or foreach: `use_fused`."""
-    cls = OPTIMIZERS.get(train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type')
-    betas = train_opt[f'{net}_optimizer_betas']
-    impl = {'fused': True} if use_fused(train_opt, device, net) else {}  # else torch's choice (foreach on CUDA)
-    return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=(float(betas[0]), float(betas[1])),
-               weight_decay=float(train_opt[f'{net}_optimizer_wd']), **impl)
+    name, where = train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type'
+    cls = OPTIMIZERS.get(name, where)
+    o = OPTIMIZERS.read(name, train_opt, f'{net}_optimizer_', where)
+    fused = 'fused' in o and use_fused(train_opt, device, net)  # for the optimizers that declare the key
+    impl = {'fused': True} if fused else {}  # else torch's choice (foreach on CUDA)
+    betas = (float(o['betas'][0]), float(o['betas'][1]))
+    return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=betas, weight_decay=float(o['wd']),
+               **impl)
 
 
 def gated_step(optimizer: torch.optim.Optimizer, applied: Optional[torch.Tensor] = None,
@@ -204,49 +216,57 @@ def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], re
     return notes
 
 
-def _int_list(key: str, value: Any) -> List[int]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and v >= 0 for v in value):
-        raise UserError(f'train.{key}: expected a list of non-negative integers, got {value!r}')
-    return list(value)
+def _int_list(v: Any) -> Optional[str]:
+    return None if all(isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in v) else \
+        'must be a list of non-negative integers'
+
+
+def _periods(v: Any) -> Optional[str]:
+    if isinstance(v, int) and v > 0 or isinstance(v, list) and v and all(
+            isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in v):
+        return None
+    return 'must be a positive integer or a non-empty list of them'
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any], net: str = 'G') -> IterationLR:
     """The lr schedule of the `<net>_scheduler_*` keys (null type: constant); call `step()` once per iteration."""
     name = train_opt[f'{net}_scheduler_type']
-    kwargs = SCHEDULERS.get('none' if name is None else name, f'train.{net}_scheduler_type')(train_opt, net)
+    name, where = 'none' if name is None else name, f'train.{net}_scheduler_type'
+    prefix = f'{net}_scheduler_'
+    kwargs = SCHEDULERS.get(name, where)(f'train.{prefix}', **SCHEDULERS.read(name, train_opt, prefix, where))
     return IterationLR(optimizer, warmup_iter=train_opt[f'{net}_scheduler_warmup_iter'], net=net, **kwargs)
 
 
-@SCHEDULERS.register('MultiStepLR', 'multistep')
-def _multistep(train_opt: Dict[str, Any], net: str) -> Dict[str, Any]:
-    return {'kind': 'multistep', 'gamma': train_opt[f'{net}_scheduler_gamma'],
-            'milestones': _int_list(f'{net}_scheduler_milestones', train_opt[f'{net}_scheduler_milestones'])}
+@SCHEDULERS.register('MultiStepLR', 'multistep', options={'milestones': Key([], (list,), _int_list),
+                                                          'gamma': Key(0.5, (int, float), positive)})
+def _multistep(where: str, milestones: List[int], gamma: float) -> Dict[str, Any]:
+    return {'kind': 'multistep', 'gamma': gamma, 'milestones': list(milestones)}
 
 
 @SCHEDULERS.register('none')
-def _constant(train_opt: Dict[str, Any], net: str) -> Dict[str, Any]:
+def _constant(where: str) -> Dict[str, Any]:
     return {'kind': 'constant'}
 
 
-@SCHEDULERS.register('CosineAnnealingWarmRestarts', 'cosine_restart')
-def _cosine(train_opt: Dict[str, Any], net: str) -> Dict[str, Any]:
-    periods = train_opt[f'{net}_scheduler_periods']
-    weights = train_opt[f'{net}_scheduler_restart_weights']
-    eta_min = train_opt[f'{net}_scheduler_eta_min']
-    if isinstance(periods, int) and not isinstance(periods, bool) and periods > 0:
+@SCHEDULERS.register('CosineAnnealingWarmRestarts', 'cosine_restart', options={
+    'periods': Key(REQUIRED, (int, list), _periods),
+    'restart_weights': Key(None, (int, float, list, type(None))),
+    'eta_min': Key(0.0, (int, float), non_negative)})
+def _cosine(where: str, periods: Union[int, List[int]], restart_weights: Union[None, float, List[float]],
+            eta_min: float) -> Dict[str, Any]:
+    """`where` is the keys' prefix ("train.G_scheduler_") for the errors about two keys together."""
+    weights = restart_weights
+    if isinstance(periods, int):
         # KAIR passes restart_weights to torch as T_mult; only T_mult=1 (a plain repeat) is supported.
         if weights not in (None, 1, [1]):
-            raise UserError(f'train.{net}_scheduler_restart_weights: {weights!r} is not supported with a single '
-                            f'integer {net}_scheduler_periods; give {net}_scheduler_periods as a list to weight restarts')
+            raise UserError(f'{where}restart_weights: {weights!r} is not supported with a single integer '
+                            f'{where[6:]}periods; give {where[6:]}periods as a list to weight restarts')
         return {'kind': 'cosine', 'periods': periods, 'eta_min': eta_min}
-    if not isinstance(periods, (list, tuple)) or not periods or not all(
-            isinstance(p, int) and p > 0 for p in periods):
-        raise UserError(f'train.{net}_scheduler_periods: expected a positive integer or a list of them, got {periods!r}')
     if weights is None:
         weights = [1] * len(periods)
     elif isinstance(weights, (int, float)):
         weights = [weights] * len(periods)
     if len(weights) != len(periods):
-        raise UserError(f'train.{net}_scheduler_restart_weights: needs one weight per period '
+        raise UserError(f'{where}restart_weights: needs one weight per period '
                         f'({len(periods)}), got {weights!r}')
     return {'kind': 'cosine', 'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}

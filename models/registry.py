@@ -62,14 +62,17 @@ def discriminator_options(net_type: str, where: str = 'netD.net_type') -> Dict[s
 
 
 def model_options(model: str, where: str = 'model') -> Dict[str, Any]:
-    """What a model adds to the options: `{section: {key: default}}` for `train` and `path`, and
-    `netD` (True) when it trains a discriminator."""
+    """What a model adds to the options: `{section: {key: default}}` for `train` and `path`, `netD` (True)
+    when it trains a discriminator, and `choices`: its `train` type keys with the registry and prefix of
+    the members they choose (utils.options.Choice)."""
     cls = MODELS.get(model, where)
     extra: Dict[str, Any] = {}
     if getattr(cls, 'TRAIN_OPTIONS', None):
         extra['train'] = cls.TRAIN_OPTIONS
     if getattr(cls, 'PATH_OPTIONS', None):
         extra['path'] = cls.PATH_OPTIONS
+    if getattr(cls, 'CHOICES', None):
+        extra['choices'] = cls.CHOICES
     if getattr(cls, 'HAS_NETD', False):
         extra['netD'] = True
     return extra

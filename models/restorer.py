@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from metrics.fidelity import calculate_psnr, calculate_ssim, metric_border, metric_round_y
 from models.merge_bn import fold_batchnorm
 from models.registry import build_network
 from utils.checkpoint import load as load_checkpoint, unwrap_params
@@ -21,7 +22,6 @@ from utils.errors import UserError
 from utils.image import images_to_float, imresize_bicubic, tensor2uint
 from utils.logger import get_logger
 from utils.memory import available_memory
-from utils.metrics import calculate_psnr, calculate_ssim, metric_border, metric_round_y
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 

@@ -155,7 +155,7 @@ def test_test_image_too_small_for_ssim_is_refused_at_start_up_and_by_the_metric(
     message = _error(DatasetDnCNN, _opt(DatasetDnCNN, 'test', dataroot_H=h, metric_border=1))
     assert message == (f'datasets.test.dataroot_H: {h}/001.png: 1x1 is too small to evaluate: SSIM needs 11x11 '
                        f'after cropping the 1-pixel metric border, i.e. at least 13x13')
-    from utils.metrics import calculate_ssim
+    from metrics.fidelity import calculate_ssim
     with pytest.raises(UserError, match=r'^cannot score a 1x1 image with SSIM: .*at least 13x13$'):
         calculate_ssim(_rand((1, 1, 3)), _rand((1, 1, 3)), crop_border=1)
 

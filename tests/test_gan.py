@@ -10,7 +10,8 @@ import torch
 
 from conftest import ROOT, clean_env, run, write_options
 from option_rules import option_rules, read_options
-from models.gan_losses import GANLoss, PerceptualLoss
+from losses.adversarial import GANLoss
+from losses.perceptual import PerceptualLoss
 from models.model_gan import ModelGAN
 from tests.test_resume import _assert_same_run_state, _assert_same_tensors, _load
 from utils.errors import OptionsError, UserError

@@ -5,9 +5,9 @@ import pytest
 
 from conftest import dataset_options, unchecked_section
 from data.jpeg_datasets import DatasetJPEG, jpeg_roundtrip
+from metrics.fidelity import rgb2y
 from utils.errors import UserError
 from utils.image import imread_uint, tensor2uint
-from utils.metrics import rgb2y
 
 
 def _ds(demo_images, phase='train', **kw):

@@ -30,6 +30,16 @@ def _kair_keys() -> List[str]:
         return [line.split('\t')[0] for line in f if line.strip() and not line.startswith('#')]
 
 
+def _model_keys(model: str, section: str) -> set:
+    """The keys model `model` takes in `section`: its own and, in `train`, every member's its type keys can choose."""
+    extra = model_options(model)
+    keys = set(extra.get(section, {}))
+    if section == 'train':
+        for choice in extra.get('choices', {}).values():
+            keys |= {choice.prefix + k for name in choice.registry.names() for k in choice.registry.options(name, '')}
+    return keys
+
+
 def _accepted(path: str) -> bool:
     """Whether some section of the kind `path` names accepts its last key (a dataset key: some dataset type)."""
     section, key = path.split('.')[0], path.split('.')[-1]
@@ -38,7 +48,7 @@ def _accepted(path: str) -> bool:
     if section == 'datasets':
         return any(key in section_keys(name) for name in DATASETS.names())
     if section in ('train', 'path'):
-        return key in SCHEMA[section] or any(key in model_options(m).get(section, {}) for m in MODELS.names())
+        return key in SCHEMA[section] or any(key in _model_keys(m, section) for m in MODELS.names())
     if section in ('netG', 'netD'):
         return key == 'net_type'  # the rest are network arguments: tests/test_kair_networks.py
     return key in SCHEMA[section]

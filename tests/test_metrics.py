@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from utils.metrics import calculate_psnr, calculate_ssim, rgb2y
+from metrics.fidelity import calculate_psnr, calculate_ssim, rgb2y
 
 
 def _random_image(seed: int = 0, shape=(32, 40, 3)) -> np.ndarray:

@@ -442,9 +442,16 @@ def test_full_option_file_is_the_published_gopro_configuration_plus_spike_channe
 
 @pytest.mark.parametrize('value, ok', [(-1, True), (-2, False)])
 def test_fix_iter_minus_one_is_accepted_as_kairs_never_fix_and_below_is_an_error(tmp_path, value, ok):
-    raw = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), fix_iter=value)
+    raw = {**tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), fix_iter=value), 'model': 'vrt'}
     if ok:
         assert validate(raw, option_rules())['train']['fix_iter'] == -1
     else:
         with pytest.raises(OptionsError, match=r'train\.fix_iter: -2 must be >= 0, or -1 \(never fix, as KAIR\)'):
             validate(raw, option_rules())
+
+
+def test_an_image_model_drops_kairs_fix_keys_with_a_note_as_kair_does(tmp_path):
+    opt = validate(tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), fix_iter=5, fix_keys=['spynet']),
+                   option_rules())
+    assert 'fix_iter' not in opt['train'] and 'fix_keys' not in opt['train']
+    assert any(n.startswith('train: fix_iter, fix_keys ignored') for n in opt['_notes'])

@@ -1,8 +1,9 @@
-"""The architecture as rules: layers point down, and a network, model or dataset is one new file.
+"""The architecture as rules: layers point down, and a network, model, dataset or loss is one new file.
 
-Layers: main_train.py/main_test.py → models/, data/ → utils/. utils/ knows neither models/ nor data/,
-data/ does not know models/. Registries find their members by module name, so nothing else is
-edited to add one.
+Layers: main_train.py/main_test.py → models/ → losses/, data/ → metrics/ → utils/. utils/ knows none of
+the others, metrics/ only utils/, losses/ only metrics/ and utils/, data/ not models/ or losses/.
+Registries find their members by module name, so nothing else is edited to add one, and each member
+declares the option keys it reads.
 """
 import ast
 import os
@@ -14,10 +15,11 @@ import torch
 from torch import nn
 
 from conftest import ROOT, clean_env, run, tiny_options, write_options
+from losses.registry import LOSSES, build_loss
 from option_rules import option_rules, read_options
 from models.registry import NETWORKS, build_network
 from utils.errors import OptionsError, UserError
-from utils.options import validate
+from utils.options import Key, positive, validate
 from utils.registry import Registry
 
 
@@ -40,9 +42,14 @@ def package_files(package: str) -> list:
     return sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith('.py'))
 
 
-@pytest.mark.parametrize('package, forbidden', [('utils', ('models', 'data', 'main_train', 'main_test')),
-                                                ('data', ('models', 'main_train', 'main_test')),
-                                                ('models', ('main_train', 'main_test'))])
+ENTRY_POINTS = ('main_train', 'main_test', 'option_rules')
+
+
+@pytest.mark.parametrize('package, forbidden', [('utils', ('models', 'data', 'losses', 'metrics') + ENTRY_POINTS),
+                                                ('metrics', ('models', 'data', 'losses') + ENTRY_POINTS),
+                                                ('losses', ('models', 'data') + ENTRY_POINTS),
+                                                ('data', ('models', 'losses') + ENTRY_POINTS),
+                                                ('models', ENTRY_POINTS)])
 def test_layers_only_import_downwards(package, forbidden):
     files = package_files(package)
     assert files
@@ -149,7 +156,7 @@ def test_a_registered_network_takes_its_options_from_its_signature():
 
 TRAIN_WITH_TEST_NETWORK = """import sys
 sys.path.insert(0, 'tests')
-import test_structure  # registers the network test_two_conv
+import test_structure  # registers the network test_two_conv and the loss test_scaled_l1
 import main_train
 sys.exit(main_train.main(sys.argv[1:]))
 """
@@ -166,6 +173,75 @@ def test_a_network_defined_in_a_test_module_trains_with_no_edit_elsewhere(tmp_pa
     weights = torch.load(tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth', weights_only=True)
     assert set(weights) == {'head.weight', 'head.bias', 'tail.weight', 'tail.bias'}
     assert weights['head.weight'].shape == (6, 3, 3, 3)
+
+
+@LOSSES.register('test_scaled_l1')
+class ScaledL1(nn.Module):
+    """A loss with a parameter defined outside losses/: `G_lossfn_type: "test_scaled_l1"`, `G_l1_scale`."""
+
+    OPTIONS = {'l1_scale': Key(1.0, (int, float), positive)}
+
+    def __init__(self, l1_scale: float):
+        super().__init__()
+        self.scale = l1_scale
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.scale * (x - y).abs().mean()
+
+
+def _train(**given):
+    opt = validate({'task': 't', 'netG': {'net_type': 'dncnn'}, 'train': given}, option_rules())
+    return opt['train'], opt['_notes']
+
+
+def test_a_registered_loss_reads_its_declared_key_with_the_type_keys_prefix():
+    train, notes = _train(G_lossfn_type='test_scaled_l1', G_l1_scale=3)
+    assert train['G_l1_scale'] == 3 and notes == []
+    assert build_loss(train).base.scale == 3
+    assert _train(G_lossfn_type='test_scaled_l1')[0]['G_l1_scale'] == 1.0  # its default, filled in
+    with pytest.raises(OptionsError, match=r'^<options>: train\.G_l1_scale: 0 must be > 0$'):
+        _train(G_lossfn_type='test_scaled_l1', G_l1_scale=0)
+
+
+def test_a_key_of_a_member_not_chosen_is_dropped_with_one_note():
+    train, notes = _train(G_lossfn_type='l1', G_l1_scale=3)
+    assert 'G_l1_scale' not in train
+    assert notes == ['train.G_l1_scale: not read by G_lossfn_type l1; ignored']
+    train, notes = _train(G_scheduler_type='MultiStepLR', G_scheduler_periods=[4, 4], G_scheduler_eta_min=0.1)
+    assert 'G_scheduler_periods' not in train and train['G_scheduler_milestones'] == []
+    assert notes == ['train.G_scheduler_periods, train.G_scheduler_eta_min: not read by G_scheduler_type '
+                     'MultiStepLR; ignored']
+    train, notes = _train(G_scheduler_type=None, G_scheduler_gamma=0.1)
+    assert notes == ['train.G_scheduler_gamma: not read by G_scheduler_type null; ignored']
+
+
+def test_a_typo_is_still_an_unknown_key_with_a_suggestion_among_every_members_keys():
+    with pytest.raises(OptionsError, match=r'^<options>: train\.G_scheduler_period: unknown key '
+                                           r'\(did you mean "G_scheduler_periods"\?\)$'):
+        _train(G_scheduler_period=4)
+
+
+@pytest.mark.parametrize('value, message', [
+    ('x', 'train.G_scheduler_milestones: expected a list, got "x"'),
+    ([2, -1], 'train.G_scheduler_milestones: [2, -1] must be a list of non-negative integers'),
+])
+def test_a_members_key_is_typed_and_checked_with_the_options(tmp_path, value, message):
+    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), G_scheduler_milestones=value)
+    with pytest.raises(OptionsError) as e:
+        read_options(write_options(str(tmp_path / 'o.json'), opt))
+    assert str(e.value) == f'{tmp_path / "o.json"}: {message}'
+
+
+def test_a_loss_defined_in_a_test_module_trains_with_its_prefixed_key(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2,
+                       G_scheduler_milestones=[], G_lossfn_type='test_scaled_l1', G_l1_scale=2.5)
+    opt['logging']['use_tensorboard'] = False
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth').is_file()
+    saved = (tmp_path / 'exp' / 'tiny' / 'options').glob('*.json')
+    assert any('"G_l1_scale": 2.5' in p.read_text() for p in saved)
 
 
 def _zoo(tmp_path, monkeypatch) -> Registry:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from utils.errors import OptionsError, UserError
+from utils.registry import Registry
 from utils.suggest import did_you_mean
 
 T = TypeVar('T')
@@ -52,15 +53,24 @@ class Key:
     check: Optional[Callable[[Any], Optional[str]]] = None
 
 
-def _positive(v: Any) -> Optional[str]:
+@dataclass(frozen=True)
+class Choice:
+    """A type key (`G_lossfn_type`) naming a member of `registry` that reads its own keys, which the
+    section holds as `<prefix><key>` (charbonnier's `charbonnier_eps` is `G_charbonnier_eps` with prefix
+    "G_"): the chosen member's keys are validated and filled, other members' keys are noted and dropped."""
+    registry: Registry
+    prefix: str
+
+
+def positive(v: Any) -> Optional[str]:
     return None if v is None or v > 0 else 'must be > 0'
 
 
-def _non_negative(v: Any) -> Optional[str]:
+def non_negative(v: Any) -> Optional[str]:
     return None if v is None or v >= 0 else 'must be >= 0'
 
 
-def _unit_interval(v: Any) -> Optional[str]:
+def unit_interval(v: Any) -> Optional[str]:
     return None if 0 <= v < 1 else 'must be in [0, 1)'
 
 
@@ -106,7 +116,7 @@ def _non_empty(v: str) -> Optional[str]:
     return None
 
 
-def _one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
+def one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
         if v in choices:
             return None
@@ -114,7 +124,7 @@ def _one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     return check
 
 
-def _learning_rate(v: Any) -> Optional[str]:
+def learning_rate(v: Any) -> Optional[str]:
     return None if 0 < v <= 1 else 'must be in (0, 1]: Adam/AdamW with a learning rate above 1 diverge at once'
 
 
@@ -131,7 +141,7 @@ def _gpu_ids(v: Any) -> Optional[str]:
     return 'must be a list of GPU indices (integers >= 0), e.g. [0, 1]'
 
 
-def _betas(v: List[Any]) -> Optional[str]:
+def betas(v: List[Any]) -> Optional[str]:
     if len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
         return None
     return 'must be two numbers in [0, 1)'
@@ -147,80 +157,50 @@ SCHEMA: Dict[str, Any] = {
     'model': Key('plain', (str,)),
     'gpu_ids': Key(None, _OPT_LIST, _gpu_ids),
     'dist': Key(False, (bool,)),
-    'n_channels': Key(3, (int,), _positive),
-    'scale': Key(1, (int,), _positive),
+    'n_channels': Key(3, (int,), positive),
+    'scale': Key(1, (int,), positive),
     # KAIR's top-level noise levels and colour flag: given here, they fill the dataset sections that take them
     'sigma': Key(None, (int, float, list, type(None))),
     'sigma_test': Key(None, _OPT_NUM),
     'is_color': Key(None, (bool, type(None))),
     # KAIR's BatchNorm folding: after iteration merge_bn_startpoint, BN is folded into the convolutions
     'merge_bn': Key(False, (bool,)),
-    'merge_bn_startpoint': Key(0, (int,), _non_negative),
+    'merge_bn_startpoint': Key(0, (int,), non_negative),
     'find_unused_parameters': Key(False, (bool,)),
     'use_static_graph': Key(False, (bool,)),
     'broadcast_buffers': Key(True, (bool,)),
     'gradient_as_bucket_view': Key(False, (bool,)),
     'dist_timeout': Key(600, (int, float), _timeout),
-    'path': {
+    'path': {  # the model adds the weights it starts from (pretrained_netG, ...)
         'root': Key('experiments', (str,), _non_empty),
-        'pretrained_netG': Key(None, _OPT_STR),
-        'pretrained_netE': Key(None, _OPT_STR),
         'resume_state': Key(None, _OPT_STR),
     },
+    # What the training loop itself reads; the model adds its own keys (models/model_plain.py) and those of
+    # the loss, optimizer and schedule its type keys choose (`Choice`).
     'train': {
-        'G_lossfn_type': Key('l1', (str,)),
-        'G_lossfn_weight': Key(1.0, (int, float)),
-        'G_charbonnier_eps': Key(1e-9, (int, float), _positive),
-        'E_decay': Key(0.0, (int, float), _unit_interval),
-        'G_optimizer_type': Key('adam', (str,)),
-        'G_optimizer_lr': Key(1e-4, (int, float), _learning_rate),
-        'G_optimizer_betas': Key([0.9, 0.999], (list,), _betas),
-        'G_optimizer_wd': Key(0.0, (int, float), _non_negative),
-        'G_optimizer_clipgrad': Key(None, _OPT_NUM, _positive),
-        'G_optimizer_reuse': Key(True, (bool,)),
-        'G_optimizer_fused': Key(None, (bool, type(None))),  # null: fused on CUDA (models/optim.py)
-        'G_scheduler_type': Key('MultiStepLR', _OPT_STR),
-        'G_scheduler_milestones': Key([], (list,)),
-        'G_scheduler_gamma': Key(0.5, (int, float), _positive),
-        'G_scheduler_periods': Key(None, (int, list, type(None))),
-        'G_scheduler_restart_weights': Key(None, (int, float, list, type(None))),
-        'G_scheduler_eta_min': Key(0.0, (int, float), _non_negative),
-        'G_scheduler_warmup_iter': Key(0, (int,), _non_negative),
-        'G_regularizer_orthstep': Key(None, _OPT_INT, _positive),
-        'G_regularizer_clipstep': Key(None, _OPT_INT, _positive),
-        'G_param_strict': Key(True, (bool,)),
-        'E_param_strict': Key(True, (bool,)),
         'manual_seed': Key(None, _OPT_INT, _seed),
         'total_iter': Key(1_000_000, (int,), _iterations),
-        'accumulate_steps': Key(1, (int,), _positive),
-        'checkpoint_test': Key(5000, (int,), _positive),
-        'checkpoint_save': Key(5000, (int,), _positive),
-        'checkpoint_print': Key(200, (int,), _positive),
-        'checkpoint_keep_last': Key(3, (int,), _non_negative),
-        'save_failure': Key('stop', (str,), _one_of('stop', 'warn')),
-        'nan_policy': Key('stop', (str,), _one_of('stop', 'skip', 'off')),
-        'nan_skip_limit': Key(10, (int,), _positive),
-        'fix_iter': Key(0, (int,), lambda v: None if v >= -1 else 'must be >= 0, or -1 (never fix, as KAIR)'),
-        'fix_lr_mul': Key(1.0, (int, float), _non_negative),
-        'fix_keys': Key([], (list,)),
-        'amp': Key('none', (str,), _one_of('none', 'bf16', 'fp16')),
-        'tf32': Key(None, (bool, type(None))),  # null: TensorFloat-32 matmuls/convs on CUDA GPUs that have it
-        'channels_last': Key(False, (bool,)),
+        'accumulate_steps': Key(1, (int,), positive),
+        'checkpoint_test': Key(5000, (int,), positive),
+        'checkpoint_save': Key(5000, (int,), positive),
+        'checkpoint_print': Key(200, (int,), positive),
+        'checkpoint_keep_last': Key(3, (int,), non_negative),
+        'save_failure': Key('stop', (str,), one_of('stop', 'warn')),
+        'nan_policy': Key('stop', (str,), one_of('stop', 'skip', 'off')),
+        'nan_skip_limit': Key(10, (int,), positive),
         'compile': Key(False, (bool,)),
-        'compile_mode': Key(None, _OPT_STR, lambda v: None if v in (None, 'default', 'max-autotune', 'reduce-overhead')
-                            else 'must be one of default, max-autotune, reduce-overhead (or null)'),
     },
     'val': {
         'save_img': Key(False, (bool,)),
-        'tb_images': Key(4, (int,), _non_negative),
+        'tb_images': Key(4, (int,), non_negative),
         'pad_seq': Key(False, (bool,)),
         'flip_seq': Key(False, (bool,)),
         'center_frame_only': Key(False, (bool,)),
-        'num_frame_testing': Key(0, (int,), _non_negative),
-        'num_frame_overlapping': Key(2, (int,), _non_negative),
-        'size_patch_testing': Key(0, (int,), _non_negative),
-        'tile': Key(0, (int,), _non_negative),            # images: restore in tiles of this size (0: whole)
-        'tile_overlap': Key(32, (int,), _non_negative),
+        'num_frame_testing': Key(0, (int,), non_negative),
+        'num_frame_overlapping': Key(2, (int,), non_negative),
+        'size_patch_testing': Key(0, (int,), non_negative),
+        'tile': Key(0, (int,), non_negative),            # images: restore in tiles of this size (0: whole)
+        'tile_overlap': Key(32, (int,), non_negative),
         'self_ensemble': Key(False, (bool,)),              # images: average the 8 flips/rotations (x8)
     },
     'logging': {
@@ -509,7 +489,8 @@ class Rules:
     network: Callable[[str, str], Dict[str, Any]]
     dataset: Callable[[str, str], Dict[str, Any]]
     names: Mapping[str, Callable[[str, str], Any]] = field(default_factory=dict)
-    # `model(name, where)`: what the model adds, {'train': {...}, 'path': {...}, 'netD': True}
+    # `model(name, where)`: what the model adds, {'train': {...}, 'path': {...}, 'netD': True,
+    # 'choices': {train type key: Choice}}
     model: Optional[Callable[[str, str], Dict[str, Any]]] = None
     discriminator: Optional[Callable[[str, str], Dict[str, Any]]] = None  # keys of `netD`, as `network`
     # dataset keys only training sections take: {key: why a test section has none} (an error there)
@@ -573,6 +554,32 @@ class _Validator:
             out[key] = data[key]
         return out
 
+    def choices(self, data: Dict[str, Any], schema: Dict[str, Any], choices: Mapping[str, Choice],
+                where: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """(`data`, `schema`) of a section whose type keys choose registered members: the schema gains the
+        chosen members' keys; keys only other members read are dropped from the data with one note per
+        type key (and stay in the schema as IGNORED, for the did-you-mean of a typo)."""
+        data, schema = dict(data), dict(schema)
+        for type_key, choice in choices.items():
+            spec = schema[type_key] if isinstance(schema[type_key], Key) else Key(schema[type_key])
+            name = data[type_key] if type_key in data else spec.default
+            self.value(f'{where}{type_key}', name, spec)
+            chosen: Dict[str, Any] = {}
+            if name is not None:
+                self.named(f'{where}{type_key}', name, choice.registry.get)
+                chosen = {choice.prefix + k: s for k, s in choice.registry.options(name, where + type_key).items()}
+            others = {choice.prefix + k for member in choice.registry.names() if member != name
+                      for k in choice.registry.options(member, where + type_key)}
+            others -= set(chosen) | set(schema)
+            ignored = [key for key in data if key in others]
+            if ignored:
+                shown = 'null' if name is None else name
+                self.notes.append(f'{", ".join(where + k for k in ignored)}: not read by {type_key} {shown}; ignored')
+            data = {k: v for k, v in data.items() if k not in others}
+            schema.update(chosen)
+            schema.update({k: IGNORED for k in sorted(others)})
+        return data, schema
+
     def named(self, where: str, data: Any, lookup: Callable[[str, str], T]) -> T:
         """`lookup(name, where)` of a string value; its UserError becomes this file's error."""
         if not isinstance(data, str):
@@ -606,6 +613,9 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     if rules.model is not None:  # the model's own keys join the sections (a GAN's D_*, F_*, netD)
         extra = v.named('model', data['model'] if 'model' in data else SCHEMA['model'].default, rules.model)
     schema = {**SCHEMA, **{sec: {**SCHEMA[sec], **keys} for sec, keys in extra.items() if sec in ('train', 'path')}}
+    if extra.get('choices') and isinstance(static.get('train', {}), dict):
+        static['train'], schema['train'] = v.choices(static.get('train', {}), schema['train'], extra['choices'],
+                                                     'train.')
     opt = v.section(static, schema, '')
     if 'netD' in extra:
         netD = data['netD'] if 'netD' in data else None

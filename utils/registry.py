@@ -8,12 +8,16 @@ a lookup imports `<package>.<prefix><name>` when that module exists, else every 
 package whose name matches the pattern, so that a name registered under another file name (and
 every name, for the did-you-mean) is found. Only what is needed is imported: building one network
 does not import the others (VRT's module pulls in torchvision).
+
+A member declares the option keys it reads where it is defined: `register(name, options={key: Key or
+default})`, or an `OPTIONS` attribute on the class or function. Members chosen by a type key read them
+with a prefix (loss `G_lossfn_type` → `G_<key>`): `read` gives them back unprefixed.
 """
 import fnmatch
 import importlib
 import importlib.util
 import pkgutil
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
 
 from utils.errors import UserError
 from utils.suggest import did_you_mean
@@ -32,15 +36,19 @@ class Registry:
         self.package = package
         self.pattern = pattern
         self._members: Dict[str, Any] = {}
+        self._options: Dict[str, Dict[str, Any]] = {}
         self._scanned = False
 
-    def register(self, *names: str) -> Callable[[T], T]:
-        """Decorator registering a class or function under one or more names."""
+    def register(self, *names: str, options: Optional[Mapping[str, Any]] = None) -> Callable[[T], T]:
+        """Decorator registering a class or function under one or more names; `options` declares the
+        keys it reads (for objects that cannot carry an `OPTIONS` attribute, such as torch's classes)."""
         def deco(obj: T) -> T:
             for name in names:
                 if name in self._members and self._members[name] is not obj:
                     raise ValueError(f'{self.kind} {name!r} registered twice')
                 self._members[name] = obj
+                if options is not None:
+                    self._options[name] = dict(options)
             return obj
         return deco
 
@@ -73,6 +81,15 @@ class Registry:
             raise UserError(f'{where}: unknown {self.kind} "{name}"{did_you_mean(name, self._members)}; '
                             f'known: {", ".join(self.names())}')
         return self._members[name]
+
+    def options(self, name: str, where: str) -> Dict[str, Any]:
+        """The option keys member `name` reads, `{key: Key or default}` (unprefixed; empty when it reads none)."""
+        obj = self.get(name, where)
+        return self._options[name] if name in self._options else dict(getattr(obj, 'OPTIONS', {}))
+
+    def read(self, name: str, section: Mapping[str, Any], prefix: str, where: str) -> Dict[str, Any]:
+        """Member `name`'s keys from a validated options `section`, where they are `<prefix><key>`, unprefixed."""
+        return {key: section[prefix + key] for key in self.options(name, where)}
 
     def names(self) -> List[str]:
         """Every registered name, importing all member modules first."""

@@ -1,4 +1,4 @@
-"""Adversarial losses (`train.gan_type`) and the VGG perceptual loss (`train.F_*`) of GAN training.
+"""The VGG perceptual loss (`train.F_*`) of GAN training.
 
 The perceptual loss compares VGG19 features of the restored and ground-truth images (Johnson et al.
 2016; ESRGAN takes them before the activation, KAIR's layer 34 = conv5_4). Its ImageNet weights are
@@ -6,50 +6,31 @@ torchvision's `vgg19-dcbb9e9d.pth`: never downloaded here, read from `train.F_pr
 (default: torchvision's cache file), and a missing file is a one-line error saying where to put it.
 """
 import os
-from typing import List, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
+from utils.options import Key
 
 VGG19_FILE = 'vgg19-dcbb9e9d.pth'  # torchvision's ImageNet VGG19 weights
 VGG19_URL = f'https://download.pytorch.org/models/{VGG19_FILE}'
 RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tiny smoke files and tests)
-GAN_TYPES = ('gan', 'ragan', 'lsgan', 'wgan', 'softplusgan')
+
+
+def _layers(v: Any) -> Optional[str]:
+    layers = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+    if isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                   for i in layers):
+        return None
+    return 'must be a VGG19 layer index or a list of them (KAIR: 34, or [2, 7, 16, 25, 34])'
 
 
 def default_vgg19_path() -> str:
     """Where torchvision keeps the file once downloaded: <torch hub dir>/checkpoints/vgg19-dcbb9e9d.pth."""
     return os.path.join(torch.hub.get_dir(), 'checkpoints', VGG19_FILE)
-
-
-class GANLoss(nn.Module):
-    """Loss of discriminator outputs (logits) against "real" or "fake", for one of GAN_TYPES.
-
-    gan and ragan: binary cross-entropy on logits (ragan's relativism is in how the model forms the
-    logits); lsgan: squared distance to 1 / 0; wgan: -mean / mean; softplusgan: softplus(-x) / softplus(x)
-    (the non-saturating loss in logit form, StyleGAN's).
-    """
-
-    def __init__(self, gan_type: str):
-        super().__init__()
-        if gan_type not in GAN_TYPES:
-            raise UserError(f'train.gan_type: unknown "{gan_type}"; known: {", ".join(GAN_TYPES)}')
-        self.gan_type = gan_type
-
-    def forward(self, pred: torch.Tensor, target_is_real: bool) -> torch.Tensor:
-        pred = pred.float()
-        if self.gan_type == 'wgan':
-            return -pred.mean() if target_is_real else pred.mean()
-        if self.gan_type == 'softplusgan':
-            return F.softplus(-pred).mean() if target_is_real else F.softplus(pred).mean()
-        target = torch.ones_like(pred) if target_is_real else torch.zeros_like(pred)
-        if self.gan_type == 'lsgan':
-            return F.mse_loss(pred, target)
-        return F.binary_cross_entropy_with_logits(pred, target)
 
 
 class VGGFeatures(nn.Module):
@@ -104,6 +85,17 @@ class VGGFeatures(nn.Module):
 
 class PerceptualLoss(nn.Module):
     """sum_i w_i * loss(VGG_i(x), VGG_i(target)) over `F_feature_layer` (KAIR's PerceptualLoss)."""
+
+    # The `train` keys it is built from (KAIR's names and defaults); its weight in the total,
+    # `F_lossfn_weight`, belongs to the model that adds it.
+    OPTIONS: Dict[str, Key] = {
+        'F_lossfn_type': Key('l1', (str,)),
+        'F_feature_layer': Key(34, (int, list), _layers),
+        'F_weights': Key(1.0, (int, float, list)),
+        'F_use_input_norm': Key(True, (bool,)),
+        'F_use_range_norm': Key(False, (bool,)),
+        'F_pretrained_path': Key(None, (str, type(None))),  # null: torchvision's cache file; "random": smoke runs
+    }
 
     def __init__(self, layers: Union[int, Sequence[int]], weights: Union[float, Sequence[float]], lossfn_type: str,
                  use_input_norm: bool, use_range_norm: bool, vgg_weights: str):

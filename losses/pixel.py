@@ -1,15 +1,12 @@
 """Pixel losses selected by `train.G_lossfn_type`, scaled by `train.G_lossfn_weight` (KAIR semantics)."""
 import math
-from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.registry import Registry
-
-# name → function(train options) → unweighted loss module
-LOSSES = Registry('loss')
+from losses.registry import LOSSES
+from utils.options import Key, positive
 
 
 class CharbonnierLoss(nn.Module):
@@ -27,7 +24,7 @@ class CharbonnierLoss(nn.Module):
 class SSIMLoss(nn.Module):
     """1 - SSIM (Wang et al. 2004: 11x11 Gaussian window, sigma 1.5, valid part only), per channel.
 
-    The same SSIM as the validation metric (utils/metrics.py), on images in [0, 1], so that the
+    The same SSIM as the validation metric (metrics/fidelity.py), on images in [0, 1], so that the
     loss a run minimises is the score it reports; KAIR's `ssim` loss type.
     """
 
@@ -54,27 +51,18 @@ class SSIMLoss(nn.Module):
         return 1 - ssim.mean()
 
 
-class WeightedLoss(nn.Module):
-    """`loss_weight * base(pred, target)`, so the model needs no separate weight bookkeeping."""
-
-    def __init__(self, base: nn.Module, loss_weight: float = 1.0):
-        super().__init__()
-        self.base = base
-        self.loss_weight = float(loss_weight)
-
-    def forward(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        loss = self.base(pred, target)
-        return loss if self.loss_weight == 1.0 else loss * self.loss_weight
+LOSSES.register('l1')(nn.L1Loss)
+LOSSES.register('l2')(nn.MSELoss)
+LOSSES.register('ssim')(SSIMLoss)
 
 
-LOSSES.register('l1')(lambda train_opt: nn.L1Loss())
-LOSSES.register('l2')(lambda train_opt: nn.MSELoss())
-LOSSES.register('l2sum')(lambda train_opt: nn.MSELoss(reduction='sum'))
-LOSSES.register('charbonnier')(lambda train_opt: CharbonnierLoss(float(train_opt['G_charbonnier_eps'])))
-LOSSES.register('ssim')(lambda train_opt: SSIMLoss())
+@LOSSES.register('l2sum')
+def l2sum() -> nn.Module:
+    """Sum of squared differences (KAIR's 'l2sum')."""
+    return nn.MSELoss(reduction='sum')
 
 
-def build_loss(train_opt: Dict[str, Any]) -> nn.Module:
-    """The weighted loss module for `train_opt` ('l2' is mean squared error, 'l2sum' its sum, 'ssim' 1 - SSIM)."""
-    base = LOSSES.get(train_opt['G_lossfn_type'], 'train.G_lossfn_type')(train_opt)
-    return WeightedLoss(base, train_opt['G_lossfn_weight'])
+@LOSSES.register('charbonnier', options={'charbonnier_eps': Key(1e-9, (int, float), positive)})
+def charbonnier(charbonnier_eps: float) -> nn.Module:
+    """CharbonnierLoss with KAIR's `G_charbonnier_eps`."""
+    return CharbonnierLoss(float(charbonnier_eps))

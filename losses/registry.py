@@ -1,0 +1,36 @@
+"""The losses `train.G_lossfn_type` chooses, and the weighted loss module built from the options.
+
+Members live in any module of this package (`losses/*.py`) and register themselves with
+`@LOSSES.register(name, options={key: Key(...)})`: a member is called with its declared keys, which the
+option file gives as `G_<key>` (KAIR's `G_charbonnier_eps` for charbonnier's `charbonnier_eps`) and
+the validator has typed, checked and filled, and returns the unweighted loss module.
+"""
+from typing import Any, Dict
+
+import torch
+from torch import nn
+
+from utils.registry import Registry
+
+LOSSES = Registry('loss', 'losses', '*')
+
+
+class WeightedLoss(nn.Module):
+    """`loss_weight * base(pred, target)`, so the model needs no separate weight bookkeeping."""
+
+    def __init__(self, base: nn.Module, loss_weight: float = 1.0):
+        super().__init__()
+        self.base = base
+        self.loss_weight = float(loss_weight)
+
+    def forward(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = self.base(pred, target)
+        return loss if self.loss_weight == 1.0 else loss * self.loss_weight
+
+
+def build_loss(train_opt: Dict[str, Any], prefix: str = 'G_') -> nn.Module:
+    """The loss `<prefix>lossfn_type` names, built from its `<prefix><key>` options and weighted by
+    `<prefix>lossfn_weight` (KAIR semantics: 'l2' is mean squared error, 'l2sum' its sum, 'ssim' 1 - SSIM)."""
+    name, where = train_opt[f'{prefix}lossfn_type'], f'train.{prefix}lossfn_type'
+    base = LOSSES.get(name, where)(**LOSSES.read(name, train_opt, prefix, where))
+    return WeightedLoss(base, train_opt[f'{prefix}lossfn_weight'])

@@ -1,0 +1,5 @@
+"""Image quality metrics, one module per family: `metrics/fidelity.py` (PSNR, SSIM against a reference).
+
+Names are imported from the module that defines them; this package re-exports nothing. A new family
+(no-reference scores, perceptual distances) is a new module here, importing only utils/.
+"""
