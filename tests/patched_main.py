@@ -93,6 +93,9 @@ def install() -> None:
         original = checkpoint.atomic_write_bytes
 
         def slow_write(path, write, **kwargs):
+            if os.path.basename(os.path.dirname(path)) != 'models':  # checkpoints only, not the options file
+                return original(path, write, **kwargs)
+
             def slowly(f):
                 write(f)
                 f.flush()

@@ -48,6 +48,7 @@ class StopSignals:
         self.at_once, self.at_once_line = at_once, at_once_line
         self._previous: Dict[int, Any] = {}
         self._exiting = threading.Lock()
+        self._pid = os.getpid()  # a forked child (a loader worker) inherits the handlers: they ignore its signals
         for sig in signals:
             self._previous[sig] = signal.signal(sig, self._handle)
         self._wakeup: Optional[int] = None
@@ -55,6 +56,8 @@ class StopSignals:
             self._watch_interrupts()
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked child before its worker_init_fn: the group's Ctrl-C is the parent's to count
         if signum == signal.SIGINT:
             self.interrupts += 1
             if self.interrupts >= self.at_once:
@@ -81,6 +84,7 @@ class StopSignals:
         except (ValueError, OSError):  # not the main thread, or no pipes: the Python handler alone
             return
         self._wakeup = write
+        _WAKEUP_OWNERS.add(os.getpid())
 
         def watch() -> None:
             seen = 0
@@ -136,6 +140,20 @@ class StopSignals:
 
 
 _installed: Optional[StopSignals] = None
+_WAKEUP_OWNERS: set = set()  # processes whose wake-up fd feeds a StopSignals watcher
+
+
+def _drop_inherited_wakeup_fd() -> None:
+    """Right after a fork (loader workers): the child's signals must not be written into the parent's
+    wake-up pipe, where the parent's watcher would count a worker's Ctrl-C as a second one of its own."""
+    if _WAKEUP_OWNERS and os.getpid() not in _WAKEUP_OWNERS:
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:  # forked from another thread than the main one: nothing was inherited there
+            pass
+
+
+os.register_at_fork(after_in_child=_drop_inherited_wakeup_fd)
 
 
 def install() -> StopSignals:
