@@ -106,7 +106,7 @@ def _non_empty(v: str) -> Optional[str]:
     return None
 
 
-def _one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
+def one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
         if v in choices:
             return None
@@ -197,13 +197,13 @@ SCHEMA: Dict[str, Any] = {
         'checkpoint_save': Key(5000, (int,), _positive),
         'checkpoint_print': Key(200, (int,), _positive),
         'checkpoint_keep_last': Key(3, (int,), _non_negative),
-        'save_failure': Key('stop', (str,), _one_of('stop', 'warn')),
-        'nan_policy': Key('stop', (str,), _one_of('stop', 'skip', 'off')),
+        'save_failure': Key('stop', (str,), one_of('stop', 'warn')),
+        'nan_policy': Key('stop', (str,), one_of('stop', 'skip', 'off')),
         'nan_skip_limit': Key(10, (int,), _positive),
         'fix_iter': Key(0, (int,), lambda v: None if v >= -1 else 'must be >= 0, or -1 (never fix, as KAIR)'),
         'fix_lr_mul': Key(1.0, (int, float), _non_negative),
         'fix_keys': Key([], (list,)),
-        'amp': Key('none', (str,), _one_of('none', 'bf16', 'fp16')),
+        'amp': Key('none', (str,), one_of('none', 'bf16', 'fp16')),
         'tf32': Key(None, (bool, type(None))),  # null: TensorFloat-32 matmuls/convs on CUDA GPUs that have it
         'channels_last': Key(False, (bool,)),
         'compile': Key(False, (bool,)),
