@@ -485,7 +485,7 @@ def profile_split(get: Callable[[Any], Any], keys: Sequence[Any]) -> Dict[str, f
         elif name in FLOAT_CALLS:
             split['float'] += tottime
         elif (name == '_spike' and file.endswith('loader_baselines.py')) or \
-                (name == 'decode' and file.endswith('video_datasets.py')):
+                (name == 'decode' and file.endswith('spike.py')):
             split['spikes'] += cumtime
     split['total'] = total
     split['rest'] = max(total - split['decode'] - split['float'] - split['spikes'], 0.0)

@@ -8,8 +8,9 @@ training images cheap; images read from files leave as uint8 tensors and are sca
 they are used (`utils.image.to_float_image`: on the device in the train step). `cache_data: true`
 keeps every decoded image in RAM, one copy per node that its ranks share (data/frame_cache.py).
 
-A dataset checks its option values and the header of every file when it is built (data/checks.py),
-so a bad value or file ends the run at start-up with one line per problem.
+The options check each value alone (the `Key`s in OPTIONS, data/option_checks.py); a dataset checks
+what relates several keys and the header of every file when it is built (data/checks.py), so a bad
+value or file ends the run at start-up with one line per problem.
 """
 import os
 import random
