@@ -11,21 +11,25 @@ import random
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import cv2
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.option_checks import at_least, extension, int_format, io_backend, noise_level, positive_ints
+from data.sampler import parse_key
 from data.spike import SpikeSource
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.options import Key
 
 Size = Tuple[int, int]
+T = TypeVar('T')
+SIZE_FIELD = re.compile(r'\((\d+),(\d+)(?:,\d+)?\)')  # `(h,w,c)` of a meta info line
 
 # Keys the clip datasets share (each dataset's OPTIONS lists them in its own order).
 IO_BACKEND = Key({'type': 'disk'}, (dict,), io_backend('disk', 'lmdb'))   # training: frames in folders or an LMDB
@@ -97,33 +101,49 @@ class FrameStore:
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[Tuple[int, int]]]]:
-    """Lines `clip num_frames (h,w,c) [start_frame]` (BasicSR: 3 fields; KAIR: 4).
+def size_field(text: str) -> Optional[Size]:
+    """(h, w) of a meta info size field `(h,w,c)` or `(h,w)`; None when it is not one."""
+    size = SIZE_FIELD.fullmatch(text)
+    return (int(size[1]), int(size[2])) if size else None
 
-    Returns (clip, num_frames, start_frame, (h, w) or None when the size field is not parseable).
-    """
+
+def read_meta_info(path: Any, key: str, parse: Callable[[List[str]], Optional[T]], expected: str,
+                   what: str) -> List[T]:
+    """Every non-blank line of the meta info file `path` (option `key`), split into fields and parsed by
+    `parse`, which returns None for a malformed line: one UserError line names it and says `expected`."""
     if not isinstance(path, str) or not os.path.isfile(path):
         raise UserError(f'{key}: file not found: {path}')
-    clips = []
+    entries = []
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             fields = line.split()
             if not fields:
                 continue
-            try:
-                if len(fields) not in (3, 4):
-                    raise ValueError
-                clip, num, start = fields[0], int(fields[1]), int(fields[3]) if len(fields) == 4 else 0
-                if num < 1 or start < 0:
-                    raise ValueError
-            except ValueError:
-                raise UserError(f'{key}: {path}:{lineno}: expected "clip num_frames (h,w,c) [start_frame]", '
-                                f'got "{line.strip()}"') from None
-            size = re.fullmatch(r'\((\d+),(\d+)(?:,\d+)?\)', fields[2])
-            clips.append((clip, num, start, (int(size[1]), int(size[2])) if size else None))
-    if not clips:
-        raise UserError(f'{key}: no clips listed in {path}')
-    return clips
+            entry = parse(fields)
+            if entry is None:
+                raise UserError(f'{key}: {path}:{lineno}: expected {expected}, got "{line.strip()}"')
+            entries.append(entry)
+    if not entries:
+        raise UserError(f'{key}: no {what} listed in {path}')
+    return entries
+
+
+def _clip_line(fields: List[str]) -> Optional[Tuple[str, int, int, Optional[Size]]]:
+    if len(fields) not in (3, 4):
+        return None
+    try:
+        clip, num, start = fields[0], int(fields[1]), int(fields[3]) if len(fields) == 4 else 0
+    except ValueError:
+        return None
+    return (clip, num, start, size_field(fields[2])) if num >= 1 and start >= 0 else None
+
+
+def parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[Size]]]:
+    """Lines `clip num_frames (h,w,c) [start_frame]` (BasicSR: 3 fields; KAIR: 4).
+
+    Returns (clip, num_frames, start_frame, (h, w) or None when the size field is not parseable).
+    """
+    return read_meta_info(path, key, _clip_line, '"clip num_frames (h,w,c) [start_frame]"', 'clips')
 
 
 def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str]]], scale: Optional[int],
@@ -230,3 +250,32 @@ def check_gt_size(prefix: str, gt_size: int, sizes: Dict[str, Tuple[int, int]], 
         if gt_size > min(h, w):
             raise UserError(f'{prefix}.gt_size: {gt_size} is larger than the {h}×{w} frames of {what} {name} '
                             f'(meta_info_file)')
+
+
+def item_rng(key: Union[int, Tuple[int, int]]) -> Tuple[int, random.Random]:
+    """The index of a training item's key and the generator its sample draws from: seeded by the key's seed
+    (`(index, seed)` from the train sampler) or, for a bare index, by the index."""
+    index, seed = parse_key(key)
+    return index, random.Random(index if seed is None else seed)
+
+
+class WholeClips(Dataset):
+    """An evaluation set: `clips` holds one entry per whole clip, read by integer index; it trains nothing."""
+
+    prefix: str
+    clips: List[Any]
+    unit = 'clips'         # what an item is, in messages
+    train_type = ''        # the dataset type that trains on such data
+
+    def check_train_options(self) -> None:
+        raise UserError(f'{self.prefix}.dataset_type: {type(self).__name__} yields whole {self.unit} for evaluation; '
+                        f'train with {self.train_type}')
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def clip(self, index: int) -> Any:
+        """The entry of clip `index` (an integer: evaluation items are never drawn with a seed)."""
+        if not isinstance(index, (int, np.integer)):
+            raise TypeError(f'{type(self).__name__} takes integer indices, got {index!r}')
+        return self.clips[index]

@@ -15,20 +15,18 @@ so a bad value or file ends the run at start-up. What they share with the other 
 data/clips.py.
 """
 import os
-import random
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, add_noise, check_folder,
-                        check_frames, frame_name_keys, parse_meta_info, positive, sample_neighbors, stack_tensor,
-                        to_float)
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, WholeClips, add_noise,
+                        check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        sample_neighbors, stack_tensor, to_float)
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.lmdb_util import decode_frame
 from data.option_checks import all_or_first
 from data.registry import DATASETS
-from data.sampler import parse_key
 from data.spike import SPIKE_OPTIONS, SpikeSource
 from data.transforms import augment, common_size, paired_crop_window
 from utils.errors import UserError
@@ -199,8 +197,7 @@ class VideoRecurrentTrainDataset(Dataset):
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
         """Frames are cropped as decoded (uint8 BGR) and leave as uint8 T×3×h×w tensors; with spikes, L holds
         the crop's RGB scaled to [0, 1] and the spike channels, float32."""
-        index, seed = parse_key(key)
-        rng = random.Random(index if seed is None else seed)
+        index, rng = item_rng(key)
         clip, first = self.keys[index]
         num, start = self.clips[clip]
 
@@ -230,7 +227,7 @@ class VideoRecurrentTrainDataset(Dataset):
 
 
 @DATASETS.register('VideoRecurrentTestDataset', 'video_test')
-class VideoRecurrentTestDataset(Dataset):
+class VideoRecurrentTestDataset(WholeClips):
     """One whole clip per index: every clip folder of dataroot_lq with its GT (and spike) frames.
 
     `num_frame` -1 takes all frames; a positive value keeps only the first `num_frame` frames of each
@@ -238,6 +235,7 @@ class VideoRecurrentTestDataset(Dataset):
     always read lazily, one per `__getitem__`.
     """
 
+    train_type = 'VideoRecurrentTrainDataset'
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': REQUIRED,
@@ -293,17 +291,8 @@ class VideoRecurrentTestDataset(Dataset):
                   for clip, lqs, gts, spikes in self.clips for i, (lq, gt) in enumerate(zip(lqs, gts))]
         check_frames(self.prefix, frames, None, None, self.spike)
 
-    def check_train_options(self) -> None:
-        raise UserError(f'{self.prefix}.dataset_type: VideoRecurrentTestDataset yields whole clips for '
-                        f'evaluation; train with VideoRecurrentTrainDataset')
-
-    def __len__(self) -> int:
-        return len(self.clips)
-
     def __getitem__(self, index: int) -> Dict[str, Any]:
-        if not isinstance(index, (int, np.integer)):
-            raise TypeError(f'VideoRecurrentTestDataset takes integer indices, got {index!r}')
-        clip, lq_paths, gt_paths, spike_paths = self.clips[index]
+        clip, lq_paths, gt_paths, spike_paths = self.clip(index)
         if self.sigma is not None:  # as KAIR: the LQ folder is not read, noise is added to the GT frames
             H = stack_tensor([to_float(imread_uint(path, 3)) for path in gt_paths])
             return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,

@@ -14,18 +14,15 @@ noise-level map sigma/255 appended to every frame as a 4th channel: L is T×4×H
   worker scores the same noisy clips (KAIR reseeds with 0 for every clip).
 """
 import os
-import random
 from typing import Any, Dict, List, Tuple, Union
 
-import numpy as np
 from torch.utils.data import Dataset
 
-from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, add_noise, check_folder, check_frames,
-                        check_gt_size, frame_name_keys, parse_meta_info, positive, sample_neighbors, stack_tensor,
-                        to_float)
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, WholeClips, add_noise, check_folder,
+                        check_frames, check_gt_size, frame_name_keys, item_rng, parse_meta_info, positive,
+                        sample_neighbors, stack_tensor, to_float)
 from data.option_checks import all_or_first, noise_level, only
 from data.registry import DATASETS
-from data.sampler import parse_key
 from data.transforms import augment, random_crop
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
@@ -100,8 +97,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
         return len(self.keys)
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        rng = random.Random(index if seed is None else seed)
+        index, rng = item_rng(key)
         clip, first = self.keys[index]
         num, start = self.clips[clip]
         neighbors, _ = sample_neighbors(rng, first, start, num, self.num_frame, self.interval_list,
@@ -115,12 +111,13 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
 
 
 @DATASETS.register('VideoRecurrentTestNonblindDenoisingDataset')
-class VideoRecurrentTestNonblindDenoisingDataset(Dataset):
+class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
     """Every clip folder of dataroot_gt, whole (or its first `num_frame` frames), noised at `sigma`.
 
     `cache_data` is accepted for KAIR option files and ignored: clips are read when asked for.
     """
 
+    train_type = 'VideoRecurrentTrainNonblindDenoisingDataset'
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': IGNORED,        # KAIR gives the GT folder again
@@ -146,17 +143,8 @@ class VideoRecurrentTestNonblindDenoisingDataset(Dataset):
             raise UserError(f'{p}.dataroot_gt: no clip folders with images in {root}')
         check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None, None)
 
-    def check_train_options(self) -> None:
-        raise UserError(f'{self.prefix}.dataset_type: VideoRecurrentTestNonblindDenoisingDataset yields whole clips '
-                        f'for evaluation; train with VideoRecurrentTrainNonblindDenoisingDataset')
-
-    def __len__(self) -> int:
-        return len(self.clips)
-
     def __getitem__(self, index: int) -> Dict[str, Any]:
-        if not isinstance(index, (int, np.integer)):
-            raise TypeError(f'VideoRecurrentTestNonblindDenoisingDataset takes integer indices, got {index!r}')
-        clip, paths = self.clips[index]
+        clip, paths = self.clip(index)
         H = stack_tensor([to_float(imread_uint(path, 3)) for path in paths])
         return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
                 'lq_path': list(paths), 'gt_path': list(paths)}

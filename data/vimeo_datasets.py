@@ -29,20 +29,16 @@ Randomness of training items (interval, reverse, crop, flips) comes only from th
 (`(index, seed)` from the train sampler; a bare index seeds with itself).
 """
 import importlib
-import os
-import random
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, check_frames, check_gt_size,
-                        frame_name_keys, positive, stack_tensor, to_float)
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, WholeClips, check_frames, check_gt_size,
+                        frame_name_keys, item_rng, positive, read_meta_info, size_field, stack_tensor, to_float)
 from data.option_checks import all_or_first, at_least, only
 from data.registry import DATASETS
-from data.sampler import parse_key
 from data.transforms import augment, color_jitter, paired_random_crop
 from utils.dist import is_main_process
 from utils.errors import UserError
@@ -54,28 +50,18 @@ Size = Tuple[int, int]
 VIMEO_FRAMES = 7
 
 
+def _sequence_line(fields: List[str]) -> Optional[Tuple[str, int, Optional[Size]]]:
+    size = size_field(fields[2]) if len(fields) == 3 else None
+    ok = (len(fields) <= 3 and re.fullmatch(r'[^/]+/[^/]+', fields[0]) is not None
+          and (len(fields) == 1 or (fields[1].isdigit() and int(fields[1]) > 0))
+          and (len(fields) < 3 or size is not None))
+    return (fields[0], int(fields[1]) if len(fields) > 1 else VIMEO_FRAMES, size) if ok else None
+
+
 def parse_vimeo_meta(path: Any, key: str) -> List[Tuple[str, int, Optional[Size]]]:
     """(`<clip>/<seq>`, number of frames, (h, w) or None) per line `<clip>/<seq> [num_frames [(h,w,c)]]`."""
-    if not isinstance(path, str) or not os.path.isfile(path):
-        raise UserError(f'{key}: file not found: {path}')
-    seqs = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            size = re.fullmatch(r'\((\d+),(\d+)(?:,\d+)?\)', fields[2]) if len(fields) == 3 else None
-            ok = (len(fields) <= 3 and re.fullmatch(r'[^/]+/[^/]+', fields[0]) is not None
-                  and (len(fields) == 1 or (fields[1].isdigit() and int(fields[1]) > 0))
-                  and (len(fields) < 3 or size is not None))
-            if not ok:
-                raise UserError(f'{key}: {path}:{lineno}: expected "<clip>/<seq> [num_frames (h,w,c)]" like '
-                                f'"00001/0001 7 (256,448,3)", got "{line.strip()}"')
-            num = int(fields[1]) if len(fields) > 1 else VIMEO_FRAMES
-            seqs.append((fields[0], num, (int(size[1]), int(size[2])) if size else None))
-    if not seqs:
-        raise UserError(f'{key}: no sequences listed in {path}')
-    return seqs
+    return read_meta_info(path, key, _sequence_line,
+                          '"<clip>/<seq> [num_frames (h,w,c)]" like "00001/0001 7 (256,448,3)"', 'sequences')
 
 
 def frame_window(num: int, num_frame: int, interval: int = 1) -> List[int]:
@@ -232,8 +218,7 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         return len(self.seqs)
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        rng = random.Random(index if seed is None else seed)
+        index, rng = item_rng(key)
         seq, num = self.seqs[index]
         inputs, targets = self.frames(num, rng.choice(self.interval_list))
         if self.opt['random_reverse'] and rng.random() < 0.5:
@@ -286,7 +271,7 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
 
 
 @DATASETS.register('VideoTestVimeo90KDataset')
-class VideoTestVimeo90KDataset(Dataset):
+class VideoTestVimeo90KDataset(WholeClips):
     """Whole Vimeo-90K test septuplets (or their centred `num_frame` window), one per index.
 
     H holds every GT frame of the window (KAIR returns only im4; `val.center_frame_only` scores the
@@ -294,6 +279,7 @@ class VideoTestVimeo90KDataset(Dataset):
     (see the module docstring). Frames are read when an item is asked for: nothing is cached.
     """
 
+    unit = 'sequences'
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': REQUIRED,
@@ -319,7 +305,7 @@ class VideoTestVimeo90KDataset(Dataset):
             _check_vfi_num_frame(num_frame, p)
         tmpl = opt['filename_tmpl']
         self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', opt['filename_ext'])
-        self.items: List[Tuple[str, List[str], List[str]]] = []
+        self.clips: List[Tuple[str, List[str], List[str]]] = []
         for seq, num, _ in parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file'):
             count = num if num_frame == -1 else num_frame
             if count > num:
@@ -329,28 +315,23 @@ class VideoTestVimeo90KDataset(Dataset):
                                 f'3 or 7 frames, but sequence {seq} has {num} (meta_info_file)')
             window = frame_window(num, count)
             inputs, targets = vfi_split(window) if self.vfi else (window, window)
-            self.items.append((seq, [self.store.path('lq', f'{seq}/im{i:{tmpl}}') for i in inputs],
+            self.clips.append((seq, [self.store.path('lq', f'{seq}/im{i:{tmpl}}') for i in inputs],
                                [self.store.path('gt', f'{seq}/im{i:{tmpl}}') for i in targets]))
-        _check_sequence_folders(self.store, [seq for seq, _, _ in self.items])
+        _check_sequence_folders(self.store, [seq for seq, _, _ in self.clips])
         self.check_files()
 
     def check_files(self) -> None:
         """Header and size of every frame (see check_frames): scale 1 for interpolation, a whole factor for SR."""
         jobs = [(seq, gts[0] if self.vfi else gts[i], lq, None)
-                for seq, lqs, gts in self.items for i, lq in enumerate(lqs)]
+                for seq, lqs, gts in self.clips for i, lq in enumerate(lqs)]
         check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None)
 
-    def check_train_options(self) -> None:
-        raise UserError(f'{self.prefix}.dataset_type: {type(self).__name__} yields whole sequences for evaluation; '
-                        f'train with VideoRecurrentTrainVimeo{"VFI" if self.vfi else ""}Dataset')
-
-    def __len__(self) -> int:
-        return len(self.items)
+    @property
+    def train_type(self) -> str:  # type: ignore[override]
+        return f'VideoRecurrentTrainVimeo{"VFI" if self.vfi else ""}Dataset'
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
-        if not isinstance(index, (int, np.integer)):
-            raise TypeError(f'{type(self).__name__} takes integer indices, got {index!r}')
-        seq, lq_paths, gt_paths = self.items[index]
+        seq, lq_paths, gt_paths = self.clip(index)
         L = stack_tensor([to_float(imread_uint(path, 3)) for path in lq_paths])
         H = stack_tensor([to_float(imread_uint(path, 3)) for path in gt_paths])
         return {'L': _pad_in_time(L, self.pad, self.mirror), 'H': _pad_in_time(H, self.pad, self.mirror),
