@@ -21,7 +21,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, WholeClips, add_noise,
-                        check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        check_folder, check_frames, check_gt_size, frame_name_keys, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.lmdb_util import decode_frame
@@ -147,10 +147,7 @@ class VideoRecurrentTrainDataset(Dataset):
         """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
         if self.gt_size % self.scale:
             raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
-        for clip, (h, w) in self.gt_sizes.items():
-            if self.gt_size > min(h, w):
-                raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is larger than the {h}×{w} frames '
-                                f'of clip {clip} (meta_info_file)')
+        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'clip')
 
     def __len__(self) -> int:
         return len(self.keys)
