@@ -259,10 +259,31 @@ def item_rng(key: Union[int, Tuple[int, int]]) -> Tuple[int, random.Random]:
     return index, random.Random(index if seed is None else seed)
 
 
-class WholeClips(Dataset):
+class ClipDataset(Dataset):
+    """A clip dataset keeps its validated section (`opt`) and names its keys after `prefix` (`datasets.<phase>`)."""
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__()
+        self.opt = opt
+        self.prefix: str = opt['_where']
+
+
+class TrainingWindows(ClipDataset):
+    """A training set of `gt_size` crops of frame windows from the clips (or sequences: `unit`) of a meta info
+    file, whose frame sizes (`gt_sizes`, where the file gives them) say before any worker starts whether the
+    crop fits."""
+
+    gt_size: int
+    gt_sizes: Dict[str, Size]
+    unit = 'clip'
+
+    def check_train_options(self) -> None:
+        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, self.unit)
+
+
+class WholeClips(ClipDataset):
     """An evaluation set: `clips` holds one entry per whole clip, read by integer index; it trains nothing."""
 
-    prefix: str
     clips: List[Any]
     unit = 'clips'         # what an item is, in messages
     train_type = ''        # the dataset type that trains on such data

@@ -18,10 +18,9 @@ import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
-from torch.utils.data import Dataset
 
-from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, WholeClips, add_noise,
-                        check_folder, check_frames, check_gt_size, frame_name_keys, item_rng, parse_meta_info, positive,
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, TrainingWindows, WholeClips,
+                        add_noise, check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.lmdb_util import decode_frame
@@ -40,7 +39,7 @@ REDS_VAL_PARTITIONS = {
 
 
 @DATASETS.register('VideoRecurrentTrainDataset', 'video_train')
-class VideoRecurrentTrainDataset(Dataset):
+class VideoRecurrentTrainDataset(TrainingWindows):
     """Random `num_frame`-frame crops around every frame of the listed clips (GoPro/REDS training).
 
     Randomness (interval, start clamp, reverse, crop, flips) comes only from the key's seed: keys are
@@ -67,9 +66,8 @@ class VideoRecurrentTrainDataset(Dataset):
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
+        super().__init__(opt)
+        p = self.prefix
         self.scale, self.gt_size, self.num_frame = opt['scale'], opt['gt_size'], opt['num_frame']
         self.interval_list = opt['interval_list']
         if self.gt_size % self.scale:
@@ -147,7 +145,7 @@ class VideoRecurrentTrainDataset(Dataset):
         """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
         if self.gt_size % self.scale:
             raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
-        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'clip')
+        super().check_train_options()
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -244,9 +242,8 @@ class VideoRecurrentTestDataset(WholeClips):
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
+        super().__init__(opt)
+        p = self.prefix
         self.sigma = None if opt['sigma'] is None else float(opt['sigma'])
         if self.sigma is not None and opt['dataroot_spike']:
             raise UserError(f'{p}.sigma: noisy clips are made from the GT frames; they take no spike streams')

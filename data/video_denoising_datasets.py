@@ -16,10 +16,9 @@ noise-level map sigma/255 appended to every frame as a 4th channel: L is T×4×H
 import os
 from typing import Any, Dict, List, Tuple, Union
 
-from torch.utils.data import Dataset
 
-from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, WholeClips, add_noise, check_folder,
-                        check_frames, check_gt_size, frame_name_keys, item_rng, parse_meta_info, positive,
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, add_noise,
+                        check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.option_checks import all_or_first, noise_level, only
 from data.registry import DATASETS
@@ -32,7 +31,7 @@ SIGMA = Key(REQUIRED, (int, float), noise_level)
 
 
 @DATASETS.register('VideoRecurrentTrainNonblindDenoisingDataset')
-class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
+class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
     """Random `num_frame`-frame crops around every listed frame, noised at a per-sample level."""
 
     OPTIONS: Dict[str, Any] = {
@@ -55,9 +54,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
+        super().__init__(opt)
+        p = self.prefix
         self.num_frame, self.gt_size, self.interval_list = opt['num_frame'], opt['gt_size'], opt['interval_list']
         self.sigma_min, self.sigma_max = float(opt['sigma_min']), float(opt['sigma_max'])
         if self.sigma_min > self.sigma_max:
@@ -89,9 +87,6 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
             return
         paths = [(clip, self.store.path('gt', f'{clip}/{i:{self.tmpl}}')) for clip, i in self.keys]
         check_frames(self.prefix, [(clip, path, path, None) for clip, path in paths], 1, self.gt_size, None)
-
-    def check_train_options(self) -> None:
-        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'clip')
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -128,9 +123,8 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
+        super().__init__(opt)
+        p = self.prefix
         num_frame = opt['num_frame']
         self.sigma = float(opt['sigma'])
         root = check_folder(opt['dataroot_gt'], f'{p}.dataroot_gt')

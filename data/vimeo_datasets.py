@@ -33,9 +33,8 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from torch.utils.data import Dataset
 
-from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, WholeClips, check_frames, check_gt_size,
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, check_frames,
                         frame_name_keys, item_rng, positive, read_meta_info, size_field, stack_tensor, to_float)
 from data.option_checks import all_or_first, at_least, only
 from data.registry import DATASETS
@@ -116,7 +115,7 @@ def _check_sequence_folders(store: FrameStore, seqs: Sequence[str]) -> None:
 
 
 @DATASETS.register('VideoRecurrentTrainVimeoDataset')
-class VideoRecurrentTrainVimeoDataset(Dataset):
+class VideoRecurrentTrainVimeoDataset(TrainingWindows):
     """Random crops of Vimeo-90K septuplets for training (KAIR's VRT/RVRT 003/004 x4 SR; 009 with temporal_scale 2)."""
 
     OPTIONS: Dict[str, Any] = {
@@ -140,12 +139,12 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
                                                     'meta_info_Vimeo90K_test_GT.txt); evaluate with '
                                                     'VideoTestVimeo90KDataset')),
     }
+    unit = 'sequence'
     jitter = False  # colour jitter of each item (the VFI type's `color_jitter`)
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
+        super().__init__(opt)
+        p = self.prefix
         self.num_frame = opt['num_frame']
         self.input_step = self.interpolation_step(opt, p)
         self.vfi = self.input_step is not None
@@ -210,9 +209,6 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
             jobs += [(seq, self.store.path('gt', self.frame_key(seq, g)), self.store.path('lq', self.frame_key(seq, q)),
                       None) for g, q in sorted(pairs)]
         check_frames(self.prefix, jobs, self.scale, self.gt_size, None)
-
-    def check_train_options(self) -> None:
-        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'sequence')
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -295,9 +291,8 @@ class VideoTestVimeo90KDataset(WholeClips):
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
+        super().__init__(opt)
+        p = self.prefix
         self.vfi = opt['temporal_scale'] == 2
         num_frame = opt['num_frame']
         self.pad, self.mirror = _temporal_padding(opt, p, self.vfi)
