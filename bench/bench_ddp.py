@@ -9,7 +9,6 @@ Each measurement is a fresh set of processes (env:// rendezvous, as under torchr
 
 `--quick` (one run per side of 3 steps) is a smoke run, noisy.
 """
-import argparse
 import os
 import socket
 import statistics
@@ -18,6 +17,8 @@ import sys
 import tempfile
 import time
 from typing import List, Sequence
+
+from common import entry, parse_reps, reps_parser
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
@@ -79,12 +80,9 @@ def launch(world: int, threads: int, steps: int) -> float:
 
 
 def main(argv: Sequence[str] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: one run per side, 3 timed steps')
-    p.add_argument('--reps', type=int, default=None, help='runs per side (default 5; --quick 1)')
+    p = reps_parser(__doc__, 'smoke run: one run per side, 3 timed steps', 'runs per side (default 5; --quick 1)')
     p.add_argument('--steps', type=int, default=None, help='timed steps per run (default 20; --quick 3)')
-    a = p.parse_args(argv)
-    a.reps = a.reps or (1 if a.quick else 5)
+    a = parse_reps(p, argv, 5)
     a.steps = a.steps or (3 if a.quick else 20)
     sys.path.insert(0, HERE)
     from bench_loop import machine
@@ -102,7 +100,4 @@ def main(argv: Sequence[str] = None) -> None:
 
 
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] == '--worker':
-        worker(*map(int, sys.argv[2:5]))
-    else:
-        main()
+    entry(main, worker=lambda args: worker(*map(int, args[:3])))

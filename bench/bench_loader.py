@@ -65,6 +65,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from data.demo import synthetic_image  # noqa: E402
 from data.registry import DATASETS, build_dataset  # noqa: E402
 from data.synthetic_gopro import integrate_and_fire, luminance  # noqa: E402
+from common import median_seconds  # noqa: E402
 from loader_baselines import BaselinePairedImages, BaselineVideoClips  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.image import images_to_float  # noqa: E402
@@ -423,15 +424,6 @@ def per_process(row: Row, reps: int, batches: int, workers: int, seed: int) -> N
                 it._shutdown_workers()
 
 
-def time_median(fn: Callable[[], Any], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def decoder_rows(files: Dict[str, str], reps: int) -> Dict[str, Dict[str, float]]:
     """Seconds per decode of each file, cv2.imdecode vs torchvision.io.decode_png (interleaved), plus the
     baseline's whole-frame float conversion."""
@@ -452,9 +444,9 @@ def decoder_rows(files: Dict[str, str], reps: int) -> Dict[str, Dict[str, float]
             times: Dict[str, List[float]] = {k: [] for k in sides}
             for _ in range(reps):
                 for k, fn in sides.items():
-                    times[k].append(time_median(fn, 1))
+                    times[k].append(median_seconds(fn, 1))
         out[label] = {k: statistics.median(v) for k, v in times.items()}
-        out[label]['float'] = time_median(lambda: img.astype(np.float32) / 255., reps)
+        out[label]['float'] = median_seconds(lambda: img.astype(np.float32) / 255., reps)
         out[label]['bytes'] = len(data)
         out[label]['shape'] = img.shape
     return out
@@ -485,7 +477,7 @@ def profile_split(get: Callable[[Any], Any], keys: Sequence[Any]) -> Dict[str, f
         elif name in FLOAT_CALLS:
             split['float'] += tottime
         elif (name == '_spike' and file.endswith('loader_baselines.py')) or \
-                (name == 'decode' and file.endswith('video_datasets.py')):
+                (name == 'decode' and file.endswith('spike.py')):
             split['spikes'] += cumtime
     split['total'] = total
     split['rest'] = max(total - split['decode'] - split['float'] - split['spikes'], 0.0)

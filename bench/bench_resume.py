@@ -12,7 +12,6 @@ skips the consumed samples (no data replay). Fresh and resumed runs alternate re
 
 `--quick` (one fresh and one resumed run) is a smoke run, noisy.
 """
-import argparse
 import os
 import shutil
 import statistics
@@ -21,6 +20,8 @@ import sys
 import tempfile
 import time
 from typing import Dict, List, Sequence
+
+from common import entry, parse_reps, reps_parser
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
@@ -65,11 +66,7 @@ def timed_run(opt_path: str, env: Dict[str, str], finish: bool = False) -> Dict[
 
 
 def main(argv: Sequence[str] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: one rep per side')
-    p.add_argument('--reps', type=int, default=None, help='reps per side (default 5; --quick 1)')
-    a = p.parse_args(argv)
-    a.reps = a.reps or (1 if a.quick else 5)
+    a = parse_reps(reps_parser(__doc__, 'smoke run: one rep per side', 'reps per side (default 5; --quick 1)'), argv, 5)
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, 'tests'))
     sys.path.insert(0, HERE)
@@ -111,6 +108,4 @@ def main(argv: Sequence[str] = None) -> None:
 
 
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] == '--child':
-        sys.exit(child(sys.argv[2:]))
-    main()
+    entry(main, child=child)

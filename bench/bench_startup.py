@@ -19,7 +19,6 @@ so the benchmark leaves nothing in the project.
 
 `--quick` (one pair, and no uncounted warm-up pair first) is a smoke run, noisy.
 """
-import argparse
 import os
 import signal
 import statistics
@@ -28,6 +27,8 @@ import sys
 import tempfile
 import time
 from typing import Dict, List, Sequence
+
+from common import entry, parse_reps, reps_parser
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
@@ -100,11 +101,8 @@ def timed(cmd: List[str], env: Dict[str, str]) -> float:
 
 
 def main(argv: Sequence[str] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: one pair, no warm-up pair')
-    p.add_argument('--reps', type=int, default=None, help='interleaved pairs (default 5; --quick 1)')
-    a = p.parse_args(argv)
-    a.reps = a.reps or (1 if a.quick else 5)
+    a = parse_reps(reps_parser(__doc__, 'smoke run: one pair, no warm-up pair',
+                               'interleaved pairs (default 5; --quick 1)'), argv, 5)
     warmup = 0 if a.quick else 1  # the first pair warms the page cache and is not counted
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
@@ -141,7 +139,4 @@ def main(argv: Sequence[str] = None) -> None:
 
 
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] == '--bare':
-        bare(sys.argv[2:])
-    else:
-        main()
+    entry(main, bare=bare)

@@ -16,17 +16,16 @@ import glob
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
-import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from common import median_seconds  # noqa: E402
 from option_rules import option_rules  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from utils.options import validate  # noqa: E402
@@ -64,16 +63,6 @@ def inputs(netG: Dict[str, Any], scale: int, size: int = 64) -> Tuple[Any, ...]:
     return (torch.rand(1, channels, size, size),)
 
 
-def median_time(fn: Callable[[], None], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def bench_networks(repeat: int, only: str, size: int) -> None:
     print(f'{"KAIR configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
     for name, netG, scale in configurations():
@@ -86,7 +75,7 @@ def bench_networks(repeat: int, only: str, size: int) -> None:
         def step() -> None:
             net.zero_grad(set_to_none=True)
             net(*args).mean().backward()
-        seconds = median_time(step, repeat)
+        seconds = median_seconds(step, repeat, warmup=1)
         shape = 'x'.join(map(str, args[0].shape))
         print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
               f'{seconds:10.3f}')
@@ -119,7 +108,7 @@ def bench_gan(repeat: int) -> None:
                 loss = model.backward([batch])
                 model.step(it[0], loss)
                 model.end_iteration(it[0])
-            rows.append((kind, median_time(step, repeat)))
+            rows.append((kind, median_seconds(step, repeat, warmup=1)))
     plain, gan = rows[0][1], rows[1][1]
     print('\none training iteration, MSRResNet (nc 32, nb 4) x4, batch 4 x 96x96, VGG layers [2, 7], VGG-96 D:')
     print(f'  plain {plain:.3f} s/iter, gan {gan:.3f} s/iter, gan / plain = {gan / plain:.2f}')

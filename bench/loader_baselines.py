@@ -37,8 +37,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from data.clips import sample_neighbors
 from data.spike import decode_spike_dat, read_spike_dat, read_spike_npy, spike_to_representation
-from data.video_datasets import REDS_VAL_PARTITIONS, sample_neighbors
+from data.video_datasets import REDS_VAL_PARTITIONS
 
 __all__ = ['BaselinePairedImages', 'BaselineVideoClips', 'imfrombytes', 'paired_random_crop', 'augment',
            'img2tensor']

@@ -9,7 +9,6 @@ A training sample draws everything (crop, flips, degradation) from its seed: cro
 `random.Random(seed)`, the degradation from `np.random.default_rng(seed)`.
 With `dataroot_L` the pairs are read from files instead, as in the `sr` dataset.
 """
-import math
 import random
 from typing import Any, Dict, Optional, Tuple
 
@@ -18,41 +17,33 @@ import torch
 
 from data.checks import Size, fmt, ssim_problem
 from data.degradations import DEGRADATIONS, degrade
-from data.image_datasets import IMAGE_OPTIONS, ImageDataset, bool_option, int_option
+from data.image_datasets import IMAGE_OPTIONS, ImageDataset, patch_size, scale
+from data.option_checks import at_least, between, only
 from data.registry import DATASETS
 from utils.errors import UserError
-from utils.options import Key
-from utils.suggest import did_you_mean
+from utils.options import Key, one_of
 
 
 @DATASETS.register('blindsr')
 class DatasetBlindSR(ImageDataset):
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'n_channels': 3,
-        'H_size': Key(None, (int, type(None))),  # null: lq_patchsize * scale
-        'scale': 4,
-        'degradation_type': 'bsrgan',
-        'shuffle_prob': 0.1,
+        'n_channels': Key(3, (int,), only(3, 'the BSRGAN degradations are colour')),
+        'H_size': patch_size(None),  # null: lq_patchsize * scale
+        'scale': scale(4),
+        'degradation_type': Key('bsrgan', (str,), one_of(*DEGRADATIONS)),
+        'shuffle_prob': Key(0.1, (int, float), between(0, 1, 'a probability')),
         'use_sharp': False,
-        'lq_patchsize': 64,
+        'lq_patchsize': Key(64, (int,), at_least(1)),
     }
 
     def check_options(self) -> None:
         opt, where = self.opt, self.where
-        self.scale = int_option(opt, where, 'scale')
-        self.lq_patchsize = int_option(opt, where, 'lq_patchsize')
-        degradation = opt['degradation_type']
-        if degradation not in DEGRADATIONS:
-            raise UserError(f'{where}.degradation_type: must be "bsrgan" or "bsrgan_plus", got {degradation!r}'
-                            f'{did_you_mean(str(degradation), DEGRADATIONS)}')
-        self.degradation = degradation
-        prob = opt['shuffle_prob']
-        if (isinstance(prob, bool) or not isinstance(prob, (int, float, np.number)) or not math.isfinite(prob)
-                or not 0 <= prob <= 1):
-            raise UserError(f'{where}.shuffle_prob: must be a probability from 0 to 1, got {prob!r}')
-        self.shuffle_prob = float(prob)
-        self.use_sharp = bool_option(opt, where, 'use_sharp')
+        self.scale = opt['scale']
+        self.lq_patchsize = opt['lq_patchsize']
+        self.degradation = opt['degradation_type']
+        self.shuffle_prob = float(opt['shuffle_prob'])
+        self.use_sharp = opt['use_sharp']
         lq_size = self.lq_patchsize * self.scale
         if opt['H_size'] is None:
             self.opt = {**opt, 'H_size': lq_size}
@@ -60,12 +51,6 @@ class DatasetBlindSR(ImageDataset):
         if self.patch_size < lq_size:
             raise UserError(f'{where}.H_size: {self.patch_size} is smaller than lq_patchsize x scale = '
                             f'{self.lq_patchsize} x {self.scale} = {lq_size}')
-
-    def _channels(self) -> int:
-        n = self.opt['n_channels']
-        if isinstance(n, bool) or n != 3:
-            raise UserError(f'{self.where}.n_channels: must be 3 (the BSRGAN degradations are colour), got {n!r}')
-        return 3
 
     def _single_problem(self, size: Size, train: bool) -> Optional[Tuple[str, str]]:
         """Training: the H_size patch. Evaluation: the scored lq_patchsize × scale patch."""

@@ -19,7 +19,7 @@ Approximations (the paper's components we do not have here):
 - the Poisson and speckle noises of `bsrgan_plus` are our own parameterisations (see each function).
 """
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -335,6 +335,22 @@ def plus_order(rng: np.random.Generator, shuffle_prob: float, record: Record = N
     return order
 
 
+def sometimes(step: Callable[..., np.ndarray], prob: float, key: str) -> Callable[..., np.ndarray]:
+    """`step(lq, rng, record)` with probability `prob` (one draw, recorded under `key`), else lq unchanged."""
+    def apply(lq: np.ndarray, rng: np.random.Generator, record: Record = None) -> np.ndarray:
+        return step(lq, rng, record) if happens(rng, prob, record, key) else lq
+    return apply
+
+
+def _plus_noise(step: str) -> Callable[..., np.ndarray]:
+    """The bsrgan_plus step `step` of PLUS_STEPS other than blur and resize."""
+    return {'gaussian_noise': gaussian_noise,
+            'poisson_noise': sometimes(poisson_noise, PLUS_POISSON_PROB, 'poisson'),
+            'speckle_noise': sometimes(speckle_noise, PLUS_SPECKLE_PROB, 'speckle'),
+            'camera': sometimes(camera_noise, PLUS_CAMERA_PROB, 'camera'),
+            'jpeg': sometimes(jpeg_noise, PLUS_JPEG_PROB, 'jpeg')}[step]
+
+
 def bsrgan_plus(img: np.ndarray, sf: int, rng: np.random.Generator, shuffle_prob: float = 0.1,
                 use_sharp: bool = False, lq_patchsize: Optional[int] = 64, *,
                 record: Record = None) -> Tuple[np.ndarray, np.ndarray]:
@@ -359,19 +375,8 @@ def bsrgan_plus(img: np.ndarray, sf: int, rng: np.random.Generator, shuffle_prob
         elif step == 'resize':
             s = rng.uniform(1.0 / sf, 1.0)
             lq = random_resize(lq, round(lq.shape[0] * s), round(lq.shape[1] * s), rng, record)
-        elif step == 'gaussian_noise':
-            lq = gaussian_noise(lq, rng, record)
-        elif step == 'poisson_noise':
-            if happens(rng, PLUS_POISSON_PROB, record, 'poisson'):
-                lq = poisson_noise(lq, rng, record)
-        elif step == 'speckle_noise':
-            if happens(rng, PLUS_SPECKLE_PROB, record, 'speckle'):
-                lq = speckle_noise(lq, rng, record)
-        elif step == 'camera':
-            if happens(rng, PLUS_CAMERA_PROB, record, 'camera'):
-                lq = camera_noise(lq, rng, record)
-        elif happens(rng, PLUS_JPEG_PROB, record, 'jpeg'):
-            lq = jpeg_noise(lq, rng, record)
+        else:  # the noises and the JPEG in between
+            lq = _plus_noise(step)(lq, rng, record)
     lq = random_resize(lq, h, w, rng, record)
     lq = jpeg_noise(lq, rng, record)
     return paired_crop(lq, hq, sf, lq_patchsize, rng)

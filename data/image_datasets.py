@@ -8,10 +8,10 @@ training images cheap; images read from files leave as uint8 tensors and are sca
 they are used (`utils.image.to_float_image`: on the device in the train step). `cache_data: true`
 keeps every decoded image in RAM, one copy per node that its ranks share (data/frame_cache.py).
 
-A dataset checks its option values and the header of every file when it is built (data/checks.py),
-so a bad value or file ends the run at start-up with one line per problem.
+The options check each value alone (the `Key`s in OPTIONS, data/option_checks.py); a dataset checks
+what relates several keys and the header of every file when it is built (data/checks.py), so a bad
+value or file ends the run at start-up with one line per problem.
 """
-import math
 import os
 import random
 from typing import Any, Dict, List, Optional, Tuple
@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 
 from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
+from data.option_checks import at_least, noise_level
 from data.registry import DATASETS
 from data.sampler import parse_key
 from data.transforms import augment, paired_random_crop, random_crop
@@ -29,25 +30,11 @@ from metrics.fidelity import metric_border
 from utils.errors import UserError
 from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, imread_uint, imresize_bicubic, list_images, uint2tensor,
                          uint8_tensor)
-from utils.options import REQUIRED
+from utils.options import REQUIRED, Key, one_of
 
-Key = Any  # int (evaluation) or (index, seed) tuple (training)
+ItemKey = Any  # int (evaluation) or (index, seed) tuple (training)
 
 PATCH_PROBLEM = 'smaller than the training patch'
-
-
-def int_option(opt: Dict[str, Any], where: str, key: str, minimum: int = 1) -> int:
-    value = opt[key]
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise UserError(f'{where}.{key}: must be an integer >= {minimum}, got {value!r}')
-    return int(value)
-
-
-def bool_option(opt: Dict[str, Any], where: str, key: str) -> bool:
-    value = opt[key]
-    if not isinstance(value, (bool, np.bool_)):
-        raise UserError(f'{where}.{key}: must be true or false, got {value!r}')
-    return bool(value)
 
 
 def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
@@ -66,14 +53,25 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
 
 # Keys every image dataset takes beside its own: its folders, augmentation, scoring conventions, cache_data.
 IMAGE_OPTIONS: Dict[str, Any] = {
-    'dataroot_H': REQUIRED,
-    'dataroot_L': None,
+    'dataroot_H': Key(REQUIRED, (str,)),
+    'dataroot_L': Key(None, (str, type(None))),
     'use_hflip': True,
     'use_rot': True,
-    'metric_border': None,
-    'metric_round_y': None,
+    'metric_border': Key(None, (int, type(None)), at_least(0)),
+    'metric_round_y': Key(None, (bool, type(None))),
     'cache_data': CACHE_DATA,
 }
+CHANNELS = Key(3, (int,), one_of(1, 3))  # `n_channels`: gray or colour images
+
+
+def patch_size(default: Optional[int]) -> Key:
+    """The `H_size` key: the training patch (of the high-quality image), in pixels."""
+    return Key(default, (int,) if default is not None else (int, type(None)), at_least(1))
+
+
+def scale(default: int) -> Key:
+    """The `scale` key: high-quality images are `scale` times the low-quality ones."""
+    return Key(default, (int,), at_least(1))
 
 
 class ImageDataset(Dataset):
@@ -107,35 +105,24 @@ class ImageDataset(Dataset):
             paths, self.header_sizes, self.n_channels), self._decode, self.where)
 
     def check_options(self) -> None:
-        """Option values, at construction (the options file only checks their types)."""
+        """What relates several option values, at construction (the options check each value alone)."""
         opt, where = self.opt, self.where
         self.n_channels = self._channels()
-        self.scale = int_option(opt, where, 'scale') if 'scale' in opt else 1
+        self.scale = opt['scale'] if 'scale' in opt else 1
         for key in ('metric_border', 'metric_round_y'):
             if self.train and opt[key] is not None:
                 raise UserError(f'{where}.{key}: scoring options belong in the evaluation section '
                                 f'(datasets.test); training data is not scored')
-        if opt['metric_border'] is not None:
-            int_option(opt, where, 'metric_border', minimum=0)
         self.border = metric_border(self.scale, opt['metric_border'])
-        if opt['metric_round_y'] is not None:
-            bool_option(opt, where, 'metric_round_y')
-        self.patch_size = int_option(opt, where, 'H_size')
-        for key in ('use_hflip', 'use_rot'):
-            bool_option(opt, where, key)
+        self.patch_size = opt['H_size']
         if self.train:
             self._check_patch_options()
 
     def _channels(self) -> int:
         """Channels the images are read with (`n_channels`)."""
-        n = self.opt['n_channels']
-        if isinstance(n, bool) or n not in (1, 3):
-            raise UserError(f'{self.where}.n_channels: must be 1 or 3, got {n!r}')
-        return n
+        return self.opt['n_channels']
 
     def _check_patch_options(self) -> None:
-        if self.patch_size < 1:
-            raise UserError(f'{self.where}.H_size: must be >= 1, got {self.patch_size}')
         if self.patch_size % self.scale:
             raise UserError(f'{self.where}.H_size: {self.patch_size} is not divisible by '
                             f'scale {self.scale}')
@@ -237,7 +224,7 @@ class ImageDataset(Dataset):
         """The whole image, RGB."""
         return np.array(bgr_to_rgb(self._read_bgr(path)), order='C')  # a copy of its own, also of a cached frame
 
-    def __getitem__(self, key: Key) -> Dict[str, Any]:
+    def __getitem__(self, key: ItemKey) -> Dict[str, Any]:
         index, seed = parse_key(key)
         if self.paths_L is not None:
             return self._paired_item(index, seed)
@@ -304,10 +291,10 @@ class DatasetPlain(ImageDataset):
 
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'dataroot_L': REQUIRED,
-        'n_channels': 3,
-        'H_size': 96,
-        'scale': 1,
+        'dataroot_L': Key(REQUIRED, (str,)),
+        'n_channels': CHANNELS,
+        'H_size': patch_size(96),
+        'scale': scale(1),
     }
 
     needs_L = True
@@ -324,23 +311,16 @@ class DatasetDnCNN(ImageDataset):
 
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'n_channels': 3,
-        'H_size': 64,
-        'sigma': 25.0,
-        'sigma_test': None,
+        'n_channels': CHANNELS,
+        'H_size': patch_size(64),
+        'sigma': Key(25.0, (int, float), noise_level),
+        'sigma_test': Key(None, (int, float, type(None)), noise_level),  # null: sigma
     }
 
     def check_options(self) -> None:
         super().check_options()
-        values = {'sigma': self.opt['sigma'], 'sigma_test': self.opt['sigma_test']}
-        if values['sigma_test'] is None:
-            values['sigma_test'] = values['sigma']
-        for key, value in values.items():
-            if (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
-                    or not math.isfinite(value) or value < 0):
-                raise UserError(f'{self.where}.{key}: must be a number >= 0 (noise std on the 0..255 scale), '
-                                f'got {value!r}')
-        self.sigma, self.sigma_test = float(values['sigma']), float(values['sigma_test'])
+        sigma, sigma_test = self.opt['sigma'], self.opt['sigma_test']
+        self.sigma, self.sigma_test = float(sigma), float(sigma if sigma_test is None else sigma_test)
 
     def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,
                           rng: Optional[random.Random]) -> Dict[str, Any]:
@@ -366,15 +346,15 @@ class DatasetSR(ImageDataset):
 
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'n_channels': 3,
-        'H_size': 96,
-        'scale': 4,
+        'n_channels': CHANNELS,
+        'H_size': patch_size(96),
+        'scale': scale(4),
         'quantize_L': False,
     }
 
     def check_options(self) -> None:
         super().check_options()
-        self.quantize_L = bool_option(self.opt, self.where, 'quantize_L')
+        self.quantize_L = self.opt['quantize_L']
 
     def _downscale(self, img_H: np.ndarray) -> Any:
         """Bicubic L of H: float in [0, 1] (KAIR), or uint8 with `quantize_L`."""

@@ -12,10 +12,13 @@ from typing import Any, Dict, Optional
 import cv2
 import numpy as np
 
-from data.image_datasets import IMAGE_OPTIONS, ImageDataset, bool_option, int_option
+from data.image_datasets import IMAGE_OPTIONS, ImageDataset, patch_size
+from data.option_checks import between
 from data.registry import DATASETS
 from metrics.fidelity import rgb2y
-from utils.errors import UserError
+from utils.options import Key
+
+QUALITY = Key(40, (int,), between(1, 100, 'a JPEG quality'))
 
 
 def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
@@ -34,23 +37,19 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
 class DatasetJPEG(ImageDataset):
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'H_size': 128,
-        'quality_factor': 40,
-        'quality_factor_test': 40,
+        'H_size': patch_size(128),
+        'quality_factor': QUALITY,
+        'quality_factor_test': QUALITY,
         'is_color': False,
     }
 
     def _channels(self) -> int:
         """Colour: 3. Gray: training reads colour (converted per sample), evaluation reads gray."""
-        color = bool_option(self.opt, self.where, 'is_color')
-        return 3 if color or self.train else 1
+        return 3 if self.opt['is_color'] or self.train else 1
 
     def check_options(self) -> None:
         super().check_options()
         self.color = self.opt['is_color']
-        for key in ('quality_factor', 'quality_factor_test'):
-            if int_option(self.opt, self.where, key) > 100:
-                raise UserError(f'{self.where}.{key}: must be a JPEG quality from 1 to 100, got {self.opt[key]!r}')
         self.quality, self.quality_test = self.opt['quality_factor'], self.opt['quality_factor_test']
 
     def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,

@@ -23,14 +23,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from data.image_datasets import IMAGE_OPTIONS, ImageDataset, int_option
+from data.image_datasets import CHANNELS, IMAGE_OPTIONS, ImageDataset, patch_size, scale
 from data.kernels import anisotropic_gaussian, isotropic_gaussian, motion_kernel, shifted_anisotropic_gaussian
-from data.noise_level_datasets import noise_levels
+from data.noise_level_datasets import noise_levels, noise_options
+from data.option_checks import at_least, positive_ints
 from data.registry import DATASETS
 from data.sampler import key_step_seed, parse_key
 from utils.errors import UserError
 from utils.image import imresize_bicubic, uint2tensor
-from utils.options import IGNORED
+from utils.options import IGNORED, Key
 
 USRNET_KERNEL_SIZE = 25  # KAIR's USRNet kernels (motion and gaussian) are 25x25
 MOTION_PROB = 0.5        # KAIR: motion blur for 4 of the 8 values of randint(0, 7)
@@ -86,25 +87,20 @@ class DatasetUSRNet(_KernelDataset):
 
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'n_channels': 3,
-        'H_size': 96,
-        'sigma_max': 25,
-        'scales': [1, 2, 3, 4],
-        'sf_validation': 3,
+        'n_channels': CHANNELS,
+        'H_size': patch_size(96),
+        'sigma_max': Key(25, (int,), at_least(1)),
+        'scales': Key([1, 2, 3, 4], (list,), positive_ints),
+        'sf_validation': Key(3, (int,), at_least(1)),
         'use_flip': IGNORED,           # in KAIR's train_usrnet.json; its USRNet dataset never reads it
     }
 
     uses_step_seed = True  # the loader gives keys a seed per optimizer step: one scale per batch
 
     def check_options(self) -> None:
-        opt, where = self.opt, self.where
-        scales = opt['scales']
-        if (not isinstance(scales, list) or not scales
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in scales)):
-            raise UserError(f'{where}.scales: must be a list of integer scale factors >= 1, got {scales!r}')
-        self.scales = [int(s) for s in scales]
-        self.sf_validation = int_option(opt, where, 'sf_validation')
-        self.sigma_max = int_option(opt, where, 'sigma_max', minimum=1)
+        self.scales = list(self.opt['scales'])
+        self.sf_validation = self.opt['sf_validation']
+        self.sigma_max = self.opt['sigma_max']
         super().check_options()
 
     @property
@@ -172,17 +168,16 @@ class DatasetSRMD(_KernelDataset):
 
     OPTIONS = {
         **IMAGE_OPTIONS,
-        'n_channels': 3,
-        'H_size': 96,
-        'scale': 4,
-        'sigma': [0, 50],
-        'sigma_test': 0,
-        'pca_path': None,
+        'n_channels': CHANNELS,
+        'H_size': patch_size(96),
+        'scale': scale(4),
+        **noise_options([0, 50], 0),
+        'pca_path': Key(None, (str, type(None))),
     }
 
     def check_options(self) -> None:
         super().check_options()
-        self.sigma_range, self.sigma_test = noise_levels(self.opt, self.where)
+        self.sigma_range, self.sigma_test = noise_levels(self.opt)
         self.pca = (load_pca(self.opt['pca_path'], f'{self.where}.pca_path') if self.opt['pca_path']
                     else srmd_pca_basis(SRMD_KERNEL_SIZE, SRMD_PCA_DIM))
 

@@ -8,26 +8,31 @@ As for DnCNN the noise is gaussian, not clipped or quantised, drawn from the sam
 training and from the image index in evaluation, so every run sees the same noisy test images.
 With `dataroot_L` the noisy images are read from files and `sigma_test` states their level.
 """
-import math
 import random
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from data.image_datasets import DatasetDnCNN, DatasetSR, ImageDataset
+from data.option_checks import noise_level, noise_range
 from data.registry import DATASETS
-from utils.errors import UserError
 from utils.image import to_float_image, uint2tensor
+from utils.options import Key
+
+
+def noise_options(sigma: List[int], sigma_test: int) -> Dict[str, Key]:
+    """The keys `sigma` ([min, max] for training) and `sigma_test` (evaluation), noise stds on the 0..255 scale."""
+    return {'sigma': Key(sigma, (list,), noise_range), 'sigma_test': Key(sigma_test, (int, float), noise_level)}
 
 
 class _NoiseLevelDataset(ImageDataset):
     # DnCNN's keys, with a noise level range for training instead of one level
-    OPTIONS = {**DatasetDnCNN.OPTIONS, 'sigma': [0, 75], 'sigma_test': 25}
+    OPTIONS = {**DatasetDnCNN.OPTIONS, **noise_options([0, 75], 25)}
 
     def check_options(self) -> None:
         super().check_options()
-        self.sigma_range, self.sigma_test = noise_levels(self.opt, self.where)
+        self.sigma_range, self.sigma_test = noise_levels(self.opt)
 
     def _noisy(self, index: int, seed: Optional[int], img_H: np.ndarray,
                rng: Optional[random.Random]) -> Tuple[torch.Tensor, torch.Tensor, float]:
@@ -70,15 +75,10 @@ class DatasetFDnCNN(_NoiseLevelDataset):
         return {**item, 'L': with_level_map(item['L'], level)}
 
 
-def noise_levels(opt: Dict[str, Any], where: str) -> Tuple[Tuple[float, float], float]:
-    """(training range, evaluation level) from `sigma` = [min, max] and `sigma_test` (0..255 scale)."""
-    lo_hi, test = opt['sigma'], opt['sigma_test']
-    if len(lo_hi) != 2 or not all(_level(v) for v in lo_hi) or lo_hi[0] > lo_hi[1]:
-        raise UserError(f'{where}.sigma: must be [min, max] with 0 <= min <= max (noise std on the '
-                        f'0..255 scale), got {lo_hi!r}')
-    if not _level(test):
-        raise UserError(f'{where}.sigma_test: must be a number >= 0 (noise std on the 0..255 scale), got {test!r}')
-    return (float(lo_hi[0]), float(lo_hi[1])), float(test)
+def noise_levels(opt: Dict[str, Any]) -> Tuple[Tuple[float, float], float]:
+    """(training range, evaluation level) from the checked `sigma` = [min, max] and `sigma_test` (0..255 scale)."""
+    (lo, hi), test = opt['sigma'], opt['sigma_test']
+    return (float(lo), float(hi)), float(test)
 
 
 def with_level_map(L: torch.Tensor, level: float) -> torch.Tensor:
@@ -94,11 +94,11 @@ class DatasetDPSR(DatasetSR):
     drawn per sample from `sigma` = [min, max] (`sigma_test` for evaluation), with the level map
     appended as the last channel of L (the network's in_nc = n_channels + 1), as in KAIR."""
 
-    OPTIONS = {**DatasetSR.OPTIONS, 'sigma': [0, 50], 'sigma_test': 0}
+    OPTIONS = {**DatasetSR.OPTIONS, **noise_options([0, 50], 0)}
 
     def check_options(self) -> None:
         super().check_options()
-        self.sigma_range, self.sigma_test = noise_levels(self.opt, self.where)
+        self.sigma_range, self.sigma_test = noise_levels(self.opt)
 
     def _paired_item(self, index: int, seed: Optional[int]) -> Dict[str, Any]:
         item = super()._paired_item(index, seed)
@@ -115,7 +115,3 @@ class DatasetDPSR(DatasetSR):
         L = L + torch.randn(L.shape, generator=torch.Generator().manual_seed(noise_seed)).mul_(level)
         return {**item, 'L': with_level_map(L, level)}
 
-
-def _level(v: Any) -> bool:
-    return (not isinstance(v, bool) and isinstance(v, (int, float, np.number)) and math.isfinite(v)
-            and v >= 0)

@@ -2,7 +2,8 @@
 
 Datasets live in `data/*_datasets.py` and register themselves with `@DATASETS.register(...)`. Each
 dataset class declares `OPTIONS: dict[str, default]` with the keys it reads (a default of
-`REQUIRED` marks a key the user must give). The options validator uses it, through the entry
+`REQUIRED` marks a key the user must give; a `Key(default, types, check)` adds the value's types and
+rules, data/option_checks.py). The options validator uses it, through the entry
 point, to reject unknown keys with a did-you-mean and to fill defaults, so a dataset never sees a
 missing key.
 """
@@ -11,25 +12,21 @@ from typing import Any, Dict, List, Optional
 
 from torch.utils.data import Dataset
 
+from data.option_checks import at_least
 from utils.options import REQUIRED, Key
 from utils.registry import Registry
 
 DATASETS = Registry('dataset type', 'data', '*_datasets')
-
-
-def _at_least(n: int) -> Any:
-    return lambda v: None if v >= n else f'must be >= {n}'
-
 
 # Keys every dataset section accepts: they configure the loader, not the dataset.
 LOADER_OPTIONS: Dict[str, Any] = {
     'name': '',
     'dataset_type': REQUIRED,
     'dataloader_shuffle': True,
-    'dataloader_num_workers': Key(0, (int,), _at_least(0)),
+    'dataloader_num_workers': Key(0, (int,), at_least(0)),
     # per process: the effective batch is this × world size × accumulation
-    'dataloader_batch_size': Key(1, (int,), _at_least(1)),
-    'dataloader_prefetch_factor': Key(2, (int,), _at_least(1)),
+    'dataloader_batch_size': Key(1, (int,), at_least(1)),
+    'dataloader_prefetch_factor': Key(2, (int,), at_least(1)),
     'dataloader_persistent_workers': True,
     'generate_demo': None,             # a synthetic data set to generate under the data roots if missing (inside demo_data/ only)
 }

@@ -12,7 +12,8 @@ Packed `.dat` layout (the SpikeCV `load_vidar_dat` convention, with its default 
     byte i (k=0 is the least significant bit) holds pixel 8*i+k;
   - stored rows run bottom-up: stored row 0 is image row H-1 (the sensor reads out upside down, so the
     reader flips vertically and the writer flips back).
-`write_spike_dat` is the exact inverse of `read_spike_dat`.
+`write_spike_dat` is the exact inverse of `read_spike_dat`. `SpikeSource` reads a clip dataset's spike
+files as its `SPIKE_OPTIONS` say.
 
 Representations (`spike_to_representation`) return H×W×C float32 in [0, 1]:
   - 'raw':      the `num_planes` planes centred in the stream, one channel each (0/1).
@@ -25,11 +26,12 @@ Representations (`spike_to_representation`) return H×W×C float32 in [0, 1]:
 """
 import io
 import os
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from utils.errors import UserError
+from utils.options import Key, one_of
 from utils.suggest import did_you_mean
 
 # kind -> {param: default}; the defaults are what `representation_channels` assumes when omitted.
@@ -191,3 +193,66 @@ def spike_to_representation(planes: np.ndarray, kind: str, **params: Any) -> np.
         else:
             out = np.stack([_interval_rate(s) for s in subs])
     return np.ascontiguousarray(out.transpose(1, 2, 0), dtype=np.float32)
+
+
+def _plane_size(v: Optional[list]) -> Optional[str]:
+    if v is None or (len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)):
+        return None
+    return 'must be [H, W] with positive integers'
+
+
+# The keys of a clip dataset that reads spike streams (`SpikeSource`).
+SPIKE_OPTIONS: Dict[str, Any] = {
+    'dataroot_spike': None,        # <root>/<clip>/<frame>.npy|.dat, one file per RGB frame
+    'spike_format': Key('npy', (str,), one_of('npy', 'dat')),
+    'spike_size': Key(None, (list, type(None)), _plane_size),   # [H, W] of .dat planes; default: the LQ frame size
+    'spike_repr': 'count',         # 'raw' | 'count' | 'interval' (checked with spike_repr_params)
+    'spike_repr_params': {},       # e.g. {"num_bins": 4}
+}
+
+
+class SpikeSource:
+    """Reads one spike file per RGB frame and turns it into H×W×S float32 channels."""
+
+    def __init__(self, opt: Dict[str, Any], prefix: str):
+        self.prefix = prefix
+        self.format = opt['spike_format']
+        size = opt['spike_size']
+        self.size = tuple(size) if size is not None else None
+        self.repr = opt['spike_repr']
+        self.params = dict(opt['spike_repr_params'] or {})
+        try:
+            self.channels = representation_channels(self.repr, self.params)
+            self.min_planes = min_planes(self.repr, self.params)
+        except UserError as e:
+            raise UserError(f'{prefix}.{e}') from None
+
+    def filename(self, stem: str) -> str:
+        return f'{stem}.{self.format}'
+
+    def decode(self, source: Union[str, bytes], lq_hw: Tuple[int, int], where: str,
+               window: Optional[Tuple[int, int, int]] = None) -> np.ndarray:
+        """H×W×S float32 channels; `source` is a file path or (lmdb) the file's bytes; `where` names it in errors.
+
+        `window` (top, left, size) in LQ pixels crops the planes first, so only the crop becomes float
+        channels (the representations are per pixel: the same numbers as cropping afterwards), and a
+        `.npy` file is memory-mapped so only the crop's pages are read.
+        """
+        h, w = self.size or lq_hw
+        try:
+            if self.format == 'npy':
+                planes = (read_spike_npy(where, data=source) if isinstance(source, bytes)
+                          else read_spike_npy(source, mapped=window is not None))
+            elif isinstance(source, bytes):
+                planes = decode_spike_dat(source, h, w, where)
+            else:
+                planes = read_spike_dat(source, h, w)
+            if planes.shape[1:] != tuple(lq_hw):
+                raise UserError(f'spike frames are {planes.shape[1]}×{planes.shape[2]} '
+                                f'but the LQ frames are {lq_hw[0]}×{lq_hw[1]}')
+            if window is not None:
+                top, left, size = window
+                planes = planes[:, top:top + size, left:left + size]
+            return spike_to_representation(planes, self.repr, **self.params)
+        except UserError as e:
+            raise UserError(f'{self.prefix}.dataroot_spike: {where}: {e}') from None

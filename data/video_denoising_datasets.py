@@ -14,73 +14,57 @@ noise-level map sigma/255 appended to every frame as a 4th channel: L is T×4×H
   worker scores the same noisy clips (KAIR reseeds with 0 for every clip).
 """
 import os
-import random
 from typing import Any, Dict, List, Tuple, Union
 
-import numpy as np
-from torch.utils.data import Dataset
 
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, add_noise,
+                        check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        sample_neighbors, stack_tensor, to_float)
+from data.option_checks import all_or_first, noise_level, only
 from data.registry import DATASETS
-from data.sampler import parse_key
 from data.transforms import augment, random_crop
-from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _parse_meta_info, _stack_tensor,
-                                 _to_float, add_noise, check_frames, check_gt_size, noise_level_option,
-                                 sample_neighbors)
-from data.vimeo_datasets import FrameStore, _check_names, _positive_int
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
-from utils.options import IGNORED, REQUIRED
+from utils.options import IGNORED, REQUIRED, Key
+
+SIGMA = Key(REQUIRED, (int, float), noise_level)
 
 
 @DATASETS.register('VideoRecurrentTrainNonblindDenoisingDataset')
-class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
+class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
     """Random `num_frame`-frame crops around every listed frame, noised at a per-sample level."""
 
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': IGNORED,        # KAIR's files give one; the noisy frames are made here
         'meta_info_file': REQUIRED,
-        'io_backend': {'type': 'disk'},
-        'filename_tmpl': '08d',        # DAVIS: "05d"
-        'filename_ext': 'png',         # DAVIS: "jpg"
-        'num_frame': 6,
-        'gt_size': 256,
-        'scale': 1,
-        'interval_list': [1],
+        'io_backend': IO_BACKEND,
+        **frame_name_keys('08d'),      # DAVIS: "05d", "jpg"
+        'num_frame': positive(6),
+        'gt_size': positive(256),
+        'scale': Key(1, (int,), only(1, 'denoising keeps the frame size')),
+        'interval_list': INTERVALS,
         'random_reverse': False,
         'use_hflip': True,
         'use_rot': True,
-        'sigma_min': 0.0,              # noise std range on the 0..255 scale
-        'sigma_max': 50.0,
-        'test_mode': False,
+        'sigma_min': Key(0.0, (int, float), noise_level),   # noise std range on the 0..255 scale
+        'sigma_max': Key(50.0, (int, float), noise_level),
+        'test_mode': Key(False, (bool,), only(False, 'no clips are held out of the training set here; evaluate with '
+                                                    'VideoRecurrentTestNonblindDenoisingDataset')),
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
-        self.num_frame = _positive_int(opt, p, 'num_frame')
-        self.gt_size = _positive_int(opt, p, 'gt_size')
-        if opt['scale'] != 1:
-            raise UserError(f'{p}.scale: denoising keeps the frame size: scale must be 1, got {opt["scale"]!r}')
-        self.interval_list = opt['interval_list']
-        if (not isinstance(self.interval_list, list) or not self.interval_list
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.interval_list)):
-            raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got '
-                            f'{self.interval_list!r}')
-        _check_bool(opt, p, 'random_reverse', 'use_hflip', 'use_rot', 'test_mode')
-        if opt['test_mode']:
-            raise UserError(f'{p}.test_mode: no clips are held out of the training set here; evaluate with '
-                            f'VideoRecurrentTestNonblindDenoisingDataset')
-        self.sigma_min = noise_level_option(opt, p, 'sigma_min')
-        self.sigma_max = noise_level_option(opt, p, 'sigma_max')
+        super().__init__(opt)
+        p = self.prefix
+        self.num_frame, self.gt_size, self.interval_list = opt['num_frame'], opt['gt_size'], opt['interval_list']
+        self.sigma_min, self.sigma_max = float(opt['sigma_min']), float(opt['sigma_max'])
         if self.sigma_min > self.sigma_max:
             raise UserError(f'{p}.sigma_min: {opt["sigma_min"]} is larger than sigma_max {opt["sigma_max"]}')
-        self.tmpl, ext = _check_names(opt, p)
-        backend = _check_io_backend(opt, p, ('disk', 'lmdb'))
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt']}, backend, ext)
+        self.tmpl = opt['filename_tmpl']
+        backend = opt['io_backend']['type']
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt']}, backend, opt['filename_ext'])
 
-        clips = _parse_meta_info(opt['meta_info_file'], f'{p}.meta_info_file')
+        clips = parse_meta_info(opt['meta_info_file'], f'{p}.meta_info_file')
         span = (self.num_frame - 1) * max(self.interval_list) + 1
         for clip, num, _, _ in clips:
             if num < span:
@@ -104,54 +88,46 @@ class VideoRecurrentTrainNonblindDenoisingDataset(Dataset):
         paths = [(clip, self.store.path('gt', f'{clip}/{i:{self.tmpl}}')) for clip, i in self.keys]
         check_frames(self.prefix, [(clip, path, path, None) for clip, path in paths], 1, self.gt_size, None)
 
-    def check_train_options(self) -> None:
-        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'clip')
-
     def __len__(self) -> int:
         return len(self.keys)
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        rng = random.Random(index if seed is None else seed)
+        index, rng = item_rng(key)
         clip, first = self.keys[index]
         num, start = self.clips[clip]
         neighbors, _ = sample_neighbors(rng, first, start, num, self.num_frame, self.interval_list,
                                         self.opt['random_reverse'])
-        gts = [_to_float(self.store.read('gt', f'{clip}/{i:{self.tmpl}}')) for i in neighbors]
+        gts = [to_float(self.store.read('gt', f'{clip}/{i:{self.tmpl}}')) for i in neighbors]
         item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'
         gts = random_crop(gts, self.gt_size, rng, where=f'{self.prefix} {item_key}')
-        H = _stack_tensor(augment(gts, self.opt['use_hflip'], self.opt['use_rot'], rng))
+        H = stack_tensor(augment(gts, self.opt['use_hflip'], self.opt['use_rot'], rng))
         sigma = rng.uniform(self.sigma_min, self.sigma_max)
         return {'L': add_noise(H, sigma, rng.getrandbits(63)), 'H': H, 'key': item_key, 'folder': clip}
 
 
 @DATASETS.register('VideoRecurrentTestNonblindDenoisingDataset')
-class VideoRecurrentTestNonblindDenoisingDataset(Dataset):
+class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
     """Every clip folder of dataroot_gt, whole (or its first `num_frame` frames), noised at `sigma`.
 
     `cache_data` is accepted for KAIR option files and ignored: clips are read when asked for.
     """
 
+    train_type = 'VideoRecurrentTrainNonblindDenoisingDataset'
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': IGNORED,        # KAIR gives the GT folder again
-        'io_backend': {'type': 'disk'},
-        'num_frame': -1,
-        'sigma': REQUIRED,             # noise std on the 0..255 scale
+        'io_backend': IO_BACKEND_DISK,
+        'num_frame': Key(-1, (int,), all_or_first('clips')),
+        'sigma': SIGMA,                # noise std on the 0..255 scale
         'cache_data': False,
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
-        _check_io_backend(opt, p, ('disk',))
+        super().__init__(opt)
+        p = self.prefix
         num_frame = opt['num_frame']
-        if not isinstance(num_frame, int) or isinstance(num_frame, bool) or not (num_frame == -1 or num_frame > 0):
-            raise UserError(f'{p}.num_frame: must be -1 (whole clips) or a positive integer, got {num_frame!r}')
-        _check_bool(opt, p, 'cache_data')
-        self.sigma = noise_level_option(opt, p, 'sigma')
-        root = _check_folder(opt['dataroot_gt'], f'{p}.dataroot_gt')
+        self.sigma = float(opt['sigma'])
+        root = check_folder(opt['dataroot_gt'], f'{p}.dataroot_gt')
         self.clips: List[Tuple[str, List[str]]] = []
         for clip_dir in sorted(d for d in root.iterdir() if d.is_dir()):
             paths = sorted(str(clip_dir / f) for f in os.listdir(clip_dir) if is_image_file(f))
@@ -161,17 +137,8 @@ class VideoRecurrentTestNonblindDenoisingDataset(Dataset):
             raise UserError(f'{p}.dataroot_gt: no clip folders with images in {root}')
         check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None, None)
 
-    def check_train_options(self) -> None:
-        raise UserError(f'{self.prefix}.dataset_type: VideoRecurrentTestNonblindDenoisingDataset yields whole clips '
-                        f'for evaluation; train with VideoRecurrentTrainNonblindDenoisingDataset')
-
-    def __len__(self) -> int:
-        return len(self.clips)
-
     def __getitem__(self, index: int) -> Dict[str, Any]:
-        if not isinstance(index, (int, np.integer)):
-            raise TypeError(f'VideoRecurrentTestNonblindDenoisingDataset takes integer indices, got {index!r}')
-        clip, paths = self.clips[index]
-        H = _stack_tensor([_to_float(imread_uint(path, 3)) for path in paths])
+        clip, paths = self.clip(index)
+        H = stack_tensor([to_float(imread_uint(path, 3)) for path in paths])
         return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
                 'lq_path': list(paths), 'gt_path': list(paths)}

@@ -29,86 +29,38 @@ Randomness of training items (interval, reverse, crop, flips) comes only from th
 (`(index, seed)` from the train sampler; a bare index seeds with itself).
 """
 import importlib
-import os
-import random
 import re
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import cv2
-import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
+from data.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, check_frames,
+                        frame_name_keys, item_rng, positive, read_meta_info, size_field, stack_tensor, to_float)
+from data.option_checks import all_or_first, at_least, only
 from data.registry import DATASETS
-from data.sampler import parse_key
 from data.transforms import augment, color_jitter, paired_random_crop
-from data.video_datasets import (_check_bool, _check_folder, _check_io_backend, _stack_tensor, _to_float, check_frames,
-                                 check_gt_size)
 from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.logger import get_logger
-from utils.options import REQUIRED
+from utils.options import REQUIRED, Key
 
 Size = Tuple[int, int]
 VIMEO_FRAMES = 7
 
 
-class FrameStore:
-    """RGB frames by key (`<clip>/<seq>/im4`, `<clip>/00000012`: the path without extension) from
-    one folder or LMDB per name ('gt', 'lq'); LMDBs are opened lazily, per process."""
-
-    def __init__(self, prefix: str, roots: Dict[str, Any], backend: str, ext: str):
-        self.prefix, self.backend, self.ext = prefix, backend, ext
-        self.roots: Dict[str, Path] = {}
-        for name, path in roots.items():
-            key = f'{prefix}.dataroot_{name}'
-            if backend == 'lmdb':
-                check_lmdb_folder(path, key)
-                self.roots[name] = Path(path)
-            else:
-                self.roots[name] = _check_folder(path, key)
-        self.lmdb = LazyLmdbReader({k: str(v) for k, v in self.roots.items()}) if backend == 'lmdb' else None
-
-    def path(self, name: str, key: str) -> str:
-        return str(self.roots[name] / f'{key}.{self.ext}')
-
-    def read(self, name: str, key: str) -> np.ndarray:
-        """HWC uint8 RGB."""
-        where = f'{self.prefix}.dataroot_{name}'
-        if self.lmdb is None:
-            path = self.path(name, key)
-            if not os.path.isfile(path):
-                raise UserError(f'{where}: frame {key} not found: {path}')
-            return imread_uint(path, 3)
-        img = decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}')
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+def _sequence_line(fields: List[str]) -> Optional[Tuple[str, int, Optional[Size]]]:
+    size = size_field(fields[2]) if len(fields) == 3 else None
+    ok = (len(fields) <= 3 and re.fullmatch(r'[^/]+/[^/]+', fields[0]) is not None
+          and (len(fields) == 1 or (fields[1].isdigit() and int(fields[1]) > 0))
+          and (len(fields) < 3 or size is not None))
+    return (fields[0], int(fields[1]) if len(fields) > 1 else VIMEO_FRAMES, size) if ok else None
 
 
 def parse_vimeo_meta(path: Any, key: str) -> List[Tuple[str, int, Optional[Size]]]:
     """(`<clip>/<seq>`, number of frames, (h, w) or None) per line `<clip>/<seq> [num_frames [(h,w,c)]]`."""
-    if not isinstance(path, str) or not os.path.isfile(path):
-        raise UserError(f'{key}: file not found: {path}')
-    seqs = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            size = re.fullmatch(r'\((\d+),(\d+)(?:,\d+)?\)', fields[2]) if len(fields) == 3 else None
-            ok = (len(fields) <= 3 and re.fullmatch(r'[^/]+/[^/]+', fields[0]) is not None
-                  and (len(fields) == 1 or (fields[1].isdigit() and int(fields[1]) > 0))
-                  and (len(fields) < 3 or size is not None))
-            if not ok:
-                raise UserError(f'{key}: {path}:{lineno}: expected "<clip>/<seq> [num_frames (h,w,c)]" like '
-                                f'"00001/0001 7 (256,448,3)", got "{line.strip()}"')
-            num = int(fields[1]) if len(fields) > 1 else VIMEO_FRAMES
-            seqs.append((fields[0], num, (int(size[1]), int(size[2])) if size else None))
-    if not seqs:
-        raise UserError(f'{key}: no sequences listed in {path}')
-    return seqs
+    return read_meta_info(path, key, _sequence_line,
+                          '"<clip>/<seq> [num_frames (h,w,c)]" like "00001/0001 7 (256,448,3)"', 'sequences')
 
 
 def frame_window(num: int, num_frame: int, interval: int = 1) -> List[int]:
@@ -122,27 +74,7 @@ def vfi_split(frames: Sequence[int], step: int = 2) -> Tuple[List[int], List[int
     return list(frames[::step]), [frames[len(frames) // 2]]
 
 
-def _positive_int(opt: Dict[str, Any], prefix: str, key: str) -> int:
-    value = opt[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UserError(f'{prefix}.{key}: must be a positive integer, got {value!r}')
-    return value
-
-
-def _check_names(opt: Dict[str, Any], prefix: str) -> Tuple[str, str]:
-    tmpl, ext = opt['filename_tmpl'], opt['filename_ext']
-    try:
-        format(1, tmpl)
-    except (ValueError, TypeError):
-        raise UserError(f'{prefix}.filename_tmpl: not an integer format spec like "d" (im1) or "02d" (im01): '
-                        f'{tmpl!r}') from None
-    if not isinstance(ext, str) or not ext or ext.startswith('.'):
-        raise UserError(f'{prefix}.filename_ext: expected an extension without the dot, like "png", got {ext!r}')
-    return tmpl, ext
-
-
 def _temporal_padding(opt: Dict[str, Any], prefix: str, vfi: bool) -> Tuple[bool, bool]:
-    _check_bool(opt, prefix, 'pad_sequence', 'mirror_sequence')
     pad, mirror = opt['pad_sequence'], opt['mirror_sequence']
     if pad and mirror:
         raise UserError(f'{prefix}.pad_sequence: give pad_sequence (VRT, 7 → 8 frames) or mirror_sequence '
@@ -162,11 +94,8 @@ def _pad_in_time(clip: torch.Tensor, pad: bool, mirror: bool) -> torch.Tensor:
     return clip
 
 
-def _temporal_scale(opt: Dict[str, Any], prefix: str) -> int:
-    value = opt['temporal_scale']
-    if value not in (1, 2) or isinstance(value, bool):
-        raise UserError(f'{prefix}.temporal_scale: must be 1 (restoration) or 2 (frame interpolation), got {value!r}')
-    return value
+# `temporal_scale` of the SR types: 1 restores every frame, 2 interpolates the centre one from every second frame
+TEMPORAL_SCALE = Key(1, (int,), lambda v: None if v in (1, 2) else 'must be 1 (restoration) or 2 (frame interpolation)')
 
 
 def _check_vfi_num_frame(num_frame: int, prefix: str, key: str = 'num_frame') -> None:
@@ -186,48 +115,40 @@ def _check_sequence_folders(store: FrameStore, seqs: Sequence[str]) -> None:
 
 
 @DATASETS.register('VideoRecurrentTrainVimeoDataset')
-class VideoRecurrentTrainVimeoDataset(Dataset):
+class VideoRecurrentTrainVimeoDataset(TrainingWindows):
     """Random crops of Vimeo-90K septuplets for training (KAIR's VRT/RVRT 003/004 x4 SR; 009 with temporal_scale 2)."""
 
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': REQUIRED,
         'meta_info_file': REQUIRED,
-        'io_backend': {'type': 'disk'},
-        'filename_tmpl': 'd',          # im<frame:tmpl>: "d" → im1 .. im7
-        'filename_ext': 'png',
-        'num_frame': 7,
-        'gt_size': 256,
-        'scale': 4,
-        'interval_list': [1],
+        'io_backend': IO_BACKEND,
+        **frame_name_keys('d'),        # im<frame:tmpl>: "d" → im1 .. im7
+        'num_frame': positive(7),
+        'gt_size': positive(256),
+        'scale': positive(4),
+        'interval_list': INTERVALS,
         'random_reverse': False,
         'use_hflip': True,
         'use_rot': True,
         'mirror_sequence': False,      # RVRT: the clip then its reversal (7 → 14 frames)
         'pad_sequence': False,         # VRT: the last frame repeated (7 → 8 frames)
-        'temporal_scale': 1,           # 2: frame interpolation (see the module docstring)
-        'test_mode': False,            # accepted for KAIR option files; Vimeo's test split is its own meta_info_file
+        'temporal_scale': TEMPORAL_SCALE,  # 2: frame interpolation (see the module docstring)
+        # accepted for KAIR option files; Vimeo's test split is its own meta_info_file
+        'test_mode': Key(False, (bool,), only(False, 'Vimeo-90K has no clips to hold out here (its test split is '
+                                                    'meta_info_Vimeo90K_test_GT.txt); evaluate with '
+                                                    'VideoTestVimeo90KDataset')),
     }
+    unit = 'sequence'
     jitter = False  # colour jitter of each item (the VFI type's `color_jitter`)
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
-        self.num_frame = _positive_int(opt, p, 'num_frame')
+        super().__init__(opt)
+        p = self.prefix
+        self.num_frame = opt['num_frame']
         self.input_step = self.interpolation_step(opt, p)
         self.vfi = self.input_step is not None
-        self.gt_size = _positive_int(opt, p, 'gt_size')
-        self.scale = _positive_int(opt, p, 'scale')
-        self.interval_list = opt['interval_list']
-        if (not isinstance(self.interval_list, list) or not self.interval_list
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.interval_list)):
-            raise UserError(f'{p}.interval_list: must be a non-empty list of positive integers, got '
-                            f'{self.interval_list!r}')
-        _check_bool(opt, p, 'random_reverse', 'use_hflip', 'use_rot', 'test_mode')
-        if opt['test_mode']:
-            raise UserError(f'{p}.test_mode: Vimeo-90K has no clips to hold out here (its test split is '
-                            f'meta_info_Vimeo90K_test_GT.txt); evaluate with VideoTestVimeo90KDataset')
+        self.gt_size, self.scale, self.interval_list = opt['gt_size'], opt['scale'], opt['interval_list']
         self.pad, self.mirror = _temporal_padding(opt, p, self.vfi)
         if self.vfi:
             if self.scale != 1:
@@ -238,10 +159,9 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
                                 f'{self.interval_list}')
         if self.gt_size % self.scale:
             raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
-        tmpl, ext = _check_names(opt, p)
-        self.tmpl = tmpl
-        backend = _check_io_backend(opt, p, ('disk', 'lmdb'))
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, ext)
+        self.tmpl = opt['filename_tmpl']
+        backend = opt['io_backend']['type']
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'])
 
         seqs = parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file')
         span = (self.num_frame - 1) * max(self.interval_list) + 1
@@ -262,7 +182,7 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         Here temporal_scale 1 is restoration and 2 interpolation from every second frame (KAIR's
         training set has no working temporal_scale 2: it stacks a hard-coded 7 frames).
         """
-        if _temporal_scale(opt, prefix) != 2:
+        if opt['temporal_scale'] != 2:
             return None
         _check_vfi_num_frame(self.num_frame, prefix)
         return 2
@@ -290,15 +210,11 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
                       None) for g, q in sorted(pairs)]
         check_frames(self.prefix, jobs, self.scale, self.gt_size, None)
 
-    def check_train_options(self) -> None:
-        check_gt_size(self.prefix, self.gt_size, self.gt_sizes, 'sequence')
-
     def __len__(self) -> int:
         return len(self.seqs)
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
-        index, seed = parse_key(key)
-        rng = random.Random(index if seed is None else seed)
+        index, rng = item_rng(key)
         seq, num = self.seqs[index]
         inputs, targets = self.frames(num, rng.choice(self.interval_list))
         if self.opt['random_reverse'] and rng.random() < 0.5:
@@ -308,7 +224,7 @@ class VideoRecurrentTrainVimeoDataset(Dataset):
         gts, lqs = paired_random_crop(gts, lqs, self.gt_size, self.scale, rng, where=f'{self.prefix} {seq}')
         out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng)
         n = len(lqs)
-        L, H = _stack_tensor(out[:n]), _stack_tensor(out[n:])
+        L, H = stack_tensor(out[:n]), stack_tensor(out[n:])
         if self.jitter:  # the VFI type (scale 1): one draw for input and target
             both = color_jitter(torch.cat([L, H]), rng)
             L, H = both[:n], both[n:]
@@ -330,10 +246,11 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
     target alike (KAIR's 009)."""
 
     OPTIONS: Dict[str, Any] = {**{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
-                                  if k not in _VFI_TRAIN_FIXED}, 'dataroot_lq': None, 'color_jitter': False}
+                                  if k not in _VFI_TRAIN_FIXED},
+                               'dataroot_lq': None, 'color_jitter': False,
+                               'temporal_scale': Key(1, (int,), at_least(1))}  # the step between input frames
 
     def __init__(self, opt: Dict[str, Any]):
-        _check_bool(opt, opt['_where'], 'color_jitter')
         super().__init__({**opt, **_VFI_TRAIN_FIXED, 'dataroot_lq': opt['dataroot_lq'] or opt['dataroot_gt']})
         self.jitter = opt['color_jitter']
         if self.jitter:  # imported here, before loader workers fork: an import in a forked child can deadlock
@@ -342,9 +259,6 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
     def interpolation_step(self, opt: Dict[str, Any], prefix: str) -> Optional[int]:
         """KAIR's rule: inputs are the window's frames [::temporal_scale], the target its centre frame."""
         step = opt['temporal_scale']
-        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-            raise UserError(f'{prefix}.temporal_scale: must be a positive integer (the step between input frames; '
-                            f'2 for VRT 009), got {step!r}')
         if (self.num_frame // 2) % step == 0 and is_main_process():
             get_logger().warning(f'{prefix}.temporal_scale: {step} with num_frame {self.num_frame} makes the target '
                                  f'(the centre frame) one of the inputs, as KAIR does; interpolation from frames '
@@ -353,7 +267,7 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
 
 
 @DATASETS.register('VideoTestVimeo90KDataset')
-class VideoTestVimeo90KDataset(Dataset):
+class VideoTestVimeo90KDataset(WholeClips):
     """Whole Vimeo-90K test septuplets (or their centred `num_frame` window), one per index.
 
     H holds every GT frame of the window (KAIR returns only im4; `val.center_frame_only` scores the
@@ -361,39 +275,32 @@ class VideoTestVimeo90KDataset(Dataset):
     (see the module docstring). Frames are read when an item is asked for: nothing is cached.
     """
 
+    unit = 'sequences'
     OPTIONS: Dict[str, Any] = {
         'dataroot_gt': REQUIRED,
         'dataroot_lq': REQUIRED,
         'meta_info_file': REQUIRED,
-        'io_backend': {'type': 'disk'},
-        'filename_tmpl': 'd',
-        'filename_ext': 'png',
-        'num_frame': 7,                # -1: every frame of each sequence
+        'io_backend': IO_BACKEND_DISK,
+        **frame_name_keys('d'),
+        'num_frame': Key(7, (int,), all_or_first('sequences')),  # -1: every frame of each sequence
         'pad_sequence': False,
         'mirror_sequence': False,
-        'temporal_scale': 1,
-        'cache_data': False,
+        'temporal_scale': TEMPORAL_SCALE,
+        'cache_data': Key(False, (bool,), only(False, 'not supported for Vimeo-90K (KAIR refuses it too): sequences '
+                                                      'are read when needed')),
     }
 
     def __init__(self, opt: Dict[str, Any]):
-        super().__init__()
-        self.opt = opt
-        p = self.prefix = opt['_where']
-        self.vfi = _temporal_scale(opt, p) == 2
+        super().__init__(opt)
+        p = self.prefix
+        self.vfi = opt['temporal_scale'] == 2
         num_frame = opt['num_frame']
-        if not isinstance(num_frame, int) or isinstance(num_frame, bool) or not (num_frame == -1 or num_frame > 0):
-            raise UserError(f'{p}.num_frame: must be -1 (whole sequences) or a positive integer, got {num_frame!r}')
-        _check_bool(opt, p, 'cache_data')
-        if opt['cache_data']:
-            raise UserError(f'{p}.cache_data: not supported for Vimeo-90K (KAIR refuses it too): sequences are read '
-                            f'when needed; set it to false')
         self.pad, self.mirror = _temporal_padding(opt, p, self.vfi)
         if self.vfi and num_frame != -1:
             _check_vfi_num_frame(num_frame, p)
-        tmpl, ext = _check_names(opt, p)
-        _check_io_backend(opt, p, ('disk',))
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', ext)
-        self.items: List[Tuple[str, List[str], List[str]]] = []
+        tmpl = opt['filename_tmpl']
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', opt['filename_ext'])
+        self.clips: List[Tuple[str, List[str], List[str]]] = []
         for seq, num, _ in parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file'):
             count = num if num_frame == -1 else num_frame
             if count > num:
@@ -403,30 +310,25 @@ class VideoTestVimeo90KDataset(Dataset):
                                 f'3 or 7 frames, but sequence {seq} has {num} (meta_info_file)')
             window = frame_window(num, count)
             inputs, targets = vfi_split(window) if self.vfi else (window, window)
-            self.items.append((seq, [self.store.path('lq', f'{seq}/im{i:{tmpl}}') for i in inputs],
+            self.clips.append((seq, [self.store.path('lq', f'{seq}/im{i:{tmpl}}') for i in inputs],
                                [self.store.path('gt', f'{seq}/im{i:{tmpl}}') for i in targets]))
-        _check_sequence_folders(self.store, [seq for seq, _, _ in self.items])
+        _check_sequence_folders(self.store, [seq for seq, _, _ in self.clips])
         self.check_files()
 
     def check_files(self) -> None:
         """Header and size of every frame (see check_frames): scale 1 for interpolation, a whole factor for SR."""
         jobs = [(seq, gts[0] if self.vfi else gts[i], lq, None)
-                for seq, lqs, gts in self.items for i, lq in enumerate(lqs)]
+                for seq, lqs, gts in self.clips for i, lq in enumerate(lqs)]
         check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None)
 
-    def check_train_options(self) -> None:
-        raise UserError(f'{self.prefix}.dataset_type: {type(self).__name__} yields whole sequences for evaluation; '
-                        f'train with VideoRecurrentTrainVimeo{"VFI" if self.vfi else ""}Dataset')
-
-    def __len__(self) -> int:
-        return len(self.items)
+    @property
+    def train_type(self) -> str:  # type: ignore[override]
+        return f'VideoRecurrentTrainVimeo{"VFI" if self.vfi else ""}Dataset'
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
-        if not isinstance(index, (int, np.integer)):
-            raise TypeError(f'{type(self).__name__} takes integer indices, got {index!r}')
-        seq, lq_paths, gt_paths = self.items[index]
-        L = _stack_tensor([_to_float(imread_uint(path, 3)) for path in lq_paths])
-        H = _stack_tensor([_to_float(imread_uint(path, 3)) for path in gt_paths])
+        seq, lq_paths, gt_paths = self.clip(index)
+        L = stack_tensor([to_float(imread_uint(path, 3)) for path in lq_paths])
+        H = stack_tensor([to_float(imread_uint(path, 3)) for path in gt_paths])
         return {'L': _pad_in_time(L, self.pad, self.mirror), 'H': _pad_in_time(H, self.pad, self.mirror),
                 'folder': seq, 'lq_path': list(lq_paths), 'gt_path': list(gt_paths)}
 

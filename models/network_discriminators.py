@@ -41,14 +41,17 @@ class _VGGDiscriminator(nn.Module):
     conv (widths base_nc, 2x, 4x, 8x, then 8x), and two linear layers on the flattened 3x3 or 4x4 map.
 
     KAIR gives the first conv no activation (it feeds the first strided conv directly), and every
-    later conv the `act_mode` letters; the layer order is what numbers `features.<i>`.
+    later conv the `act_mode` letters; the layer order is what numbers `features.<i>`. The sizes differ
+    only in `input_size` and `stages`, so they share this constructor (and its option keys).
     """
 
     net_type = ''
     input_size = 0
+    stages = 5
 
-    def __init__(self, in_nc: int, base_nc: int, act_mode: str, stages: int):
+    def __init__(self, in_nc: int = 3, base_nc: int = 64, act_mode: str = 'BL'):
         super().__init__()
+        stages = self.stages
         _check_act_mode(act_mode, self.net_type)
         mode = 'C' + act_mode
         layers: List[nn.Module] = [conv(in_nc, base_nc, 'C', kernel_size=3)]
@@ -76,9 +79,6 @@ class DiscriminatorVGG96(_VGGDiscriminator):
     net_type = 'discriminator_vgg_96'
     input_size = 96
 
-    def __init__(self, in_nc: int = 3, base_nc: int = 64, act_mode: str = 'BL'):
-        super().__init__(in_nc, base_nc, act_mode, stages=5)
-
 
 @NETWORKS.register('discriminator_vgg_128')
 class DiscriminatorVGG128(_VGGDiscriminator):
@@ -88,9 +88,6 @@ class DiscriminatorVGG128(_VGGDiscriminator):
     net_type = 'discriminator_vgg_128'
     input_size = 128
 
-    def __init__(self, in_nc: int = 3, base_nc: int = 64, act_mode: str = 'BL'):
-        super().__init__(in_nc, base_nc, act_mode, stages=5)
-
 
 @NETWORKS.register('discriminator_vgg_192')
 class DiscriminatorVGG192(_VGGDiscriminator):
@@ -99,9 +96,7 @@ class DiscriminatorVGG192(_VGGDiscriminator):
 
     net_type = 'discriminator_vgg_192'
     input_size = 192
-
-    def __init__(self, in_nc: int = 3, base_nc: int = 64, act_mode: str = 'BL'):
-        super().__init__(in_nc, base_nc, act_mode, stages=6)
+    stages = 6
 
 
 @NETWORKS.register('discriminator_vgg_128_SN')

@@ -111,24 +111,31 @@ def test_an_evaluation_image_smaller_than_the_scored_patch_is_named_at_start_up(
 
 
 @pytest.mark.parametrize('key, value, message', [
-    ('degradation_type', 'bsrgan+', 'must be "bsrgan" or "bsrgan_plus", got \'bsrgan+\''),
-    ('shuffle_prob', 1.5, 'must be a probability from 0 to 1, got 1.5'),
-    ('shuffle_prob', -0.1, 'must be a probability from 0 to 1'),
-    ('lq_patchsize', 0, 'must be an integer >= 1, got 0'),
-    ('H_size', 20, '20 is smaller than lq_patchsize x scale = 12 x 2 = 24'),
-    ('H_size', 25, '25 is not divisible by scale 2'),
-    ('n_channels', 1, 'must be 3'),
-    ('use_sharp', 'yes', 'must be true or false'),
+    ('degradation_type', 'bsrgan+', '"bsrgan+" must be one of bsrgan, bsrgan_plus (did you mean "bsrgan"?)'),
+    ('shuffle_prob', 1.5, '1.5 must be a probability from 0 to 1'),
+    ('shuffle_prob', -0.1, '-0.1 must be a probability from 0 to 1'),
+    ('lq_patchsize', 0, '0 must be >= 1'),
+    ('n_channels', 1, '1 must be 3: the BSRGAN degradations are colour'),
+    ('use_sharp', 'yes', 'expected true/false, got "yes"'),
 ])
 def test_impossible_values_are_one_line_errors_naming_the_key(folder, key, value, message):
+    with pytest.raises(UserError) as e:
+        _ds(folder, **{key: value})
+    assert str(e.value) == f'<options>: datasets.train.{key}: {message}'
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('H_size', 20, '20 is smaller than lq_patchsize x scale = 12 x 2 = 24'),
+    ('H_size', 25, '25 is not divisible by scale 2'),
+])
+def test_values_that_contradict_another_key_are_one_line_errors_naming_the_key(folder, key, value, message):
     with pytest.raises(UserError) as e:
         DatasetBlindSR(unchecked_section(DatasetBlindSR, dataroot_H=folder, **{**SMALL, key: value}))
     assert str(e.value).startswith(f'datasets.train.{key}: {message}') and '\n' not in str(e.value)
 
 
-@pytest.mark.parametrize('key, value', [('degradation_type', 'bsrgan_pls'), ('shuffle_prob', 2), ('H_size', 16)])
-def test_the_options_path_reports_the_same_errors(folder, key, value):
-    with pytest.raises(UserError, match=rf'^datasets\.train\.{key}: [^\n]*$'):
-        _ds(folder, **{key: value})
+def test_the_options_path_reports_the_same_errors(folder):
+    with pytest.raises(UserError, match=r'^datasets\.train\.H_size: [^\n]*$'):
+        _ds(folder, H_size=16)
     with pytest.raises(UserError, match=r'datasets\.train\.H_size: expected an integer or null'):
         _ds(folder, H_size=24.5)

@@ -232,24 +232,28 @@ def test_header_reads_go_to_threads_only_when_the_file_system_is_slow():
 
 # ---- option values ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize('cls,phase,over,message', [
-    (DatasetDnCNN, 'train', {'H_size': 0}, 'datasets.train.H_size: must be an integer >= 1, got 0'),
-    (DatasetDnCNN, 'test', {'H_size': -5}, 'datasets.test.H_size: must be an integer >= 1, got -5'),
-    (DatasetDnCNN, 'train', {'sigma': -1}, 'datasets.train.sigma: must be a number >= 0 (noise std on the 0..255 '
-                                           'scale), got -1'),
-    (DatasetDnCNN, 'test', {'sigma_test': -2.5}, 'datasets.test.sigma_test: must be a number >= 0 (noise std on the '
-                                                 '0..255 scale), got -2.5'),
-    (DatasetDnCNN, 'train', {'sigma': math.nan}, 'datasets.train.sigma: must be a number >= 0 (noise std on the '
-                                                 '0..255 scale), got nan'),
-    (DatasetSR, 'train', {'scale': 0}, 'datasets.train.scale: must be an integer >= 1, got 0'),
-    (DatasetSR, 'train', {'scale': 3, 'H_size': 32}, 'datasets.train.H_size: 32 is not divisible by scale 3'),
-    (DatasetPlain, 'train', {'n_channels': 2}, 'datasets.train.n_channels: must be 1 or 3, got 2'),
-    (DatasetPlain, 'test', {'use_rot': 'yes'}, "datasets.test.use_rot: must be true or false, got 'yes'"),
+@pytest.mark.parametrize('dataset_type,phase,over,message', [
+    ('dncnn', 'train', {'H_size': 0}, 'datasets.train.H_size: 0 must be >= 1'),
+    ('dncnn', 'test', {'H_size': -5}, 'datasets.test.H_size: -5 must be >= 1'),
+    ('dncnn', 'train', {'sigma': -1}, 'datasets.train.sigma: -1 must be >= 0 (noise std on the 0..255 scale)'),
+    ('dncnn', 'test', {'sigma_test': -2.5}, 'datasets.test.sigma_test: -2.5 must be >= 0 (noise std on the 0..255 '
+                                            'scale)'),
+    ('dncnn', 'train', {'sigma': math.nan}, 'datasets.train.sigma: NaN is not allowed: numbers must be finite'),
+    ('sr', 'train', {'scale': 0}, 'scale: 0 must be > 0'),  # the top-level scale, which the section takes
+    ('blindsr', 'train', {'lq_patchsize': 0}, 'datasets.train.lq_patchsize: 0 must be >= 1'),
+    ('plain', 'train', {'n_channels': 2, 'dataroot_L': '.'}, 'datasets.train.n_channels: 2 must be one of 1, 3'),
+    ('plain', 'test', {'use_rot': 'yes', 'dataroot_L': '.'}, 'datasets.test.use_rot: expected true/false, got "yes"'),
 ])
-def test_dataset_option_values_are_one_line_errors_at_construction(tmp_path, cls, phase, over, message):
+def test_dataset_option_values_are_one_line_errors_with_the_options(tmp_path, dataset_type, phase, over, message):
+    with pytest.raises(UserError) as e:
+        dataset_options(dataset_type, phase, dataroot_H=str(tmp_path), **over)
+    assert str(e.value) == f'<options>: {message}'
+
+
+def test_options_relating_two_keys_are_one_line_errors_at_construction(tmp_path):
     h = _folder(tmp_path / 'H', 2, shape=(96, 96, 3))
-    opt = _opt(cls, phase, dataroot_H=h, dataroot_L=h if cls is DatasetPlain else None, **over)
-    assert _error(cls, opt) == message
+    assert _error(DatasetSR, _opt(DatasetSR, dataroot_H=h, scale=3, H_size=32)) == \
+        'datasets.train.H_size: 32 is not divisible by scale 3'
 
 
 @pytest.mark.parametrize('key, value', [('dataloader_prefetch_factor', 0), ('dataloader_batch_size', 0),
@@ -317,8 +321,8 @@ def test_dataset_option_value_ends_the_run_with_one_line_naming_the_key(tmp_path
     opt = _copied_options(tmp_path, demo_images)
     path = write_options(str(tmp_path / 'o.json'), opt)
     res = run([PY, 'main_train.py', '--opt', path, '--set', 'datasets.test.sigma_test=-5'])
-    assert res.returncode == 2 and res.stderr == ('error: datasets.test.sigma_test: must be a number >= 0 (noise std '
-                                                  'on the 0..255 scale), got -5\n'), res.stderr[-2000:]
+    assert res.returncode == 2 and res.stderr == (f'error: {path}: datasets.test.sigma_test: -5 must be >= 0 (noise std '
+                                                  f'on the 0..255 scale)\n'), res.stderr[-2000:]
     assert not (tmp_path / 'exp').exists()
 
 

@@ -3,7 +3,7 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import dataset_options, unchecked_section
+from conftest import dataset_options
 from data.jpeg_datasets import DatasetJPEG, jpeg_roundtrip
 from metrics.fidelity import rgb2y
 from utils.errors import UserError
@@ -55,5 +55,6 @@ def test_colour_restoration_keeps_three_channels(demo_images):
 
 @pytest.mark.parametrize('key, value', [('quality_factor', 0), ('quality_factor_test', 101)])
 def test_a_quality_outside_1_to_100_is_a_one_line_error(demo_images, key, value):
-    with pytest.raises(UserError, match=rf'^datasets\.train\.{key}: must be'):
-        DatasetJPEG(unchecked_section(DatasetJPEG, dataroot_H=f'{demo_images}/train', **{key: value}))
+    with pytest.raises(UserError, match=rf'^<options>: datasets\.train\.{key}: {value} must be a JPEG quality from 1 '
+                                        rf'to 100$'):
+        _ds(demo_images, **{key: value})

@@ -87,7 +87,6 @@ def test_usrnet_evaluation_is_deterministic_at_the_validation_scale_without_nois
 
 
 @pytest.mark.parametrize('given, message', [
-    ({'scales': [2, 'x']}, r'^datasets\.train\.scales: must be a list of integer scale factors >= 1'),
     ({'H_size': 50}, r'^datasets\.train\.H_size: 50 is not divisible by scale 3 of scales \[1, 2, 3, 4\]$'),
     ({'dataroot_L': 'somewhere'}, r'^datasets\.train\.dataroot_L: usrnet makes L from H with a known kernel'),
 ])
@@ -95,6 +94,18 @@ def test_usrnet_option_mistakes_are_one_line_errors(demo_images, given, message)
     with pytest.raises(UserError, match=message):
         DatasetUSRNet(unchecked_section(DatasetUSRNet, dataroot_H=f'{demo_images}/train', dataset_type='usrnet',
                                         **given))
+
+
+@pytest.mark.parametrize('given, message', [
+    ({'scales': [2, 'x']}, 'scales: [2, "x"] must be a non-empty list of integers >= 1'),
+    ({'scales': []}, 'scales: [] must be a non-empty list of integers >= 1'),
+    ({'sigma_max': 0}, 'sigma_max: 0 must be >= 1'),
+    ({'sf_validation': 0}, 'sf_validation: 0 must be >= 1'),
+])
+def test_usrnet_option_values_are_one_line_errors_with_the_options(demo_images, given, message):
+    with pytest.raises(UserError) as e:
+        dataset_options('usrnet', dataroot_H=f'{demo_images}/train', **given)
+    assert str(e.value) == f'<options>: datasets.train.{message}'
 
 
 def test_the_kernel_restorer_feeds_one_scale_and_refuses_tiles():

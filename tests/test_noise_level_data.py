@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import dataset_options, tiny_options, unchecked_section
+from conftest import dataset_options, tiny_options
 from data.noise_level_datasets import DatasetFDnCNN, DatasetFFDNet
 from option_rules import option_rules
 from models.model_plain2 import ModelPlain2
@@ -45,14 +45,14 @@ def test_fdncnn_appends_the_noise_level_map_as_the_last_input_channel(demo_image
 
 
 @pytest.mark.parametrize('key, value, message', [
-    ('sigma', [50, 10], 'sigma: must be [min, max] with 0 <= min <= max'),
-    ('sigma', [5], 'sigma: must be [min, max]'),
-    ('sigma_test', -1, 'sigma_test: must be a number >= 0'),
+    ('sigma', [50, 10], 'sigma: [50, 10] must be [min, max] with 0 <= min <= max'),
+    ('sigma', [5], 'sigma: [5] must be [min, max]'),
+    ('sigma_test', -1, 'sigma_test: -1 must be >= 0'),
 ])
 def test_impossible_noise_levels_are_one_line_errors_naming_the_key(demo_images, key, value, message):
     with pytest.raises(UserError) as e:
-        DatasetFFDNet(unchecked_section(DatasetFFDNet, dataroot_H=f'{demo_images}/train', **{key: value}))
-    assert str(e.value).startswith(f'datasets.train.{message}')
+        dataset_options('ffdnet', dataroot_H=f'{demo_images}/train', **{key: value})
+    assert str(e.value).startswith(f'<options>: datasets.train.{message}') and '\n' not in str(e.value)
 
 
 @NETWORKS.register('test_level_net')

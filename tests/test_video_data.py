@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import unchecked_section
+from conftest import dataset_options, unchecked_section
 from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data import lmdb_util
 from data.lmdb_util import make_lmdb_from_folder
@@ -154,8 +154,10 @@ def test_reds_validation_clips_are_held_out_unless_test_mode(tmp_path):
     assert clips() == {'001', '240'}
     assert clips(test_mode=True) == {'000'}
     assert clips(val_partition='official') == {'000', '001'}
-    with pytest.raises(UserError, match='datasets.train.val_partition'):
-        clips(val_partition='x')
+    with pytest.raises(UserError, match=r'^<options>: datasets\.train\.val_partition: "x" must be one of REDS4, '
+                                        r'official$'):
+        dataset_options('VideoRecurrentTrainDataset', dataroot_gt='gt', dataroot_lq='lq', meta_info_file='m',
+                        val_partition='x')
 
 
 def test_test_dataset_returns_whole_clips_with_spikes(pattern_root):
@@ -236,9 +238,7 @@ def test_bad_options_are_user_errors(pattern_root):
         ({'meta_info_file': str(pattern_root / 'bad.txt')}, r'meta_info_file: .*bad.txt:1'),
         ({'meta_info_file': str(pattern_root / 'none.txt')}, r'meta_info_file: file not found'),
         ({'num_frame': 9}, r'num_frame: 9 frames .* clip b has 8'),
-        ({'io_backend': {'type': 'ceph'}}, r'io_backend.type: "ceph"'),
         ({'dataroot_spike': str(pattern_root / 'spike'), 'spike_repr': 'cnt'}, r'datasets.train.spike_repr: unknown'),
-        ({'dataroot_spike': str(pattern_root / 'spike'), 'spike_format': 'aedat'}, r'spike_format'),
     ]
     for over, msg in cases:
         with pytest.raises(UserError, match=msg):
@@ -421,15 +421,38 @@ def test_spike_dat_files_are_checked_from_their_length(pattern_root):
     assert len(VideoRecurrentTestDataset(opt)) == 2
 
 
+@pytest.mark.parametrize('dataset_type,over,message', [
+    ('VideoRecurrentTrainDataset', {'gt_size': 0}, 'gt_size: 0 must be >= 1'),
+    ('VideoRecurrentTrainDataset', {'num_frame': -1}, 'num_frame: -1 must be >= 1'),
+    ('VideoRecurrentTrainDataset', {'interval_list': [1, 0]}, 'interval_list: [1, 0] must be a non-empty list of '
+                                                              'integers >= 1'),
+    ('VideoRecurrentTrainDataset', {'filename_ext': '.png'}, 'filename_ext: ".png" must be an extension without the '
+                                                             'dot, like "png"'),
+    ('VideoRecurrentTrainDataset', {'filename_tmpl': 'q'}, 'filename_tmpl: "q" is not an integer format spec like '
+                                                           '"08d"'),
+    ('VideoRecurrentTrainDataset', {'random_reverse': 'no'}, 'random_reverse: expected true/false, got "no"'),
+    ('VideoRecurrentTrainDataset', {'io_backend': {'type': 'ceph'}}, 'io_backend: {"type": "ceph"} must be '
+                                                                     '{"type": "disk"} or {"type": "lmdb"} here'),
+    ('VideoRecurrentTrainDataset', {'spike_format': 'aedat'}, 'spike_format: "aedat" must be one of npy, dat (did you '
+                                                              'mean "dat"?)'),
+    ('VideoRecurrentTrainDataset', {'spike_size': [32, 0]}, 'spike_size: [32, 0] must be [H, W] with positive '
+                                                            'integers'),
+    ('VideoRecurrentTestDataset', {'num_frame': 0}, 'num_frame: 0 must be -1 (whole clips) or a positive integer'),
+    ('VideoRecurrentTestDataset', {'io_backend': {'type': 'lmdb'}}, 'io_backend: {"type": "lmdb"} must be '
+                                                                    '{"type": "disk"} here'),
+    ('VideoRecurrentTestDataset', {'sigma': -1}, 'sigma: -1 must be >= 0 (noise std on the 0..255 scale)'),
+])
+def test_video_option_values_are_one_line_errors_with_the_options(dataset_type, over, message):
+    meta = {'meta_info_file': 'meta.txt'} if 'Train' in dataset_type else {}
+    with pytest.raises(UserError) as e:
+        dataset_options(dataset_type, dataroot_gt='gt', dataroot_lq='lq', **meta, **over)
+    assert str(e.value) == f'<options>: datasets.train.{message}'
+
+
 @pytest.mark.parametrize('cls,over,message', [
-    (VideoRecurrentTrainDataset, {'gt_size': 0}, 'datasets.train.gt_size: must be a positive integer, got 0'),
     (VideoRecurrentTrainDataset, {'gt_size': 15, 'scale': 2}, 'datasets.train.gt_size: 15 is not divisible by scale 2'),
     (VideoRecurrentTrainDataset, {'gt_size': 48}, 'datasets.train.gt_size: 48 is larger than the 32×32 frames of '
                                                   'clip a (meta_info_file)'),
-    (VideoRecurrentTrainDataset, {'filename_ext': '.png'}, 'datasets.train.filename_ext: expected an extension '
-                                                           "without the dot, like \"png\", got '.png'"),
-    (VideoRecurrentTrainDataset, {'random_reverse': 'no'}, "datasets.train.random_reverse: must be true or false, "
-                                                           "got 'no'"),
     (VideoRecurrentTestDataset, {'spike_repr': 'count', 'spike_repr_params': {'num_bins': 4, 'window': 2}},
      'datasets.train.spike_repr_params.num_bins: 4 bins need a window of at least 4 planes, got window 2'),
 ])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, clean_env, dataset_options, unchecked_section
+from conftest import ROOT, clean_env, dataset_options
 from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data.loader import build_train_loader, build_val_loader
 from data.registry import build_dataset
@@ -149,7 +149,7 @@ def test_kairs_video_test_set_with_sigma_gives_the_same_noisy_clips(davis):
     ours = build_dataset(_test_opt(davis))
     for i in range(len(ours)):
         assert torch.equal(kair[i]['L'], ours[i]['L']) and torch.equal(kair[i]['H'], ours[i]['H'])
-    with pytest.raises(UserError, match=r'^datasets\.test\.sigma: must be a number >= 0'):
+    with pytest.raises(UserError, match=r'^<options>: datasets\.test\.sigma: -1 must be >= 0'):
         build_dataset(dataset_options('VideoRecurrentTestDataset', 'test', dataroot_gt=str(davis / 'test'),
                                       dataroot_lq=str(davis / 'test'), sigma=-1))
 
@@ -186,9 +186,9 @@ def test_lmdb_built_by_the_script_gives_the_same_training_items(davis, tmp_path)
     (VideoRecurrentTrainNonblindDenoisingDataset, {'sigma_min': 30, 'sigma_max': 10},
      'datasets.train.sigma_min: 30 is larger than sigma_max 10'),
     (VideoRecurrentTrainNonblindDenoisingDataset, {'sigma_max': -1},
-     'datasets.train.sigma_max: must be a number >= 0 (noise std on the 0..255 scale), got -1'),
+     '<options>: datasets.train.sigma_max: -1 must be >= 0 (noise std on the 0..255 scale)'),
     (VideoRecurrentTrainNonblindDenoisingDataset, {'sigma_min': True},
-     'datasets.train.sigma_min: must be a number >= 0 (noise std on the 0..255 scale), got True'),
+     '<options>: datasets.train.sigma_min: expected an integer or a number, got true'),
     (VideoRecurrentTrainNonblindDenoisingDataset, {'dataroot_gt': '{tmp}/nowhere'},
      'datasets.train.dataroot_gt: folder not found: {tmp}/nowhere'),
     (VideoRecurrentTrainNonblindDenoisingDataset, {'meta_info_file': '{tmp}/bad.txt'},
@@ -201,14 +201,14 @@ def test_lmdb_built_by_the_script_gives_the_same_training_items(davis, tmp_path)
     (VideoRecurrentTrainNonblindDenoisingDataset, {'gt_size': 65},
      'datasets.train.gt_size: 65 is larger than the 64×96 frames of clip clip00 (meta_info_file)'),
     (VideoRecurrentTrainNonblindDenoisingDataset, {'scale': 2},
-     'datasets.train.scale: denoising keeps the frame size: scale must be 1, got 2'),
+     '<options>: datasets.train.scale: 2 must be 1: denoising keeps the frame size'),
     (VideoRecurrentTrainNonblindDenoisingDataset, {'test_mode': True},
-     'datasets.train.test_mode: no clips are held out of the training set here; evaluate with '
-     'VideoRecurrentTestNonblindDenoisingDataset'),
+     '<options>: datasets.train.test_mode: true must be false: no clips are held out of the training set here; '
+     'evaluate with VideoRecurrentTestNonblindDenoisingDataset'),
     (VideoRecurrentTestNonblindDenoisingDataset, {'sigma': -5},
-     'datasets.test.sigma: must be a number >= 0 (noise std on the 0..255 scale), got -5'),
+     '<options>: datasets.test.sigma: -5 must be >= 0 (noise std on the 0..255 scale)'),
     (VideoRecurrentTestNonblindDenoisingDataset, {'num_frame': 0},
-     'datasets.test.num_frame: must be -1 (whole clips) or a positive integer, got 0'),
+     '<options>: datasets.test.num_frame: 0 must be -1 (whole clips) or a positive integer'),
     (VideoRecurrentTestNonblindDenoisingDataset, {'dataroot_gt': '{root}/train/clip00'},
      'datasets.test.dataroot_gt: no clip folders with images in {root}/train/clip00'),
 ])
@@ -219,7 +219,7 @@ def test_bad_options_are_one_line_errors_naming_the_key(davis, tmp_path, cls, ov
     over = {k: v.format(**fill) if isinstance(v, str) else v for k, v in over.items()}
     train = cls is VideoRecurrentTrainNonblindDenoisingDataset
     base = _train_opt(davis) if train else _test_opt(davis)
-    given = {k: v for k, v in base.items() if not k.startswith('_') and k != 'phase'}
-    with pytest.raises(UserError) as e:
-        cls(unchecked_section(cls, 'train' if train else 'test', **{**given, **over}))
+    given = {k: v for k, v in base.items() if not k.startswith('_') and k not in ('phase', 'dataset_type')}
+    with pytest.raises(UserError) as e:  # a value alone: the options; values together and files: the dataset
+        build_dataset(dataset_options(base['dataset_type'], 'train' if train else 'test', **{**given, **over}))
     assert str(e.value) == message.format(**fill)
