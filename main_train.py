@@ -28,6 +28,7 @@ import torch  # noqa: E402
 from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import build_dataset, training_files
+from data.sampler import TrainKey
 from models.compile import compiled_graphs
 from models.evaluation import METRICS, describe_input
 from models.interface import TrainingModel
@@ -148,7 +149,7 @@ class Trainer:
 
         self.model: TrainingModel = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
-        self.model.check_sample(self.train_set[(0, 0)], train_opt_ds['_where'])
+        self.model.check_sample(self.train_set[TrainKey(0, 0)], train_opt_ds['_where'])
 
     def finished(self) -> bool:
         """Whether the run to resume already reached `train.total_iter`: then say how to go on, and do nothing."""

@@ -1,7 +1,9 @@
 """Samplers that make training data order and augmentation reproducible and resumable.
 
-The training sampler yields `(index, sample_seed)` keys: datasets derive all randomness of a
-sample from its seed, which depends only on (seed, epoch, position in the epoch's global
+The training sampler yields `TrainKey(index, seed[, step_seed])` keys; evaluation loaders yield
+plain indices. The kind of key is what tells a dataset which item is asked for: a TrainKey, a
+training sample (a random patch, augmentation, noise, all from its seed); an index, an evaluation
+item (the whole image or clip, nothing random). Datasets derive all randomness of a sample from its seed, which depends only on (seed, epoch, position in the epoch's global
 permutation). Batches are therefore identical for any number of loader workers, and a resumed run
 sees exactly the samples (and crops, flips, noise) the interrupted run would have seen.
 """
@@ -13,9 +15,33 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 
+class TrainKey(tuple):
+    """The key of a training sample: `(index, seed)`, the item and the seed of all its randomness, and,
+    from a sampler built with `step_size`, a third element: a seed shared by every sample of its
+    optimizer step (e.g. one scale per batch). A tuple, so that a dataset may unpack `index, seed = key`."""
+
+    def __new__(cls, index: int, seed: int, step_seed: Optional[int] = None) -> 'TrainKey':
+        return super().__new__(cls, (index, seed) if step_seed is None else (index, seed, step_seed))
+
+    def __getnewargs__(self) -> Tuple[int, ...]:  # pickling (keys go to loader workers): the fields
+        return tuple(self)
+
+    @property
+    def index(self) -> int:
+        return self[0]
+
+    @property
+    def seed(self) -> int:
+        return self[1]
+
+    @property
+    def step_seed(self) -> Optional[int]:
+        return self[2] if len(self) > 2 else None
+
+
 def parse_key(key: Any) -> Tuple[int, Optional[int]]:
-    """A dataset key as (index, seed): training keys are (index, seed[, step seed]) tuples, evaluation
-    keys bare indices."""
+    """A dataset key as (index, seed): a TrainKey (or a tuple made by hand, read as one) gives its seed,
+    an evaluation index gives None."""
     if isinstance(key, (tuple, list)):
         return int(key[0]), int(key[1])
     return int(key), None
@@ -98,15 +124,12 @@ class ResumableDistributedSampler(DistributedSampler):
                 return
             epoch, start = epoch + 1, 0
 
-    def _epoch_keys(self, epoch: int, start: int) -> Iterator[Tuple[int, ...]]:
+    def _epoch_keys(self, epoch: int, start: int) -> Iterator[TrainKey]:
         indices = self._global_order(epoch)
         positions = range(self.rank, self.total_size, self.num_replicas)
         for pos in positions[start:self.per_epoch]:
-            if self.step_size is None:
-                yield indices[pos], sample_seed(self.seed, epoch, pos)
-            else:
-                yield (indices[pos], sample_seed(self.seed, epoch, pos),
-                       step_seed(self.seed, epoch, pos // self.step_size))
+            step = None if self.step_size is None else step_seed(self.seed, epoch, pos // self.step_size)
+            yield TrainKey(indices[pos], sample_seed(self.seed, epoch, pos), step)
 
     def __len__(self) -> int:
         """Keys left in the current epoch (a continuous sampler goes on into the next ones)."""
