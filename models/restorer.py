@@ -140,12 +140,10 @@ class ImageRestorer:
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
         """The restorer the options ask for; scoring follows the test set's `metric_border`, `metric_round_y`."""
         v = opt['val']
-        test = (opt['datasets']['test'] if 'test' in opt['datasets']
-                else {'scale': opt['scale'], 'metric_border': None, 'metric_round_y': None})
-        scale = test['scale'] if 'scale' in test else 1  # a dataset without `scale` restores at scale 1
-        return cls(net, device, metric_border=metric_border(scale, test['metric_border']), tile=v['tile'],
-                   tile_overlap=v['tile_overlap'], self_ensemble=v['self_ensemble'],
-                   round_y=metric_round_y(scale, test['metric_round_y']))
+        test = opt['datasets']['test'] if 'test' in opt['datasets'] else {'scale': opt['scale']}
+        border, round_y = scoring(test, test['scale'] if 'scale' in test else 1)  # no `scale`: it restores at 1
+        return cls(net, device, metric_border=border, tile=v['tile'], tile_overlap=v['tile_overlap'],
+                   self_ensemble=v['self_ensemble'], round_y=round_y)
 
     def score(self, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> List[float]:
         """[psnr, ssim, psnr_y, ssim_y] of one restored item, with this restorer's conventions."""
@@ -265,9 +263,8 @@ class KernelRestorer(ImageRestorer):
         test = opt['datasets']['test'] if 'test' in opt['datasets'] else None
         if test is None or 'sf_validation' not in test:
             return cls(net, device, metric_border=0)
-        scale = test['sf_validation']
-        return cls(net, device, metric_border=metric_border(scale, test['metric_border']),
-                   round_y=metric_round_y(scale, test['metric_round_y']))
+        border, round_y = scoring(test, test['sf_validation'])
+        return cls(net, device, metric_border=border, round_y=round_y)
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[Any, ...]:
@@ -459,6 +456,16 @@ class VideoRestorer(ImageRestorer):
         out = self.test(L).float().cpu()
         sf = out.shape[-1] // L.shape[-1]
         return out[..., :h * sf, :w * sf]
+
+
+SCORING_KEYS = ('metric_border', 'metric_round_y')  # a test section's scoring conventions (data/image_datasets.py)
+
+
+def scoring(test: Dict[str, Any], scale: int) -> Tuple[int, bool]:
+    """(border cropped before PSNR/SSIM, Y rounded) for a test section at `scale`: its `metric_border` and
+    `metric_round_y` when its dataset declares them (null: KAIR's choice for the scale), else KAIR's choice."""
+    given = {key: test[key] if key in test else None for key in SCORING_KEYS}
+    return metric_border(scale, given['metric_border']), metric_round_y(scale, given['metric_round_y'])
 
 
 def _starts(size: int, tile: int, stride: int) -> List[int]:

@@ -13,11 +13,14 @@ import textwrap
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from conftest import ROOT, clean_env, run, tiny_options, write_options
+from data.registry import DATASETS
+from data.sampler import parse_key
 from losses.registry import LOSSES, build_loss
-from option_rules import option_rules, read_options
 from models.registry import NETWORKS, build_network
+from option_rules import option_rules, read_options
 from utils.errors import OptionsError, UserError
 from utils.options import Key, positive, validate
 from utils.registry import Registry
@@ -156,7 +159,7 @@ def test_a_registered_network_takes_its_options_from_its_signature():
 
 TRAIN_WITH_TEST_NETWORK = """import sys
 sys.path.insert(0, 'tests')
-import test_structure  # registers the network test_two_conv and the loss test_scaled_l1
+import test_structure  # registers the network test_two_conv, the loss test_scaled_l1, the dataset test_flat_noise
 import main_train
 sys.exit(main_train.main(sys.argv[1:]))
 """
@@ -242,6 +245,45 @@ def test_a_loss_defined_in_a_test_module_trains_with_its_prefixed_key(tmp_path, 
     assert (tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth').is_file()
     saved = (tmp_path / 'exp' / 'tiny' / 'options').glob('*.json')
     assert any('"G_l1_scale": 2.5' in p.read_text() for p in saved)
+
+
+@DATASETS.register('test_flat_noise')
+class FlatNoise(Dataset):
+    """A dataset defined outside data/ (README's example): flat grey patches with Gaussian noise, every
+    item made from its key alone; its keys are typed where it is defined."""
+
+    OPTIONS = {'patch': Key(24, (int,), positive), 'length': Key(16, (int,), positive),
+               'noise': Key(25, (int, float), positive)}
+
+    def __init__(self, opt: dict):
+        self.opt = opt
+
+    def __len__(self) -> int:
+        return self.opt['length']
+
+    def __getitem__(self, key) -> dict:
+        index, seed = parse_key(key)  # a training key carries the sample's seed; an evaluation index none
+        g = torch.Generator().manual_seed(index if seed is None else seed)
+        size = self.opt['patch']
+        H = torch.rand(3, 1, 1, generator=g).expand(3, size, size).clone()
+        L = H + self.opt['noise'] / 255 * torch.randn(3, size, size, generator=g)
+        return {'L': L, 'H': H, 'L_path': f'flat_{index}.png'}
+
+
+def test_a_dataset_defined_in_a_test_module_trains_and_validates_with_its_typed_keys(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2,
+                       G_scheduler_milestones=[])
+    opt['datasets'] = {'train': {'dataset_type': 'test_flat_noise', 'patch': 16, 'dataloader_batch_size': 2},
+                       'test': {'dataset_type': 'test_flat_noise', 'length': 3, 'noise': 10}}
+    opt['logging']['use_tensorboard'] = False
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'validation on 3 items' in r.stdout
+    opt['datasets']['train']['patch'] = 0
+    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', write_options(str(tmp_path / 'bad.json'), opt)],
+            env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode == 2 and r.stderr.strip().endswith('datasets.train.patch: 0 must be > 0'), r.stderr
 
 
 def _zoo(tmp_path, monkeypatch) -> Registry:
