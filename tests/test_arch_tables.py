@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 
+from conftest import need_spandrel
 from option_rules import option_rules
 from models.registry import build_network
 from utils.options import validate
@@ -39,7 +40,7 @@ def test_the_tables_are_in_the_repository():
 def test_the_official_kwargs_build_exactly_the_official_state_dict(name):
     family = name.split('__')[0]
     if family in SPANDREL:
-        pytest.importorskip('spandrel')
+        need_spandrel()
     n_entries, n_params, kwargs, entries = read_table(name)
     netG = {'net_type': NET_TYPE.get(family, family), **kwargs}
     opt = validate({'task': 't', 'scale': kwargs.get('upscale', 1), 'netG': netG}, option_rules(), source=name)

@@ -7,6 +7,7 @@ an implementation written independently of ours.
 import pytest
 import torch
 
+from conftest import need_spandrel
 from models.registry import build_network
 from utils.errors import UserError
 
@@ -23,7 +24,7 @@ def random_weights(net):
 def test_esrgan_equals_spandrels_esrgan_loaded_from_our_checkpoint(scale):
     """spandrel's loader reads our BasicSR-named state_dict (detecting scale and pixel-unshuffle) and
     builds its own (old-name) ESRGAN: same outputs."""
-    spandrel = pytest.importorskip('spandrel')
+    spandrel = need_spandrel()
     ours = random_weights(build_network({'net_type': 'esrgan', 'scale': scale, 'num_feat': 8, 'num_block': 2,
                                          'num_grow_ch': 32}))  # spandrel's loader assumes growth 32
     theirs = spandrel.ModelLoader().load_from_state_dict(ours.state_dict())
@@ -37,7 +38,7 @@ def test_esrgan_equals_spandrels_esrgan_loaded_from_our_checkpoint(scale):
 def test_rcan_equals_spandrels_original_rcan_with_the_same_weights():
     """The original RCAN (spandrel) shifts the mean with 1x1 convs (sub_mean/add_mean) where BasicSR's
     layout subtracts a plain attribute; the other weights map one to one in state_dict order."""
-    pytest.importorskip('spandrel')
+    need_spandrel()
     from spandrel.architectures.RCAN import RCAN
     ours = random_weights(build_network({'net_type': 'rcan', 'num_feat': 16, 'num_group': 2, 'num_block': 2,
                                          'squeeze_factor': 4, 'upscale': 4}))

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, clean_env
+from conftest import ROOT, clean_env, need_spandrel
 from option_rules import option_rules
 from models.registry import build_network
 from utils.errors import OptionsError, UserError
@@ -66,7 +66,7 @@ def test_every_spandrel_net_type_has_a_tiny_configuration_here():
 
 @pytest.mark.parametrize('net_type', sorted(TINY))
 def test_a_tiny_spandrel_network_validates_builds_and_trains_a_step(net_type):
-    pytest.importorskip('spandrel')
+    need_spandrel()
     kwargs, side = TINY[net_type]
     scale = 1 if net_type in SAME_SIZE else 4
     opt = validate({'task': 't', 'scale': scale, 'netG': {'net_type': net_type, **kwargs}}, option_rules())
@@ -80,7 +80,7 @@ def test_a_tiny_spandrel_network_validates_builds_and_trains_a_step(net_type):
 
 
 def test_an_unknown_netG_key_of_a_spandrel_network_is_one_line_with_did_you_mean():
-    pytest.importorskip('spandrel')
+    need_spandrel()
     with pytest.raises(OptionsError) as e:
         validate({'task': 't', 'scale': 4, 'netG': {'net_type': 'hat', 'embed_dims': 16}}, option_rules())
     assert str(e.value) == '<options>: netG.embed_dims: unknown key (did you mean "embed_dim"?)'
@@ -88,7 +88,7 @@ def test_an_unknown_netG_key_of_a_spandrel_network_is_one_line_with_did_you_mean
 
 def test_an_unknown_key_exits_2_with_one_line(tmp_path):
     """Through main_train.py: exit status 2, one error line, nothing else printed on stderr."""
-    pytest.importorskip('spandrel')
+    need_spandrel()
     import json
     path = tmp_path / 'o.json'
     path.write_text(json.dumps({'task': 't', 'scale': 4, 'path': {'root': str(tmp_path / 'exp')},
@@ -101,7 +101,7 @@ def test_an_unknown_key_exits_2_with_one_line(tmp_path):
 
 
 def test_options_that_spandrel_refuses_are_one_user_error():
-    pytest.importorskip('spandrel')
+    need_spandrel()
     with pytest.raises(UserError, match=r'^netG \(realplksr\): in_ch and out_ch must be 3'):
         build_network({'net_type': 'realplksr', 'in_ch': 1})
     with pytest.raises(UserError, match=r'^netG\.upsampler: realplksr takes'):
