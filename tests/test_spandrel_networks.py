@@ -16,7 +16,7 @@ from utils.options import validate
 TINY = {
     'hat': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, compress_ratio=4, squeeze_factor=4,
                  mlp_ratio=2, num_feat=16), 8),
-    'dat': (dict(embed_dim=16, depth=[2], num_heads=[2], split_size=[2, 4], expansion_factor=2), 8),
+    'dat': (dict(embed_dim=32, depth=[2], num_heads=[2], split_size=[2, 4], expansion_factor=2), 8),
     'span': (dict(num_in_ch=3, num_out_ch=3, feature_channels=8), 8),
     'plksr': (dict(dim=16, n_blocks=2, kernel_size=7, upscaling_factor=4), 8),
     'realplksr': (dict(dim=16, n_blocks=2, kernel_size=7, upscaling_factor=4), 8),
@@ -29,13 +29,13 @@ TINY = {
     'safmn': (dict(dim=8, n_blocks=1, upscaling_factor=4), 8),
     'scunet': (dict(config=[1, 1, 1, 1, 1, 1, 1], dim=64, input_resolution=64), 64),
     'swin2sr': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, upsampler='pixelshuffledirect'), 8),
-    'rgt': (dict(embed_dim=16, depth=[2], num_heads=[2], split_size=[2, 4]), 8),
+    'rgt': (dict(embed_dim=32, depth=[2], num_heads=[2], split_size=[2, 4]), 8),
     'grl': (dict(embed_dim=16, depths=[1], num_heads_window=[2], num_heads_stripe=[2], window_size=4,
                  stripe_size=[4, 4], upsampler='pixelshuffledirect'), 8),
     'mosr': (dict(n_block=1, dim=16), 8),
     'moesr': (dict(scale=4, dim=16, n_blocks=1, n_block=1, upsample_dim=16), 8),
     'seemore': (dict(scale=4, num_experts=2, num_layers=1, embedding_dim=16), 16),
-    'craft': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, split_size_0=2, split_size_1=4), 8),
+    'craft': (dict(embed_dim=32, depths=[1], num_heads=[2], window_size=4, split_size_0=2, split_size_1=4), 8),
     'dctlsa': (dict(nf=10, num_modules=6, num_head=2), 16),
     'ditn': (dict(dim=16, ITL_blocks=1, SAL_blocks=1, patch_size=4), 8),
     'fftformer': (dict(dim=8, num_blocks=[1, 1, 1], num_refinement_blocks=1), 32),
@@ -77,6 +77,7 @@ def test_a_tiny_spandrel_network_validates_builds_and_trains_a_step(net_type):
     assert y.shape == (2, 3, side * scale, side * scale)
     y.mean().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+    assert all(p.numel() for p in net.parameters())  # the trainer refuses empty parameters
 
 
 def test_an_unknown_netG_key_of_a_spandrel_network_is_one_line_with_did_you_mean():
