@@ -5,12 +5,14 @@ connects the two (networks, models, datasets, discriminators, losses, optimizers
 initialisers), so that main_train.py, main_test.py, the benches and the tests read options the same
 way without importing one another.
 """
+import json
 from typing import Any, Dict, Sequence
 
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
 from models.init import BN_INITS, WEIGHT_INITS
 from models.registry import MODELS, discriminator_options, model_options, network_options
-from utils.options import Rules, load_options
+from utils.errors import OptionsError, UserError
+from utils.options import Rules, apply_overrides, load_options, parse_json_file
 
 
 def option_rules() -> Rules:
@@ -23,5 +25,30 @@ def option_rules() -> Rules:
 
 
 def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
-    """The option file at `path` with `--set` overrides, validated and completed."""
-    return load_options(path, option_rules(), overrides)
+    """The option file at `path` with `--set` overrides, validated and completed.
+
+    `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
+    (models/auto_network.py), given to the loader as one more override, and noted for the log.
+    """
+    data = parse_json_file(path)
+    apply_overrides(data, overrides)
+    resolved = resolve_auto_network(data, path)
+    if resolved is None:
+        return load_options(path, option_rules(), overrides)
+    netG, note = resolved
+    opt = load_options(path, option_rules(), [*overrides, f'netG={json.dumps(netG)}'])
+    opt['_notes'].append(note)
+    return opt
+
+
+def resolve_auto_network(data: Dict[str, Any], source: str) -> Any:
+    """(explicit netG, note) when netG.net_type is "auto", else None; a failure names the option file.
+    Imported here only when needed: detection needs spandrel."""
+    netG = data.get('netG')
+    if not isinstance(netG, dict) or netG.get('net_type') != 'auto':
+        return None
+    from models.auto_network import resolve_auto_options
+    try:
+        return resolve_auto_options(data)
+    except UserError as e:
+        raise OptionsError(f'{source}: {e}') from None

@@ -1,10 +1,12 @@
-"""Model zoo on CPU: parameters and forward+backward time of every KAIR image configuration, and the
-cost of GAN training against plain training of the same generator.
+"""Model zoo on CPU: parameters and forward+backward time of every KAIR image configuration and of
+today's architectures, and the cost of GAN training against plain training of the same generator.
 
     python bench/bench_zoo.py [--quick] [--threads 2] [--repeat 3] [--size 64] [--only swinir]
 
 Networks are built from the KAIR listings' options (tests/data/kair/*.netG.tsv headers), exactly
-as KAIR's files define them; each takes one 1 x C x 64 x 64 input (`--size`; x scale out for SR) plus what
+as KAIR's files define them, then today's architectures from the official configurations
+(tests/data/archs/*.tsv headers' kwargs) and, for those without one, their tiny option file
+(options/archs/train_<net_type>_tiny.json, labelled `tiny`); each takes one 1 x C x 64 x 64 input (`--size`; x scale out for SR) plus what
 it needs beside (FFDNet's noise level, USRNet's kernel, scale and noise level). Times are medians
 of `--repeat` runs after one warm-up, with `--threads` intra-op threads. The last table times one
 training iteration of model `gan` (pixel + VGG perceptual + adversarial, D step) against model
@@ -31,7 +33,12 @@ from models.registry import build_network  # noqa: E402
 from utils.options import validate  # noqa: E402
 
 LISTINGS = os.path.join(ROOT, 'tests', 'data', 'kair')
+ARCH_TABLES = os.path.join(ROOT, 'tests', 'data', 'archs')
+ARCH_TINY = os.path.join(ROOT, 'options', 'archs')
 VIDEO_NETWORKS = ('vrt', 'rvrt')
+TABLE_NET_TYPE = {'rrdbnet': 'esrgan'}  # table prefix → net_type where they differ
+SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'scale')
+CHANNEL_KEYS = ('in_nc', 'in_chans', 'num_in_ch', 'inp_channels', 'img_channel', 'in_ch', 'in_channels')
 
 
 def configurations() -> List[Tuple[str, Dict[str, Any], int]]:
@@ -49,22 +56,46 @@ def configurations() -> List[Tuple[str, Dict[str, Any], int]]:
             continue
         opt = validate({'task': 't', **top, 'netG': netG}, option_rules(), source=path)
         out.append((os.path.basename(path)[:-len('.netG.tsv')], opt['netG'], top['scale']))
+    return out + arch_configurations()
+
+
+def arch_configurations() -> List[Tuple[str, Dict[str, Any], int]]:
+    """(name, validated netG, scale) of today's architectures: each official table, then the tiny file of
+    every net_type of options/archs without a table."""
+    raw = []
+    for path in sorted(glob.glob(os.path.join(ARCH_TABLES, '*.tsv'))):
+        with open(path) as f:
+            kwargs = json.loads(f.readline().split('kwargs: ', 1)[1])
+        name = os.path.basename(path)[:-len('.tsv')]
+        raw.append((name, {'net_type': TABLE_NET_TYPE.get(name.split('__')[0], name.split('__')[0]), **kwargs}))
+    tabled = {netG['net_type'] for _, netG in raw}
+    for path in sorted(glob.glob(os.path.join(ARCH_TINY, 'train_*_tiny.json'))):
+        with open(path) as f:
+            text = f.read()
+        netG = json.loads(text[text.index('{'):])['netG']
+        if netG['net_type'] not in tabled:
+            raw.append((f'{netG["net_type"]}__tiny', netG))
+    out = []
+    for name, netG in raw:
+        scale = next((netG[k] for k in SCALE_KEYS if k in netG), 1)
+        opt = validate({'task': 't', 'scale': netG.get('upscale', 1), 'netG': netG}, option_rules(), source=name)
+        out.append((name, opt['netG'], scale))
     return out
 
 
 def inputs(netG: Dict[str, Any], scale: int, size: int = 64) -> Tuple[Any, ...]:
     kind = netG['net_type']
-    channels = netG['in_nc'] if 'in_nc' in netG else netG['in_chans']
+    channels = next((netG[k] for k in CHANNEL_KEYS if k in netG), 3)
     if kind == 'usrnet':
         k = torch.rand(1, 1, 25, 25)
         return torch.rand(1, netG['out_nc'], size, size), k / k.sum(), scale, torch.full((1, 1, 1, 1), 0.05)
     if kind == 'ffdnet':
         return torch.rand(1, channels, size, size), torch.full((1, 1, 1, 1), 0.1)
-    return (torch.rand(1, channels, size, size),)
+    return (torch.rand(2 if kind == 'dat' else 1, channels, size, size),)  # DAT's BatchNorm needs 2
 
 
 def bench_networks(repeat: int, only: str, size: int) -> None:
-    print(f'{"KAIR configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
+    print(f'{"configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
     for name, netG, scale in configurations():
         if only and only not in name:
             continue

@@ -166,3 +166,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if 'slow' in item.keywords:
             item.add_marker(skip)
+
+
+def need_spandrel() -> Any:
+    """The spandrel module, or a skip where it is not installed (a failure in CI: requirements.txt lists it)."""
+    if in_ci():
+        import spandrel
+        return spandrel
+    return pytest.importorskip('spandrel')

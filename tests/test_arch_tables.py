@@ -1,0 +1,57 @@
+"""Today's architectures: the official kwargs of each released configuration build exactly the
+official state_dict (names, shapes, dtypes), so the released checkpoints load with strict=True.
+
+The tables are under tests/data/archs (format: its README.md). Each network is built through the
+options validator from the header's kwargs, as a user's option file would be.
+"""
+import glob
+import json
+import os
+import re
+
+import pytest
+import torch
+
+from conftest import need_spandrel
+from option_rules import option_rules
+from models.registry import build_network
+from utils.options import validate
+
+TSV_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'archs')
+TSV_FILES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(TSV_DIR, '*.tsv')))
+NET_TYPE = {'rrdbnet': 'esrgan'}  # table prefix → our net_type where they differ
+SPANDREL = ('hat', 'dat', 'span', 'plksr', 'realplksr', 'srvggnet', 'nafnet')
+
+
+def read_table(name):
+    """(entries, parameters, kwargs, [(name, shape, dtype)])."""
+    with open(os.path.join(TSV_DIR, name)) as f:
+        header, *lines = f.read().splitlines()
+    m = re.search(r': (\d+) entries, (\d+) parameters, .*kwargs: (\{.*\})$', header)
+    assert m, header
+    return int(m.group(1)), int(m.group(2)), json.loads(m.group(3)), [tuple(ln.split('\t')) for ln in lines]
+
+
+def test_the_tables_are_in_the_repository():
+    assert {'hat__HAT_SRx4.tsv', 'realplksr__x4_layernorm_default.tsv', 'nafnet__SIDD-width32.tsv'} <= set(TSV_FILES)
+
+
+@pytest.mark.parametrize('name', TSV_FILES)
+def test_the_official_kwargs_build_exactly_the_official_state_dict(name):
+    family = name.split('__')[0]
+    if family in SPANDREL:
+        need_spandrel()
+    n_entries, n_params, kwargs, entries = read_table(name)
+    netG = {'net_type': NET_TYPE.get(family, family), **kwargs}
+    opt = validate({'task': 't', 'scale': kwargs.get('upscale', 1), 'netG': netG}, option_rules(), source=name)
+    try:  # the meta device costs no memory, but some constructors read values (.item()) at init
+        with torch.device('meta'):
+            net = build_network(opt['netG'])
+    except (RuntimeError, NotImplementedError):
+        net = build_network(opt['netG'])
+    mine = [(k, str(tuple(v.shape)), str(v.dtype).replace('torch.', '')) for k, v in net.state_dict().items()]
+    missing = sorted({e[0] for e in entries} - {m[0] for m in mine})
+    unexpected = sorted({m[0] for m in mine} - {e[0] for e in entries})
+    assert not missing and not unexpected, (missing[:5], unexpected[:5])
+    assert sorted(mine) == sorted(entries)  # the order is cosmetic (README of the facts)
+    assert len(mine) == n_entries and sum(p.numel() for p in net.parameters()) == n_params

@@ -1,0 +1,116 @@
+"""The architectures spandrel builds (models/network_spandrel.py): one net_type each, netG keys checked
+against the constructor's signature, spandrel imported only when one of them is used."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, clean_env, need_spandrel
+from option_rules import option_rules
+from models.registry import build_network
+from utils.errors import OptionsError, UserError
+from utils.options import validate
+
+# A tiny configuration of every spandrel net_type, and the input side it needs (windows, U-Net levels).
+TINY = {
+    'hat': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, compress_ratio=4, squeeze_factor=4,
+                 mlp_ratio=2, num_feat=16), 8),
+    'dat': (dict(embed_dim=32, depth=[2], num_heads=[2], split_size=[2, 4], expansion_factor=2), 8),
+    'span': (dict(num_in_ch=3, num_out_ch=3, feature_channels=8), 8),
+    'plksr': (dict(dim=16, n_blocks=2, kernel_size=7, upscaling_factor=4), 8),
+    'realplksr': (dict(dim=16, n_blocks=2, kernel_size=7, upscaling_factor=4), 8),
+    'srvggnet': (dict(num_feat=16, num_conv=2), 8),
+    'nafnet': (dict(width=8, enc_blk_nums=[1, 1], middle_blk_num=1, dec_blk_nums=[1, 1]), 16),
+    'omnisr': (dict(num_feat=16, block_num=1, window_size=4, res_num=1, up_scale=4), 16),
+    'atd': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, category_size=16, num_tokens=8,
+                 reducted_dim=4, upsampler='pixelshuffledirect'), 8),
+    'drct': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, gc=8, upsampler='pixelshuffle'), 8),
+    'safmn': (dict(dim=8, n_blocks=1, upscaling_factor=4), 8),
+    'scunet': (dict(config=[1, 1, 1, 1, 1, 1, 1], dim=64, input_resolution=64), 64),
+    'swin2sr': (dict(embed_dim=16, depths=[1], num_heads=[2], window_size=4, upsampler='pixelshuffledirect'), 8),
+    'rgt': (dict(embed_dim=32, depth=[2], num_heads=[2], split_size=[2, 4]), 8),
+    'grl': (dict(embed_dim=16, depths=[1], num_heads_window=[2], num_heads_stripe=[2], window_size=4,
+                 stripe_size=[4, 4], upsampler='pixelshuffledirect'), 8),
+    'mosr': (dict(n_block=1, dim=16), 8),
+    'moesr': (dict(scale=4, dim=16, n_blocks=1, n_block=1, upsample_dim=16), 8),
+    'seemore': (dict(scale=4, num_experts=2, num_layers=1, embedding_dim=16), 16),
+    'craft': (dict(embed_dim=32, depths=[1], num_heads=[2], window_size=4, split_size_0=2, split_size_1=4), 8),
+    'dctlsa': (dict(nf=10, num_modules=6, num_head=2), 16),
+    'ditn': (dict(dim=16, ITL_blocks=1, SAL_blocks=1, patch_size=4), 8),
+    'fftformer': (dict(dim=8, num_blocks=[1, 1, 1], num_refinement_blocks=1), 32),
+    'uformer': (dict(img_size=32, embed_dim=8, depths=[1] * 9, num_heads=[1] * 9, win_size=4), 32),
+}
+# Restoration networks keep the size; the rest are x4 SR here (their scale key inherits or defaults to 4).
+SAME_SIZE = ('nafnet', 'scunet', 'fftformer', 'uformer')
+
+
+def spandrel_net_types():
+    from models.network_spandrel import ARCHITECTURES
+    return [a.net_type for a in ARCHITECTURES]
+
+
+def test_importing_models_and_listing_every_network_does_not_import_spandrel():
+    code = ('import sys; from models.registry import NETWORKS; names = NETWORKS.names(); '
+            'assert "hat" in names and "realplksr" in names, names; '
+            'assert not any(m.split(".")[0] == "spandrel" for m in sys.modules), "spandrel imported"')
+    res = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_every_spandrel_net_type_has_a_tiny_configuration_here():
+    assert set(spandrel_net_types()) == set(TINY)
+    assert {'hat', 'dat', 'span', 'plksr', 'realplksr', 'srvggnet', 'nafnet'} <= set(TINY)
+
+
+@pytest.mark.parametrize('net_type', sorted(TINY))
+def test_a_tiny_spandrel_network_validates_builds_and_trains_a_step(net_type):
+    need_spandrel()
+    kwargs, side = TINY[net_type]
+    scale = 1 if net_type in SAME_SIZE else 4
+    opt = validate({'task': 't', 'scale': scale, 'netG': {'net_type': net_type, **kwargs}}, option_rules())
+    torch.manual_seed(0)
+    net = build_network(opt['netG'])
+    x = torch.rand(2, 3, side, side)  # 2: BatchNorm layers (DAT) need more than one value per channel
+    y = net(x)
+    assert y.shape == (2, 3, side * scale, side * scale)
+    y.mean().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+    assert all(p.numel() for p in net.parameters())  # the trainer refuses empty parameters
+
+
+def test_an_unknown_netG_key_of_a_spandrel_network_is_one_line_with_did_you_mean():
+    need_spandrel()
+    with pytest.raises(OptionsError) as e:
+        validate({'task': 't', 'scale': 4, 'netG': {'net_type': 'hat', 'embed_dims': 16}}, option_rules())
+    assert str(e.value) == '<options>: netG.embed_dims: unknown key (did you mean "embed_dim"?)'
+
+
+def test_an_unknown_key_exits_2_with_one_line(tmp_path):
+    """Through main_train.py: exit status 2, one error line, nothing else printed on stderr."""
+    need_spandrel()
+    import json
+    path = tmp_path / 'o.json'
+    path.write_text(json.dumps({'task': 't', 'scale': 4, 'path': {'root': str(tmp_path / 'exp')},
+                                'netG': {'net_type': 'srvggnet', 'num_feats': 8}}))
+    res = subprocess.run([sys.executable, 'main_train.py', '--opt', str(path)], cwd=ROOT, env=clean_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and 'netG.num_feats: unknown key (did you mean "num_feat"?)' in lines[0], res.stderr
+
+
+def test_options_that_spandrel_refuses_are_one_user_error():
+    need_spandrel()
+    with pytest.raises(UserError, match=r'^netG \(realplksr\): in_ch and out_ch must be 3'):
+        build_network({'net_type': 'realplksr', 'in_ch': 1})
+    with pytest.raises(UserError, match=r'^netG\.upsampler: realplksr takes'):
+        build_network({'net_type': 'realplksr', 'upsampler': 'nearest'})
+
+
+def test_without_spandrel_a_spandrel_net_type_is_one_line_naming_the_requirement(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'spandrel.architectures.SPAN', None)
+    with pytest.raises(OptionsError, match=r'netG\.net_type: "span" is built by spandrel, which is not installed '
+                                           r'here .*pip install spandrel==0\.4\.2$'):
+        validate({'task': 't', 'scale': 4, 'netG': {'net_type': 'span'}}, option_rules())
