@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 from common import median_seconds  # noqa: E402
 from option_rules import option_rules  # noqa: E402
 from models.registry import build_network  # noqa: E402
-from utils.options import validate  # noqa: E402
+from utils.options import parse_json_file, validate  # noqa: E402
 
 LISTINGS = os.path.join(ROOT, 'tests', 'data', 'kair')
 ARCH_TABLES = os.path.join(ROOT, 'tests', 'data', 'archs')
@@ -59,6 +59,9 @@ def configurations() -> List[Tuple[str, Dict[str, Any], int]]:
     return out + arch_configurations()
 
 
+MIN_SIZE: Dict[str, int] = {}  # configuration -> the least input side it takes (set by arch_configurations)
+
+
 def arch_configurations() -> List[Tuple[str, Dict[str, Any], int]]:
     """(name, validated netG, scale) of today's architectures: each official table, then the tiny file of
     every net_type of options/archs without a table."""
@@ -70,11 +73,12 @@ def arch_configurations() -> List[Tuple[str, Dict[str, Any], int]]:
         raw.append((name, {'net_type': TABLE_NET_TYPE.get(name.split('__')[0], name.split('__')[0]), **kwargs}))
     tabled = {netG['net_type'] for _, netG in raw}
     for path in sorted(glob.glob(os.path.join(ARCH_TINY, 'train_*_tiny.json'))):
-        with open(path) as f:
-            text = f.read()
-        netG = json.loads(text[text.index('{'):])['netG']
+        tiny = parse_json_file(path)  # option files may carry comments
+        netG = tiny['netG']
         if netG['net_type'] not in tabled:
             raw.append((f'{netG["net_type"]}__tiny', netG))
+            # the input side it trains on: some take no less (windows, patches, padding to a multiple)
+            MIN_SIZE[f'{netG["net_type"]}__tiny'] = tiny['datasets']['train']['H_size'] // tiny.get('scale', 1)
     out = []
     for name, netG in raw:
         scale = next((netG[k] for k in SCALE_KEYS if k in netG), 1)
@@ -101,7 +105,7 @@ def bench_networks(repeat: int, only: str, size: int) -> None:
             continue
         torch.manual_seed(0)
         net = build_network(netG).train()
-        args = inputs(netG, scale, size)
+        args = inputs(netG, scale, max(size, MIN_SIZE.get(name, 0)))
 
         def step() -> None:
             net.zero_grad(set_to_none=True)

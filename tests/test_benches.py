@@ -108,7 +108,7 @@ EXPECTED: Dict[str, Expected] = {
         rf'^train_usrnet +usrnet +[\d,]+ +1x3x16x16 +{NUM}$',
         rf'^hat__HAT_SRx4 +hat +20,772,507 +1x3x16x16 +{NUM}$',
         rf'^restormer__withbias_derain_deblur +restormer +26,126,644 +1x3x16x16 +{NUM}$',
-        rf'^uformer__tiny +uformer +[\d,]+ +1x3x16x16 +{NUM}$',
+        rf'^uformer__tiny +uformer +[\d,]+ +1x3x64x64 +{NUM}$',
         rf'^  plain {NUM} s/iter, gan {NUM} s/iter, gan / plain = {NUM}$',
     ], slow=True),
 }
