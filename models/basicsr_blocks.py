@@ -4,7 +4,7 @@ state_dict names, and the fixed mean/range normalisation around the network.
 Written from the papers; the layout (names, order) is BasicSR's so that its released checkpoints load.
 """
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -41,3 +41,24 @@ class MeanRange(nn.Module):
 
     def restore(self, y: torch.Tensor) -> torch.Tensor:
         return y / self.img_range + self.mean.to(y)
+
+
+class ResidualSR(nn.Module):
+    """BasicSR's EDSR/RCAN skeleton: normalise, `conv_first`, `body` closed by `conv_after_body` under a long
+    skip, the pixel-shuffle `upsample`, `conv_last`, de-normalise. `make_body` builds the body (so that the
+    state_dict keeps BasicSR's order: conv_first, body, conv_after_body, upsample, conv_last)."""
+
+    def __init__(self, make_body: Callable[[], nn.Module], num_in_ch: int, num_out_ch: int, num_feat: int,
+                 upscale: int, img_range: float, rgb_mean: Sequence[float], net_type: str):
+        super().__init__()
+        self.norm = MeanRange(rgb_mean, img_range, num_in_ch)
+        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
+        self.body = make_body()
+        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.upsample = pixel_shuffle_upsampler(upscale, num_feat, net_type)
+        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_first(self.norm.normalise(x))
+        x = x + self.conv_after_body(self.body(x))
+        return self.norm.restore(self.conv_last(self.upsample(x)))

@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from models.basicsr_blocks import MeanRange, pixel_shuffle_upsampler
+from models.basicsr_blocks import ResidualSR
 from models.registry import NETWORKS
 
 DIV2K_MEAN = (0.4488, 0.4371, 0.4040)
@@ -31,7 +31,7 @@ class ResidualBlockNoBN(nn.Module):
 
 
 @NETWORKS.register('edsr')
-class EDSR(nn.Module):
+class EDSR(ResidualSR):
     """Super-resolution by `upscale` (inherited from the top-level scale): 2^n or 3."""
 
     repeated_blocks = (ResidualBlockNoBN,)
@@ -39,15 +39,5 @@ class EDSR(nn.Module):
     def __init__(self, num_in_ch: int = 3, num_out_ch: int = 3, num_feat: int = 64, num_block: int = 16,
                  upscale: int = 4, res_scale: float = 1.0, img_range: float = 255.,
                  rgb_mean: Sequence[float] = DIV2K_MEAN):
-        super().__init__()
-        self.norm = MeanRange(rgb_mean, img_range, num_in_ch)
-        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
-        self.body = nn.Sequential(*[ResidualBlockNoBN(num_feat, res_scale) for _ in range(num_block)])
-        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
-        self.upsample = pixel_shuffle_upsampler(upscale, num_feat, 'edsr')
-        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv_first(self.norm.normalise(x))
-        x = x + self.conv_after_body(self.body(x))
-        return self.norm.restore(self.conv_last(self.upsample(x)))
+        super().__init__(lambda: nn.Sequential(*[ResidualBlockNoBN(num_feat, res_scale) for _ in range(num_block)]),
+                         num_in_ch, num_out_ch, num_feat, upscale, img_range, rgb_mean, 'edsr')

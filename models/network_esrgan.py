@@ -10,24 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.network_rrdbnet import RESIDUAL_SCALE, ResidualDenseBlock
+from models.network_rrdbnet import RRDB
 from models.registry import NETWORKS
 from utils.errors import UserError
 
 UNSHUFFLE = {1: 4, 2: 2, 4: 1}  # scale → pixel-unshuffle factor before the x4 network
 
 
-class RRDB(nn.Module):
-    """Three residual dense blocks inside one more scaled residual (BasicSR names rdb1..3)."""
-
-    def __init__(self, num_feat: int, num_grow_ch: int):
-        super().__init__()
-        self.rdb1 = ResidualDenseBlock(num_feat, num_grow_ch)
-        self.rdb2 = ResidualDenseBlock(num_feat, num_grow_ch)
-        self.rdb3 = ResidualDenseBlock(num_feat, num_grow_ch)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + RESIDUAL_SCALE * self.rdb3(self.rdb2(self.rdb1(x)))
+BASICSR_NAMES = ('rdb1', 'rdb2', 'rdb3')  # BasicSR's names of an RRDB's dense blocks (KAIR: RDB1..3)
 
 
 @NETWORKS.register('esrgan')
@@ -43,7 +33,7 @@ class RRDBNetBasicSR(nn.Module):
             raise UserError(f'netG.scale: esrgan supports 1, 2 or 4, got {scale!r}')
         self.unshuffle = UNSHUFFLE[scale]
         self.conv_first = nn.Conv2d(num_in_ch * self.unshuffle ** 2, num_feat, 3, 1, 1)
-        self.body = nn.Sequential(*[RRDB(num_feat, num_grow_ch) for _ in range(num_block)])
+        self.body = nn.Sequential(*[RRDB(num_feat, num_grow_ch, BASICSR_NAMES) for _ in range(num_block)])
         self.conv_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
         self.conv_up1 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
         self.conv_up2 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)

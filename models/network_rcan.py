@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from models.basicsr_blocks import MeanRange, pixel_shuffle_upsampler
+from models.basicsr_blocks import ResidualSR
 from models.network_edsr import DIV2K_MEAN
 from models.registry import NETWORKS
 
@@ -54,7 +54,7 @@ class ResidualGroup(nn.Module):
 
 
 @NETWORKS.register('rcan')
-class RCAN(nn.Module):
+class RCAN(ResidualSR):
     """Super-resolution by `upscale` (inherited from the top-level scale): 2^n or 3."""
 
     repeated_blocks = (ResidualGroup,)
@@ -62,16 +62,6 @@ class RCAN(nn.Module):
     def __init__(self, num_in_ch: int = 3, num_out_ch: int = 3, num_feat: int = 64, num_group: int = 10,
                  num_block: int = 16, squeeze_factor: int = 16, upscale: int = 4, res_scale: float = 1.0,
                  img_range: float = 255., rgb_mean: Sequence[float] = DIV2K_MEAN):
-        super().__init__()
-        self.norm = MeanRange(rgb_mean, img_range, num_in_ch)
-        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
-        self.body = nn.Sequential(*[ResidualGroup(num_feat, num_block, squeeze_factor, res_scale)
-                                    for _ in range(num_group)])
-        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
-        self.upsample = pixel_shuffle_upsampler(upscale, num_feat, 'rcan')
-        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv_first(self.norm.normalise(x))
-        x = x + self.conv_after_body(self.body(x))
-        return self.norm.restore(self.conv_last(self.upsample(x)))
+        super().__init__(lambda: nn.Sequential(*[ResidualGroup(num_feat, num_block, squeeze_factor, res_scale)
+                                                 for _ in range(num_group)]),
+                         num_in_ch, num_out_ch, num_feat, upscale, img_range, rgb_mean, 'rcan')

@@ -7,6 +7,7 @@ once per factor 2; LeakyReLU 0.2 throughout. Attribute names follow KAIR/BSRGAN 
 `RRDB_trunk.<i>.RDB<j>.conv<m>`, `trunk_conv`, `upconv1/2`, `HRconv`, `conv_last`) so model-zoo
 checkpoints load strictly.
 """
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,16 +41,20 @@ class ResidualDenseBlock(nn.Module):
 
 
 class RRDB(nn.Module):
-    """Three residual dense blocks inside one more scaled residual."""
+    """Three residual dense blocks inside one more scaled residual. `names`: their state_dict names,
+    KAIR's (RDB1..3) or BasicSR's (rdb1..3, the `esrgan` net_type)."""
 
-    def __init__(self, nf: int, gc: int):
+    def __init__(self, nf: int, gc: int, names: Sequence[str] = ('RDB1', 'RDB2', 'RDB3')):
         super().__init__()
-        self.RDB1 = ResidualDenseBlock(nf, gc)
-        self.RDB2 = ResidualDenseBlock(nf, gc)
-        self.RDB3 = ResidualDenseBlock(nf, gc)
+        self.names = tuple(names)
+        for name in self.names:
+            self.add_module(name, ResidualDenseBlock(nf, gc))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + RESIDUAL_SCALE * self.RDB3(self.RDB2(self.RDB1(x)))
+        out = x
+        for name in self.names:
+            out = getattr(self, name)(out)
+        return x + RESIDUAL_SCALE * out
 
 
 @NETWORKS.register('rrdbnet')
