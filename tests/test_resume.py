@@ -277,3 +277,29 @@ def test_resume_without_a_fixed_seed_keeps_the_seed_the_run_started_with(tmp_pat
     assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
     seeds = [re.search(r'seed (\d+) \(same on every rank', r.stdout).group(1) for r in (first, second)]
     assert seeds[0] == seeds[1] and 'at iteration 3 ' in second.stdout
+
+
+@pytest.mark.slow  # ~30 s each on 2 busy cores; runs in CI (CI=true) and with RUN_SLOW=1
+@pytest.mark.parametrize('arch', ['span', 'edsr'])  # one built by spandrel, one written here
+def test_a_new_architecture_resumes_bitwise_identical_to_a_straight_run(tmp_path, arch):
+    """The shipped tiny file of the net_type, EMA on: 8 iterations straight vs 4 + resume 4.
+
+    SPAN also holds parameters outside the optimizer (its `eval_conv`, requires_grad False), which
+    must come back from the checkpoint exactly like the trained ones.
+    """
+    if arch != 'edsr':
+        pytest.importorskip('spandrel')
+    path = os.path.join('options', 'archs', f'train_{arch}_tiny.json')
+    common = [f'path.root={tmp_path / "exp"}', 'train.checkpoint_save=4', 'train.checkpoint_test=100',
+              'train.E_decay=0.999', 'logging.use_tensorboard=false']
+
+    def train(task, total):
+        sets = [*common, f'task={task}', f'train.total_iter={total}']
+        res = run([PY, 'main_train.py', '--opt', path] + [a for s in sets for a in ('--set', s)])
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        return res
+
+    train('straight', 8)
+    train('resumed', 4)
+    assert 'at iteration 4 ' in train('resumed', 8).stdout
+    _assert_same_run_state(_models(tmp_path, 'straight'), _models(tmp_path, 'resumed'), 8)
