@@ -1,11 +1,12 @@
 """Shared fixtures: the project root on sys.path, tiny option files, subprocess helpers."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytest
 
@@ -129,6 +130,24 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop('TMPDIR', None)
     else:
         os.environ['TMPDIR'] = saved_env
+
+
+VALIDATION_PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
+
+
+def train_two_processes(path: str, root: str, iters: int, extra: Sequence[str] = (),
+                        timeout: float = 600) -> Tuple[subprocess.CompletedProcess, List[float]]:
+    """A shipped option file trained end to end by torchrun with 2 CPU processes for `iters` iterations,
+    validated half way and at the end: the run (checked to have succeeded with identical replicas) and its
+    validation PSNRs. The zoo, video zoo and architecture tests check that those rise."""
+    overrides = [f'path.root={root}', f'train.total_iter={iters}', f'train.checkpoint_test={iters // 2}',
+                 f'train.checkpoint_save={iters}', 'logging.use_tensorboard=false', *extra]
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
+           '--opt', path] + [a for o in overrides for a in ('--set', o)]
+    res = run(cmd, env=clean_env(OMP_NUM_THREADS='1'), timeout=timeout)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
+    return res, [float(v) for _, v in VALIDATION_PSNR.findall(res.stdout)]
 
 
 @pytest.fixture(scope='session')

@@ -6,15 +6,13 @@ End-to-end runs of a minute or more each on 2 cores: marked slow (CI, or RUN_SLO
 import glob
 import os
 import re
-import sys
 
 import pytest
 
-from conftest import ROOT, clean_env, run
+from conftest import ROOT, train_two_processes
 
 TINY = sorted(glob.glob(os.path.join(ROOT, 'options', 'vrt', '*_tiny.json'))
               + glob.glob(os.path.join(ROOT, 'options', 'rvrt', '*_tiny.json')))
-PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
 
 
 def test_there_is_a_tiny_video_config_for_each_video_task():
@@ -27,14 +25,7 @@ def test_there_is_a_tiny_video_config_for_each_video_task():
 @pytest.mark.parametrize('path', [p for p in TINY if 'gopro' not in p],  # 006 is trained in test_model_vrt.py
                          ids=[os.path.basename(p).split('_tiny')[0] for p in TINY if 'gopro' not in p])
 def test_a_tiny_video_config_trains_with_two_processes_and_its_psnr_rises(tmp_path, path):
-    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=20', 'train.checkpoint_test=10',
-                 'train.checkpoint_save=20', 'logging.use_tensorboard=false']
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
-           '--opt', path] + [a for o in overrides for a in ('--set', o)]
-    res = run(cmd, env=clean_env(OMP_NUM_THREADS='1'), timeout=1200)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
-    psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
+    res, psnr = train_two_processes(path, str(tmp_path / 'exp'), 20, timeout=1200)
     assert len(psnr) == 2 and psnr[-1] > psnr[0], res.stdout[-3000:]
     inputs = re.findall(r'<iter:10> validation input: (.*)', res.stdout)
     assert len(inputs) == 1 and res.stdout.count('validation input:') == 1, res.stdout[-3000:]

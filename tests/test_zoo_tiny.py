@@ -6,14 +6,12 @@ CI (CI=true) or locally with RUN_SLOW=1.
 import glob
 import os
 import re
-import sys
 
 import pytest
 
-from conftest import ROOT, clean_env, run
+from conftest import ROOT, train_two_processes
 
 ZOO = sorted(glob.glob(os.path.join(ROOT, 'options', 'zoo', '*_tiny.json')))
-PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
 
 
 def test_the_zoo_has_a_tiny_option_file_per_trainable_network():
@@ -27,14 +25,7 @@ def test_the_zoo_has_a_tiny_option_file_per_trainable_network():
 @pytest.mark.slow
 @pytest.mark.parametrize('path', ZOO, ids=[os.path.basename(p)[len('train_'):-len('_tiny.json')] for p in ZOO])
 def test_a_tiny_zoo_config_trains_with_two_processes_and_its_psnr_rises(tmp_path, path):
-    overrides = [f'path.root={tmp_path / "exp"}', 'train.total_iter=40', 'train.checkpoint_test=20',
-                 'train.checkpoint_save=40', 'logging.use_tensorboard=false', 'train.E_decay=0']
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',
-           '--opt', path] + [a for o in overrides for a in ('--set', o)]
-    res = run(cmd, env=clean_env(OMP_NUM_THREADS='1'), timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert 'world_size=2' in res.stdout and 'parameters identical on all 2 rank(s)' in res.stdout
-    psnr = [float(v) for _, v in PSNR.findall(res.stdout)]
+    res, psnr = train_two_processes(path, str(tmp_path / 'exp'), 40, ['train.E_decay=0'])
     assert len(psnr) == 2 and psnr[-1] > psnr[0], res.stdout[-3000:]
     inputs = re.findall(r'<iter:20> validation input: the input (itself|upscaled by bicubic x\d)', res.stdout)
     assert len(inputs) == 1 and res.stdout.count('validation input:') == 1, res.stdout[-3000:]
