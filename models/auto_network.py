@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from models.network_spandrel import ARCHITECTURES, realplksr_from_spandrel
-from models.registry import INIT_OPTIONS, build_network, network_options
+from models.registry import INIT_OPTIONS, build_network, build_on_meta, network_options
 from utils.checkpoint import load, unwrap_params
 from utils.errors import UserError
 
@@ -81,11 +81,8 @@ def detect(state: Dict[str, torch.Tensor], path: str) -> Any:
 
 def same_names(netG: Dict[str, Any], state: Dict[str, torch.Tensor]) -> bool:
     """Whether our network built from netG has exactly the checkpoint's state_dict names."""
-    try:
-        with torch.device('meta'):
-            net = build_network(netG)
-    except (RuntimeError, NotImplementedError):  # constructors that read values (.item()) at init
-        net = build_network(netG)
+    net = build_on_meta(netG)
+    net = build_network(netG) if net is None else net
     return set(net.state_dict()) == set(state)
 
 

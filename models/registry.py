@@ -7,10 +7,13 @@ file. Network kwargs come straight from the `netG` options: every key except `ne
 accepted keys (with its defaults), so a new network needs no mapping code anywhere.
 """
 import inspect
-from typing import Any, Dict, Sequence
+import warnings
+from typing import Any, Dict, Optional, Sequence
 
+import torch
 from torch import nn
 
+from utils.errors import UserError
 from utils.options import IGNORED, REQUIRED
 from utils.registry import Registry
 
@@ -33,6 +36,20 @@ def network_kwargs(netG: Dict[str, Any]) -> Dict[str, Any]:
 def build_network(netG: Dict[str, Any], where: str = 'netG.net_type') -> nn.Module:
     """Build the network named by `netG.net_type` (or netD's) with the remaining keys as kwargs."""
     return NETWORKS.get(netG['net_type'], where)(**network_kwargs(netG))
+
+
+def build_on_meta(netG: Dict[str, Any], where: str = 'netG.net_type') -> Optional[nn.Module]:
+    """The network built on the meta device: its names, shapes and parameter count for no memory. None when
+    its constructor needs real tensors (reads values with .item(), loads a file): then only a real build tells.
+    A UserError (a wrong option) is raised as it is."""
+    try:
+        with warnings.catch_warnings(), torch.device('meta'):
+            warnings.filterwarnings('ignore')
+            return build_network(netG, where)
+    except UserError:
+        raise
+    except Exception:
+        return None
 
 
 # netD keys KAIR's option files write for every discriminator; each class takes the ones it uses.

@@ -16,7 +16,7 @@ from torch import nn
 
 from metrics.fidelity import calculate_psnr, calculate_ssim, metric_border, metric_round_y
 from models.merge_bn import fold_batchnorm
-from models.registry import build_network
+from models.registry import build_network, build_on_meta
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 from utils.image import images_to_float, imresize_bicubic, tensor2uint
@@ -61,15 +61,8 @@ def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Mod
 
 def _parameter_count(netG: Dict[str, Any], section: str) -> Optional[int]:
     """Parameters of the network, counted on the meta device (no memory); None if it cannot be built there."""
-    try:
-        with warnings.catch_warnings(), torch.device('meta'):
-            warnings.filterwarnings('ignore')
-            probe = build_network(netG, f'{section}.net_type')
-    except UserError:
-        raise
-    except Exception:  # a constructor that needs real tensors (reads a file, calls .item()): the real build decides
-        return None
-    return sum(p.numel() for p in probe.parameters())
+    probe = build_on_meta(netG, f'{section}.net_type')
+    return None if probe is None else sum(p.numel() for p in probe.parameters())
 
 
 def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
