@@ -132,6 +132,31 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory):
         os.environ['TMPDIR'] = saved_env
 
 
+def group_members(pgid: int) -> List[int]:
+    """Live (non-zombie) processes of the process group `pgid`, from /proc."""
+    pids = []
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{entry}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != 'Z':
+            pids.append(int(entry))
+    return pids
+
+
+def damage_pixels(path: str) -> None:
+    """Zero bytes inside an image file's pixel data, keeping its header and length (the start-up file checks
+    pass): only decoding can tell."""
+    with open(path, 'rb') as f:
+        data = bytearray(f.read())
+    mid = len(data) // 2
+    data[mid:mid + 60] = bytes(60)
+    with open(path, 'wb') as f:
+        f.write(bytes(data))
+
+
 VALIDATION_PSNR = re.compile(r'<iter:\s*(\d+)> validation on \d+ items: PSNR ([\d.]+) dB')
 
 

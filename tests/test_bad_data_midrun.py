@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, damage_pixels, free_port, run, tiny_options, write_options
 
 PY = sys.executable
 LONG = dict(total_iter=100000, checkpoint_save=100000, checkpoint_test=100000, checkpoint_print=1)
@@ -33,16 +33,6 @@ def _options(tmp_path, data, name='o.json', **train):
     # decoded per sample in a loader worker (no RAM cache, which would never read the file again)
     opt['datasets']['train'].update(dataloader_num_workers=1, cache_data=False)
     return write_options(str(tmp_path / name), opt)
-
-
-def _damage_pixels(path):
-    """Zero bytes inside the pixel data, keeping the header and the length: only decoding can tell."""
-    with open(path, 'rb') as f:
-        data = bytearray(f.read())
-    mid = len(data) // 2
-    data[mid:mid + 60] = bytes(60)
-    with open(path, 'wb') as f:
-        f.write(bytes(data))
 
 
 def _start(cmd, out_path, env=None):
@@ -79,7 +69,7 @@ def test_an_image_that_stops_decoding_mid_run_is_saved_past_then_named_and_a_res
     try:
         _wait_for(proc, out, r'iter:\s+3,')
         for name in ('0005.png', '0040.png'):          # read within the epoch (16 iterations), in the worker
-            _damage_pixels(os.path.join(train_dir, name))
+            damage_pixels(os.path.join(train_dir, name))
         _, err = proc.communicate(timeout=240)
     finally:
         proc.kill()

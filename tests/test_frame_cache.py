@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, clean_env, free_port, run, tiny_options, unchecked_section, write_options
+from conftest import ROOT, clean_env, damage_pixels, free_port, run, tiny_options, unchecked_section, write_options
 from data import frame_cache
 from data.frame_cache import FrameCache
 from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
@@ -150,21 +150,10 @@ def test_forked_loader_workers_read_the_cache_filled_before_they_started(gopro):
         assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H']) and a['key'] == b['key']
 
 
-def _corrupt(path):
-    """Zero bytes inside the pixel data, keeping the header and the length (the start-up file checks pass):
-    only decoding can tell."""
-    with open(path, 'rb') as f:
-        data = bytearray(f.read())
-    mid = len(data) // 2
-    data[mid:mid + 60] = bytes(60)
-    with open(path, 'wb') as f:
-        f.write(bytes(data))
-
-
 def test_a_corrupt_image_fails_while_the_cache_fills_naming_the_file(tmp_path):
     root = _images(tmp_path / 'H')
     bad = os.path.join(root, '002.png')
-    _corrupt(bad)
+    damage_pixels(bad)
     with pytest.raises(UserError, match=r'^datasets\.train: cannot decode image .*002\.png \(corrupt'):
         DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
 
@@ -174,7 +163,7 @@ def test_a_corrupt_frame_fails_while_the_cache_fills_naming_the_file(gopro, tmp_
     root = str(tmp_path / 'gopro')
     shutil.copytree(gopro, root)
     bad = f'{root}/train_GT_blurred/train_001/000005.png'
-    _corrupt(bad)
+    damage_pixels(bad)
     with pytest.raises(UserError, match=r'^datasets\.train: cannot decode image .*train_001/000005\.png'):
         _video(root, cache_data=True)
 
@@ -183,7 +172,7 @@ def test_main_train_with_a_corrupt_cached_image_exits_2_with_one_line_and_writes
     import shutil
     data = str(tmp_path / 'data')
     shutil.copytree(demo_images, data)
-    _corrupt(os.path.join(data, 'train', sorted(os.listdir(os.path.join(data, 'train')))[3]))
+    damage_pixels(os.path.join(data, 'train', sorted(os.listdir(os.path.join(data, 'train')))[3]))
     opt = tiny_options(str(tmp_path / 'exp'), data)
     opt['datasets']['train']['cache_data'] = True
     res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
@@ -362,7 +351,7 @@ def test_a_cache_too_large_for_the_node_is_refused_with_the_same_line_on_both_ra
 
 def test_a_corrupt_file_while_the_cache_fills_is_the_same_line_on_both_ranks(tmp_path):
     root = _images(tmp_path / 'H')
-    _corrupt(os.path.join(root, '004.png'))
+    damage_pixels(os.path.join(root, '004.png'))
     (r0, r1), _ = _two_ranks('share', root)
     assert r0['error'] == r1['error']
     assert re.fullmatch(r'datasets\.train: cannot decode image .*004\.png \(corrupt or not an image\)', r0['error'])

@@ -12,7 +12,7 @@ import sys
 import time
 
 from data.loader import build_train_loader, build_val_loader
-from tests.conftest import ROOT, clean_env, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, group_members, tiny_options, write_options
 from utils.stop import EXIT_PREEMPTED
 
 PY = sys.executable
@@ -49,27 +49,11 @@ def _wait_for(proc, tmp_path, pattern, timeout=240):
                          f'{(tmp_path / "stderr.txt").read_text()[-2000:]}')
 
 
-def _group_members(pgid):
-    """Live (not zombie) processes of process group `pgid`, from /proc."""
-    pids = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f'/proc/{entry}/stat') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != 'Z':
-            pids.append(int(entry))
-    return pids
-
-
 def _wait_group_gone(pgid, timeout=30):
     deadline = time.time() + timeout
-    while _group_members(pgid) and time.time() < deadline:
+    while group_members(pgid) and time.time() < deadline:
         time.sleep(0.2)
-    return _group_members(pgid)
+    return group_members(pgid)
 
 
 def _stop_iteration(stderr):

@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, clean_env, free_port, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, free_port, group_members, tiny_options, write_options
 from utils.stop import AT_ONCE_LINE, EXIT_INTERRUPTED, EXIT_PREEMPTED
 
 PY = sys.executable
@@ -87,19 +87,6 @@ def _rank_env(rank, port):
     return clean_env(WORLD_SIZE='2', RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR='127.0.0.1', MASTER_PORT=port)
 
 
-def _group_members(pgid):
-    pids = []
-    for entry in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open(f'/proc/{entry}/stat') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != 'Z':
-            pids.append(int(entry))
-    return pids
-
-
 def _models(tmp_path):
     return tmp_path / 'exp' / 'tiny' / 'models'
 
@@ -125,9 +112,9 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130_with_one_line_even_with_loader_
     assert step >= 3 and (_models(tmp_path) / 'latest').read_text().strip() == str(step)
     assert (_models(tmp_path) / f'{step}_state.pth').exists()
     deadline = time.time() + 30
-    while _group_members(p.pid) and time.time() < deadline:
+    while group_members(p.pid) and time.time() < deadline:
         time.sleep(0.2)
-    assert _group_members(p.pid) == [], 'the loader worker outlived its process'
+    assert group_members(p.pid) == [], 'the loader worker outlived its process'
 
 
 def test_a_second_ctrl_c_stops_at_once_without_saving_with_one_line(tmp_path, demo_images):
