@@ -56,7 +56,8 @@ def test_a_local_launch_removes_the_log_folder_of_torchs_elastic_agent(tmp_path)
     temp = tmp_path / 'temp'
     temp.mkdir()
     script = tmp_path / 'rank.py'
-    script.write_text('import os\nprint("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])\n')
+    # one write per rank (a pipe write this small is atomic): unbuffered print()s of both ranks interleave
+    script.write_text('import os\nos.write(1, f"rank {os.environ[\'RANK\']} of {os.environ[\'WORLD_SIZE\']}\\n".encode())\n')
     res = run([sys.executable, '-m', 'utils.relaunch', '--nproc', '2', str(script)],
               env=clean_env(TMPDIR=str(temp), OMP_NUM_THREADS='1'), timeout=120)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
