@@ -5,7 +5,6 @@ The perceptual loss compares VGG19 features of the restored and ground-truth ima
 torchvision's `vgg19-dcbb9e9d.pth`: never downloaded here, read from `train.F_pretrained_path`
 (default: torchvision's cache file), and a missing file is a one-line error saying where to put it.
 """
-import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -14,9 +13,8 @@ from torch import nn
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
 from utils.options import Key
+from utils.weights import default_path, weights_path
 
-VGG19_FILE = 'vgg19-dcbb9e9d.pth'  # torchvision's ImageNet VGG19 weights
-VGG19_URL = f'https://download.pytorch.org/models/{VGG19_FILE}'
 RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tiny smoke files and tests)
 
 
@@ -30,7 +28,7 @@ def _layers(v: Any) -> Optional[str]:
 
 def default_vgg19_path() -> str:
     """Where torchvision keeps the file once downloaded: <torch hub dir>/checkpoints/vgg19-dcbb9e9d.pth."""
-    return os.path.join(torch.hub.get_dir(), 'checkpoints', VGG19_FILE)
+    return default_path('vgg19')
 
 
 class VGGFeatures(nn.Module):
@@ -39,10 +37,8 @@ class VGGFeatures(nn.Module):
 
     def __init__(self, layers: Sequence[int], use_input_norm: bool, use_range_norm: bool, weights: str):
         super().__init__()
-        if weights != RANDOM_VGG and not os.path.isfile(weights):  # before building 143 M parameters
-            raise UserError(f'train.F_pretrained_path: VGG19 weights not found: {weights}; nothing is downloaded '
-                            f'here: get {VGG19_URL} on a machine with internet and copy it there (or point '
-                            f'train.F_pretrained_path at your copy)')
+        if weights != RANDOM_VGG:  # checked before building 143 M parameters
+            weights_path('vgg19', weights, 'train.F_pretrained_path')
         from torchvision.models import vgg19  # torchvision is heavy: imported only for GAN training
         net = vgg19(weights=None)
         if weights != RANDOM_VGG:

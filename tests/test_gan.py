@@ -107,7 +107,7 @@ def test_the_default_vgg_file_is_torchvisions_cache_and_never_fetched(tmp_path, 
     monkeypatch.setattr(torch.hub, 'get_dir', lambda: str(tmp_path / 'hub'))
     opt = _tiny(tmp_path, demo_images)
     opt['train']['F_pretrained_path'] = None
-    with pytest.raises(UserError, match=rf'VGG19 weights not found: {tmp_path}/hub/checkpoints/vgg19-dcbb9e9d\.pth'):
+    with pytest.raises(UserError, match=rf'VGG19 .*weights not found.*put file vgg19-dcbb9e9d\.pth at {tmp_path}/hub/checkpoints/vgg19-dcbb9e9d\.pth'):
         ModelGAN(validate(opt, option_rules()), CPU)
 
 
@@ -282,7 +282,7 @@ def test_tiny_gan_files_need_no_vgg19_file_and_the_full_files_need_the_real_one(
     for path in full:
         opt = read_options(path)
         assert opt['train']['F_pretrained_path'] is None and opt['train']['F_lossfn_weight'] > 0, path
-        with pytest.raises(UserError, match=r'VGG19 weights not found: .*hub/checkpoints/vgg19-dcbb9e9d\.pth'):
+        with pytest.raises(UserError, match=r'VGG19 .*weights not found.*put file vgg19-dcbb9e9d\.pth at .*hub/checkpoints/vgg19-dcbb9e9d\.pth'):
             ModelGAN(opt, CPU)
 
 

@@ -558,26 +558,35 @@ class _Validator:
                 where: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """(`data`, `schema`) of a section whose type keys choose registered members: the schema gains the
         chosen members' keys; keys only other members read are dropped from the data with one note per
-        type key (and stay in the schema as IGNORED, for the did-you-mean of a typo)."""
+        type key (and stay in the schema as IGNORED, for the did-you-mean of a typo).
+
+        A type key names one member (a string), none (null), or several: a list of names, or an object
+        whose keys are names (`G_extra_losses: {"fft": 0.1}`); type keys sharing a prefix keep the keys
+        any of them chose."""
         data, schema = dict(data), dict(schema)
+        chosen_by: Dict[str, Tuple[Choice, List[str], Dict[str, Any]]] = {}
         for type_key, choice in choices.items():
             spec = schema[type_key] if isinstance(schema[type_key], Key) else Key(schema[type_key])
-            name = data[type_key] if type_key in data else spec.default
-            self.value(f'{where}{type_key}', name, spec)
+            value = data[type_key] if type_key in data else spec.default
+            self.value(f'{where}{type_key}', value, spec)
+            names = [] if value is None else [value] if isinstance(value, str) else list(value)
             chosen: Dict[str, Any] = {}
-            if name is not None:
+            for name in names:
                 self.named(f'{where}{type_key}', name, choice.registry.get)
-                chosen = {choice.prefix + k: s for k, s in choice.registry.options(name, where + type_key).items()}
-            others = {choice.prefix + k for member in choice.registry.names() if member != name
+                chosen.update({choice.prefix + k: s for k, s in choice.registry.options(name, where + type_key).items()})
+            chosen_by[type_key] = (choice, names, chosen)
+        every_chosen = {k for _, _, chosen in chosen_by.values() for k in chosen}
+        for type_key, (choice, names, chosen) in chosen_by.items():
+            others = {choice.prefix + k for member in choice.registry.names() if member not in names
                       for k in choice.registry.options(member, where + type_key)}
-            others -= set(chosen) | set(schema)
+            others -= every_chosen | set(schema)
             ignored = [key for key in data if key in others]
             if ignored:
-                shown = 'null' if name is None else name
+                shown = ', '.join(names) if names else 'null'
                 self.notes.append(f'{", ".join(where + k for k in ignored)}: not read by {type_key} {shown}; ignored')
             data = {k: v for k, v in data.items() if k not in others}
             schema.update(chosen)
-            schema.update({k: IGNORED for k in sorted(others)})
+            schema.update({k: IGNORED for k in sorted(others) if k not in schema})
         return data, schema
 
     def named(self, where: str, data: Any, lookup: Callable[[str, str], T]) -> T:
