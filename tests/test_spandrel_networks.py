@@ -80,6 +80,25 @@ def test_a_tiny_spandrel_network_validates_builds_and_trains_a_step(net_type):
     assert all(p.numel() for p in net.parameters())  # the trainer refuses empty parameters
 
 
+@pytest.mark.parametrize('net_type, key', [('span', 'upscale'), ('plksr', 'upscaling_factor'),
+                                           ('realplksr', 'upscaling_factor'), ('safmn', 'upscaling_factor'),
+                                           ('omnisr', 'up_scale'), ('moesr', 'scale'), ('seemore', 'scale'),
+                                           ('esrgan', 'scale')])
+def test_every_name_of_the_sr_factor_inherits_the_top_level_scale_and_a_contradiction_is_one_line(net_type, key):
+    """SwinIR says `upscale`, PLKSR `upscaling_factor`, Omni-SR `up_scale`, MoESR `scale`: whatever the name,
+    the network works at the datasets' scale, as KAIR's `upscale` does."""
+    need_spandrel()
+    kwargs = {k: v for k, v in (TINY[net_type][0] if net_type in TINY else {}).items() if k != key}
+    opt = validate({'task': 't', 'scale': 2, 'netG': {'net_type': net_type, **kwargs}}, option_rules())
+    assert opt['netG'][key] == 2
+    with pytest.raises(OptionsError, match=rf'netG\.{key}: 3 differs from the top-level "scale": 2; .*'
+                                           rf'leave netG\.{key} out to inherit it'):
+        validate({'task': 't', 'scale': 2, 'netG': {'net_type': net_type, **kwargs, key: 3}}, option_rules())
+    if net_type in TINY:
+        x = torch.rand(1, 3, TINY[net_type][1], TINY[net_type][1])
+        assert build_network(opt['netG'])(x).shape[-1] == 2 * x.shape[-1]
+
+
 def test_an_unknown_netG_key_of_a_spandrel_network_is_one_line_with_did_you_mean():
     need_spandrel()
     with pytest.raises(OptionsError) as e:

@@ -216,6 +216,10 @@ SCHEMA: Dict[str, Any] = {
 GIVEN_INHERITED = ('sigma', 'sigma_test', 'is_color')  # only when given (null: not given)
 INHERITED = ('scale', 'n_channels') + GIVEN_INHERITED
 
+# The netG keys that are a network's super-resolution factor, in the order looked for: the first one the
+# network takes inherits the top-level `scale`, and a different value is an error.
+NETWORK_SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'scale')
+
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG', 'netD')
 _TOP_LEVEL_KEYS = tuple(SCHEMA) + DYNAMIC_SECTIONS
@@ -639,13 +643,16 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
     schema = v.named('netG.net_type', netG['net_type'], rules.network)
-    scale_used = 'upscale' in schema
-    if 'upscale' in schema:  # KAIR gives SR networks the top-level scale; a contradiction is an error
-        if 'upscale' not in netG:
-            netG = {**netG, 'upscale': opt['scale']}
-        elif netG['upscale'] != opt['scale']:
-            v.fail('netG.upscale', f'{_show(netG["upscale"])} differs from the top-level "scale": {opt["scale"]}; '
-                   f'the datasets work at scale {opt["scale"]} (leave netG.upscale out to inherit it)')
+    # KAIR gives SR networks the top-level scale; a contradiction is an error. Networks name their factor
+    # differently (SwinIR `upscale`, PLKSR/SAFMN `upscaling_factor`, Omni-SR `up_scale`, RRDBNet/MoESR `scale`).
+    scale_key = next((k for k in NETWORK_SCALE_KEYS if k in schema), None)
+    scale_used = scale_key is not None
+    if scale_key is not None:
+        if scale_key not in netG:
+            netG = {**netG, scale_key: opt['scale']}
+        elif netG[scale_key] != opt['scale']:
+            v.fail(f'netG.{scale_key}', f'{_show(netG[scale_key])} differs from the top-level "scale": {opt["scale"]}; '
+                   f'the datasets work at scale {opt["scale"]} (leave netG.{scale_key} out to inherit it)')
     opt['netG'] = v.section(netG, schema, 'netG.', nested=False)
 
     datasets = data.get('datasets', {})
