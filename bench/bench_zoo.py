@@ -30,14 +30,13 @@ sys.path.insert(0, ROOT)
 from common import median_seconds  # noqa: E402
 from option_rules import option_rules  # noqa: E402
 from models.registry import build_network  # noqa: E402
-from utils.options import parse_json_file, validate  # noqa: E402
+from utils.options import NETWORK_SCALE_KEYS, parse_json_file, validate  # noqa: E402
 
 LISTINGS = os.path.join(ROOT, 'tests', 'data', 'kair')
 ARCH_TABLES = os.path.join(ROOT, 'tests', 'data', 'archs')
 ARCH_TINY = os.path.join(ROOT, 'options', 'archs')
 VIDEO_NETWORKS = ('vrt', 'rvrt')
 TABLE_NET_TYPE = {'rrdbnet': 'esrgan'}  # table prefix → net_type where they differ
-SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'scale')
 CHANNEL_KEYS = ('in_nc', 'in_chans', 'num_in_ch', 'inp_channels', 'img_channel', 'in_ch', 'in_channels')
 
 
@@ -81,7 +80,7 @@ def arch_configurations() -> List[Tuple[str, Dict[str, Any], int]]:
             MIN_SIZE[f'{netG["net_type"]}__tiny'] = tiny['datasets']['train']['H_size'] // tiny.get('scale', 1)
     out = []
     for name, netG in raw:
-        scale = next((netG[k] for k in SCALE_KEYS if k in netG), 1)
+        scale = next((netG[k] for k in NETWORK_SCALE_KEYS if k in netG), 1)
         opt = validate({'task': 't', 'scale': netG.get('upscale', 1), 'netG': netG}, option_rules(), source=name)
         out.append((name, opt['netG'], scale))
     return out

@@ -118,6 +118,10 @@ def realplksr_from_spandrel(hyperparameters: Dict[str, Any]) -> Dict[str, Any]:
 
 
 APACHE = 'Apache-2.0'
+# Read second-hand: neosr's table of the licences of the code it took in; the repositories hold no licence file.
+NEOSR_APACHE = 'Apache-2.0 (as neosr\'s licence table lists it; no licence file in the repository)'
+# No licence file and no licence statement by the authors: ask them before using the code commercially.
+NO_LICENCE = 'not stated (no licence file or statement in the repository)'
 ARCHITECTURES: List[Architecture] = [
     Architecture('hat', 'HAT', 'HAT', 'Chen et al., Activating More Pixels in Image Super-Resolution Transformer, '
                  'CVPR 2023', APACHE),
@@ -140,7 +144,7 @@ ARCHITECTURES: List[Architecture] = [
     Architecture('drct', 'DRCT', 'DRCT', 'Hsu et al., DRCT: Saving Image Super-Resolution away from '
                  'Information Bottleneck, CVPRW 2024', 'MIT'),
     Architecture('safmn', 'SAFMN', 'SAFMN', 'Sun et al., Spatially-Adaptive Feature Modulation for Efficient '
-                 'Image Super-Resolution, ICCV 2023', APACHE),
+                 'Image Super-Resolution, ICCV 2023', NO_LICENCE),
     Architecture('scunet', 'SCUNet', 'SCUNet', 'Zhang et al., Practical Blind Image Denoising via Swin-Conv-UNet '
                  'and Data Synthesis, MIR 2023', APACHE),
     Architecture('swin2sr', 'Swin2SR', 'Swin2SR', 'Conde et al., Swin2SR: SwinV2 Transformer for Compressed '
@@ -149,16 +153,16 @@ ARCHITECTURES: List[Architecture] = [
                  'Super-Resolution, ICLR 2024', APACHE),
     Architecture('grl', 'GRL', 'GRL', 'Li et al., Efficient and Explicit Modelling of Image Hierarchies for '
                  'Image Restoration, CVPR 2023', 'MIT'),
-    Architecture('mosr', 'MoSR', 'MoSR', 'MoSR (community architecture, umzi2; no paper)', 'unconfirmed'),
-    Architecture('moesr', 'MoESR', 'MoESR', 'MoESR (community architecture, umzi2; no paper)', 'unconfirmed'),
+    Architecture('mosr', 'MoSR', 'MoSR', 'MoSR (community architecture, umzi2; no paper)', NO_LICENCE),
+    Architecture('moesr', 'MoESR', 'MoESR', 'MoESR (community architecture, umzi2; no paper)', NO_LICENCE),
     Architecture('seemore', 'SeemoRe', 'SeemoRe', 'Zamfir et al., See More Details: Efficient Image '
-                 'Super-Resolution by Experts Mining, ICML 2024', 'unconfirmed'),
+                 'Super-Resolution by Experts Mining, ICML 2024', NO_LICENCE),
     Architecture('craft', 'CRAFT', 'CRAFT', 'Li et al., Feature Modulation Transformer: Cross-Refinement and '
-                 'Spatial-Frequency Modulation for Lightweight SR (CRAFT), ICCV 2023', 'unconfirmed'),
+                 'Spatial-Frequency Modulation for Lightweight SR (CRAFT), ICCV 2023', NEOSR_APACHE),
     Architecture('dctlsa', 'DCTLSA', 'DCTLSA', 'Zeng et al., Densely Connected Transformer with Linear '
-                 'Self-Attention for Lightweight Image Super-Resolution, TIM 2023', 'unconfirmed'),
+                 'Self-Attention for Lightweight Image Super-Resolution, TIM 2023', NEOSR_APACHE),
     Architecture('ditn', 'DITN', 'DITN', 'Liu et al., Unfolding Once is Enough: A Deployment-Friendly '
-                 'Transformer Unit for Super-Resolution, ACM MM 2023', 'unconfirmed'),
+                 'Transformer Unit for Super-Resolution, ACM MM 2023', NEOSR_APACHE),
     Architecture('fftformer', 'FFTformer', 'FFTformer', 'Kong et al., Efficient Frequency Domain-based '
                  'Transformers for High-Quality Image Deblurring, CVPR 2023', 'MIT'),
     Architecture('uformer', 'Uformer', 'Uformer', 'Wang et al., Uformer: A General U-Shaped Transformer for '
