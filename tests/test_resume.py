@@ -3,6 +3,7 @@
 Runs are real processes (`main_train.py`, or `tests/patched_main.py` to inject a fault from the
 outside). Evidence is what the runs leave and report: checkpoint files and log lines.
 """
+import glob
 import os
 import pickle
 import re
@@ -279,27 +280,34 @@ def test_resume_without_a_fixed_seed_keeps_the_seed_the_run_started_with(tmp_pat
     assert seeds[0] == seeds[1] and 'at iteration 3 ' in second.stdout
 
 
-@pytest.mark.slow  # ~30 s each on 2 busy cores; runs in CI (CI=true) and with RUN_SLOW=1
-@pytest.mark.parametrize('arch', ['span', 'edsr'])  # one built by spandrel, one written here
-def test_a_new_architecture_resumes_bitwise_identical_to_a_straight_run(tmp_path, arch):
-    """The shipped tiny file of the net_type, EMA on: 8 iterations straight vs 4 + resume 4.
+def tiny_architectures() -> list:
+    """Every net_type of options/archs (today's architectures), by its shipped tiny file."""
+    return sorted(os.path.basename(p)[len('train_'):-len('_tiny.json')]
+                  for p in glob.glob(os.path.join(ROOT, 'options', 'archs', 'train_*_tiny.json')))
 
-    SPAN also holds parameters outside the optimizer (its `eval_conv`, requires_grad False), which
-    must come back from the checkpoint exactly like the trained ones.
+
+@pytest.mark.slow  # ~12 s each on 2 busy cores; runs in CI (CI=true) and with RUN_SLOW=1
+@pytest.mark.parametrize('arch', tiny_architectures())
+def test_a_new_architecture_resumes_bitwise_identical_to_a_straight_run(tmp_path, arch):
+    """The shipped tiny file of each net_type, EMA on: 8 iterations straight vs resumed from the straight
+    run's save at iteration 4 (`path.resume_state`, another task), to the same weights, EMA, optimizer.
+
+    SPAN also holds parameters outside the optimizer (its `eval_conv`, requires_grad False), which must
+    come back from the checkpoint exactly like the trained ones; transformers draw drop-path numbers.
     """
-    if arch != 'edsr':
+    if arch not in ('edsr', 'rcan', 'esrgan', 'restormer'):
         need_spandrel()  # a failure under CI=true
     path = os.path.join('options', 'archs', f'train_{arch}_tiny.json')
     common = [f'path.root={tmp_path / "exp"}', 'train.checkpoint_save=4', 'train.checkpoint_test=100',
-              'train.E_decay=0.999', 'logging.use_tensorboard=false']
+              'train.E_decay=0.999', 'logging.use_tensorboard=false', 'train.total_iter=8']
 
-    def train(task, total):
-        sets = [*common, f'task={task}', f'train.total_iter={total}']
+    def train(task, *more):
+        sets = [*common, f'task={task}', *more]
         res = run([PY, 'main_train.py', '--opt', path] + [a for s in sets for a in ('--set', s)])
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         return res
 
-    train('straight', 8)
-    train('resumed', 4)
-    assert 'at iteration 4 ' in train('resumed', 8).stdout
+    train('straight')
+    state = tmp_path / 'exp' / 'straight' / 'models' / '4_state.pth'
+    assert 'at iteration 4 ' in train('resumed', f'path.resume_state={state}').stdout
     _assert_same_run_state(_models(tmp_path, 'straight'), _models(tmp_path, 'resumed'), 8)
