@@ -69,19 +69,19 @@ def arch_configurations() -> List[Tuple[str, Dict[str, Any], int]]:
         with open(path) as f:
             kwargs = json.loads(f.readline().split('kwargs: ', 1)[1])
         name = os.path.basename(path)[:-len('.tsv')]
-        raw.append((name, {'net_type': TABLE_NET_TYPE.get(name.split('__')[0], name.split('__')[0]), **kwargs}))
-    tabled = {netG['net_type'] for _, netG in raw}
+        scale = next((kwargs[k] for k in NETWORK_SCALE_KEYS if k in kwargs), 1)
+        raw.append((name, {'net_type': TABLE_NET_TYPE.get(name.split('__')[0], name.split('__')[0]), **kwargs}, scale))
+    tabled = {netG['net_type'] for _, netG, _ in raw}
     for path in sorted(glob.glob(os.path.join(ARCH_TINY, 'train_*_tiny.json'))):
         tiny = parse_json_file(path)  # option files may carry comments
         netG = tiny['netG']
         if netG['net_type'] not in tabled:
-            raw.append((f'{netG["net_type"]}__tiny', netG))
+            raw.append((f'{netG["net_type"]}__tiny', netG, tiny.get('scale', 1)))
             # the input side it trains on: some take no less (windows, patches, padding to a multiple)
             MIN_SIZE[f'{netG["net_type"]}__tiny'] = tiny['datasets']['train']['H_size'] // tiny.get('scale', 1)
     out = []
-    for name, netG in raw:
-        scale = next((netG[k] for k in NETWORK_SCALE_KEYS if k in netG), 1)
-        opt = validate({'task': 't', 'scale': netG.get('upscale', 1), 'netG': netG}, option_rules(), source=name)
+    for name, netG, scale in raw:  # the scale the table's kwargs or the tiny file give, which netG inherits
+        opt = validate({'task': 't', 'scale': scale, 'netG': netG}, option_rules(), source=name)
         out.append((name, opt['netG'], scale))
     return out
 
