@@ -144,7 +144,7 @@ class ModelPlain:
         self._loss_sum = torch.zeros((), device=device)
         self._loss_steps = torch.zeros((), device=device)
         # with extra losses, the sums of [G_lossfn_type's, each extra's] since the last log (applied steps)
-        self._term_sums = torch.zeros(1 + len(self.extra_losses), device=device)
+        self._term_sums = torch.zeros(1 + len(self.extra_losses) if self.extra_losses else 0, device=device)
         self._iteration_terms: Optional[torch.Tensor] = None
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None

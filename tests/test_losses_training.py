@@ -67,6 +67,10 @@ def test_extra_losses_read_their_own_prefixed_keys(tmp_path, demo_images):
     notes = validate(_plain_opt(tmp_path, demo_images, G_fft_alpha=0.5), option_rules())['_notes']
     assert any(n.startswith('train.G_fft_alpha: not read by') for n in notes)  # fft chosen by neither key
     assert validate(_plain_opt(tmp_path, demo_images), option_rules())['train']['G_extra_losses'] == {}
+    shared = validate(_plain_opt(tmp_path, demo_images, G_lossfn_type='charbonnier', G_charbonnier_eps=1e-6,
+                                 G_extra_losses={'charbonnier_y': 1}), option_rules())
+    model = ModelPlain(shared, CPU)  # one key read by the losses both type keys chose
+    assert model.loss_fn.base.eps == 1e-6 == model.extra_losses['charbonnier_y'].base.base.eps
 
 
 @pytest.mark.parametrize('train, message', [
