@@ -250,8 +250,10 @@ class ModelPlain:
 
         A network that cannot take the data (channel counts, `nc: 0`, a scale that differs from the
         dataset's) fails here with one line instead of at the first iteration, after the run
-        folder, log and options were written. The random states are left as they were. Returns
-        netG's output and the batch on the device, for models that check more networks on them.
+        folder, log and options were written; so does a pixel loss that cannot take netG's output
+        (MS-SSIM below 161x161, an fft_patch_factor not dividing the patch). The random states are left
+        as they were. Returns netG's output and the batch on the device, for models that check more
+        networks on them.
         """
         batch = {k: v.unsqueeze(0) if torch.is_tensor(v) else [v] for k, v in sample.items()}
         batch = self.to_device(batch)
