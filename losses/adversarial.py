@@ -8,7 +8,7 @@ from torch import nn
 from utils.errors import UserError
 from utils.options import Key
 
-GAN_TYPES = ('gan', 'ragan', 'lsgan', 'wgan', 'softplusgan')
+GAN_TYPES = ('gan', 'ragan', 'lsgan', 'wgan', 'softplusgan', 'hinge')
 
 
 def _gan_type(v: Any) -> Optional[str]:
@@ -20,7 +20,9 @@ class GANLoss(nn.Module):
 
     gan and ragan: binary cross-entropy on logits (ragan's relativism is in how the model forms the
     logits); lsgan: squared distance to 1 / 0; wgan: -mean / mean; softplusgan: softplus(-x) / softplus(x)
-    (the non-saturating loss in logit form, StyleGAN's).
+    (the non-saturating loss in logit form, StyleGAN's); hinge (Lim & Ye 2017, SAGAN/BigGAN's): for D
+    mean relu(1 - x) on real and mean relu(1 + x) on fake, for G -mean x (`is_disc` tells the two apart;
+    the other types are the same for both).
     """
 
     OPTIONS: Dict[str, Key] = {'gan_type': Key('gan', (str,), _gan_type)}  # the `train` key it is built from
@@ -31,8 +33,12 @@ class GANLoss(nn.Module):
             raise UserError(f'train.gan_type: unknown "{gan_type}"; known: {", ".join(GAN_TYPES)}')
         self.gan_type = gan_type
 
-    def forward(self, pred: torch.Tensor, target_is_real: bool) -> torch.Tensor:
+    def forward(self, pred: torch.Tensor, target_is_real: bool, is_disc: bool = False) -> torch.Tensor:
         pred = pred.float()
+        if self.gan_type == 'hinge':
+            if not is_disc:  # the generator's loss: raise D's score of its output, with no margin
+                return -pred.mean()
+            return F.relu(1.0 - pred).mean() if target_is_real else F.relu(1.0 + pred).mean()
         if self.gan_type == 'wgan':
             return -pred.mean() if target_is_real else pred.mean()
         if self.gan_type == 'softplusgan':

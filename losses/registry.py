@@ -5,7 +5,7 @@ Members live in any module of this package (`losses/*.py`) and register themselv
 option file gives as `G_<key>` (KAIR's `G_charbonnier_eps` for charbonnier's `charbonnier_eps`) and
 the validator has typed, checked and filled, and returns the unweighted loss module.
 """
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
@@ -34,3 +34,23 @@ def build_loss(train_opt: Dict[str, Any], prefix: str = 'G_') -> nn.Module:
     name, where = train_opt[f'{prefix}lossfn_type'], f'train.{prefix}lossfn_type'
     base = LOSSES.get(name, where)(**LOSSES.read(name, train_opt, prefix, where))
     return WeightedLoss(base, train_opt[f'{prefix}lossfn_weight'])
+
+
+def extra_weights(v: Dict[str, Any]) -> Optional[str]:
+    """The check of `train.G_extra_losses` ({loss name: weight}); the names are the registry's business."""
+    for name, weight in v.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            return f'the weight of "{name}" must be a number >= 0, e.g. {{"{name}": 0.1}}'
+    return None
+
+
+def build_extra_losses(train_opt: Dict[str, Any], key: str = 'G_extra_losses',
+                       prefix: str = 'G_') -> Dict[str, nn.Module]:
+    """{name: weight x loss} of `train.<key>` ({loss name: weight}), each member built from its own
+    `<prefix><key>` options as `<prefix>lossfn_type`'s is; a weight of 0 leaves the loss out."""
+    out: Dict[str, nn.Module] = {}
+    for name, weight in train_opt[key].items():
+        if weight > 0:
+            where = f'train.{key}'
+            out[name] = WeightedLoss(LOSSES.get(name, where)(**LOSSES.read(name, train_opt, prefix, where)), weight)
+    return out

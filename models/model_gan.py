@@ -15,15 +15,23 @@ spectral norm's power iteration depends only on the (identical) weights. With fp
 have their own GradScaler. Checkpoints add `{iter}_D.pth` and D's optimizer and schedule.
 Relativistic ("ragan") and BatchNorm discriminators compare within each process's batch, so N
 processes x batch b differ from one process x batch N*b there, as in every DDP GAN trainer.
+
+Beyond KAIR: `G_extra_losses` (added to the pixel loss, as in ModelPlain), LDL's artifact loss
+(`ldl_weight`, losses/ldl.py: the EMA generator's output under no_grad is its reference), the hinge loss
+(`gan_type: "hinge"`), and pix2pixHD's multi-scale discrimination (`D_num_scales`: independent copies of
+netD on the image average-pooled 0, 1, 2, ... times, the adversarial losses averaged over the copies; all
+copies are one module, one DDP and one `_D.pth`; with 1, netD is the bare network as before).
 """
 import contextlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from losses.adversarial import GANLoss
+from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
 from models.init import init_weights
 from models.model_plain import ModelPlain, load_resume_weights
@@ -38,6 +46,36 @@ from utils.options import Choice, Key, non_negative
 
 def _positive_int(v: Any) -> Optional[str]:
     return None if v >= 1 else 'must be >= 1'
+
+
+def downscaled(x: torch.Tensor, times: int) -> torch.Tensor:
+    """`x` average-pooled `times` times by a 3x3 window with stride 2, padding not counted (pix2pixHD)."""
+    for _ in range(times):
+        x = F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
+    return x
+
+
+class MultiScaleDiscriminator(nn.Module):
+    """pix2pixHD's multi-scale discriminator (Wang et al., CVPR 2018): copy k judges the image downscaled
+    k times (`downscaled`), so the coarse copies see global structure with the same receptive field.
+    Returns the list of the copies' outputs, finest first."""
+
+    def __init__(self, copies: Sequence[nn.Module]):
+        super().__init__()
+        self.scales = nn.ModuleList(copies)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        out = []
+        for k, net in enumerate(self.scales):
+            if k:
+                x = downscaled(x, 1)
+            out.append(net(x))
+        return out
+
+
+def _mean(values: List[torch.Tensor]) -> torch.Tensor:
+    """The mean over discriminator scales; one scale is itself, unchanged to the bit."""
+    return values[0] if len(values) == 1 else sum(values) / len(values)
 
 
 @MODELS.register('gan')
@@ -58,6 +96,8 @@ class ModelGAN(ModelPlain):
         'D_scheduler_type': Key('MultiStepLR', (str, type(None))),
         'D_scheduler_warmup_iter': Key(0, (int,), non_negative),
         'D_param_strict': Key(True, (bool,)),
+        'D_num_scales': Key(1, (int,), _positive_int),  # pix2pixHD's multi-scale discrimination: copies of netD
+        'ldl_weight': Key(0.0, (int, float), non_negative),  # LDL's artifact loss (Liang et al. 2022); 0: off
     }
     CHOICES: Dict[str, Choice] = {**ModelPlain.CHOICES, 'D_optimizer_type': Choice(OPTIMIZERS, 'D_optimizer_'),
                                   'D_scheduler_type': Choice(SCHEDULERS, 'D_scheduler_')}
@@ -66,9 +106,16 @@ class ModelGAN(ModelPlain):
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
         t = opt['train']
+        if t['ldl_weight'] > 0 and t['E_decay'] <= 0:
+            raise UserError(f'train.ldl_weight: {t["ldl_weight"]} needs the EMA generator (LDL compares netG\'s '
+                            f'residual with its EMA copy\'s): set train.E_decay > 0 (e.g. 0.999), or ldl_weight to 0')
         netD = opt['netD']
-        net_d = build_checked_network(netD, 'netD')
-        init_weights(net_d, netD['init_type'], netD['init_bn_type'], netD['init_gain'])
+        copies = []
+        for _ in range(t['D_num_scales']):
+            copies.append(build_checked_network(netD, 'netD'))
+            init_weights(copies[-1], netD['init_type'], netD['init_bn_type'], netD['init_gain'])
+        self.multi_scale = len(copies) > 1
+        net_d = MultiScaleDiscriminator(copies) if self.multi_scale else copies[0]
         if opt['path']['pretrained_netD']:
             load_weights(net_d, opt['path']['pretrained_netD'], t['D_param_strict'], 'params',
                          'path.pretrained_netD', allow_unsafe_load)
@@ -93,9 +140,9 @@ class ModelGAN(ModelPlain):
         self._update_g = True
         self._d_loss = torch.zeros((), device=device)
         # sums since the last log over the applied iterations: pixel, perceptual, adversarial (G steps), D loss,
-        # D(real), D(fake), G steps, D steps
-        self._parts = torch.zeros(8, device=device)
-        self._iteration_parts = torch.zeros(8, device=device)
+        # D(real), D(fake), G steps, D steps, LDL, then each of G_extra_losses
+        self._parts = torch.zeros(9 + len(self.extra_losses), device=device)
+        self._iteration_parts = torch.zeros_like(self._parts)
 
     def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """netG's check (see ModelPlain), then netD and the perceptual loss on its output: a netD that does not
@@ -103,13 +150,18 @@ class ModelGAN(ModelPlain):
         take the images is one line at start-up, before anything is written, not a traceback at iteration 1."""
         out, batch = super().check_sample(sample, where)
         shape = tuple(out.shape[1:])
-        try:
-            with self.probe(self.net_d):
-                self.net_d(out)
-        except (RuntimeError, ValueError, TypeError, UserError) as e:
-            hint = '' if isinstance(e, UserError) else ' (check netD.in_nc against "n_channels")'
-            raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape} for a sample '
-                            f'of {where}: {first_line(e)[:300]}{hint}') from None
+        copies = list(self.net_d.scales) if self.multi_scale else [self.net_d]
+        for k, net in enumerate(copies):
+            x = downscaled(out, k)
+            seen = f' average-pooled {k} time(s) to {tuple(x.shape[2:])} (copy {k} of train.D_num_scales ' \
+                   f'{len(copies)})' if k else ''
+            try:
+                with self.probe(net):
+                    net(x)
+            except (RuntimeError, ValueError, TypeError, UserError) as e:
+                hint = '' if isinstance(e, UserError) else ' (check netD.in_nc against "n_channels")'
+                raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape}{seen} '
+                                f'for a sample of {where}: {first_line(e)[:300]}{hint}') from None
         if self.perceptual is not None:
             try:
                 with self.probe(self.perceptual):
@@ -124,7 +176,17 @@ class ModelGAN(ModelPlain):
 
     def network_info(self) -> str:
         n_d = sum(p.numel() for p in self.net_d.parameters())
-        return f'{super().network_info()}; discriminator {type(self.net_d).__name__}: {n_d:,} parameters'
+        kind = (f'{len(self.net_d.scales)} x {type(self.net_d.scales[0]).__name__} (train.D_num_scales)'
+                if self.multi_scale else type(self.net_d).__name__)
+        return f'{super().network_info()}; discriminator {kind}: {n_d:,} parameters'
+
+    def pixel_losses(self) -> List[Tuple[str, nn.Module]]:
+        losses = super().pixel_losses()
+        return losses if self.train_opt['G_lossfn_weight'] > 0 else losses[1:]  # weight 0: not computed
+
+    def _d(self, net: nn.Module, x: torch.Tensor) -> List[torch.Tensor]:
+        """D's outputs on `x`, one per scale (the bare or DDP-wrapped `net`)."""
+        return net(x) if self.multi_scale else [net(x)]
 
     def networks(self) -> List[nn.Module]:
         return super().networks() + [self.net_d]
@@ -153,7 +215,7 @@ class ModelGAN(ModelPlain):
         n = len(batches)
         total_g = torch.zeros((), device=self.device)
         total_d = torch.zeros((), device=self.device)
-        parts = torch.zeros(8, device=self.device)
+        parts = torch.zeros_like(self._parts)
         for i, batch in enumerate(batches):
             batch = self.to_device(batch)
             last = i == n - 1
@@ -162,7 +224,11 @@ class ModelGAN(ModelPlain):
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():
                     with self.autocast():
                         E = self.predict(self.net, batch)
-                        loss_g = self._generator_loss(E, batch['H'], parts, n)
+                        E_ema = None
+                        if self.train_opt['ldl_weight'] > 0:
+                            with torch.no_grad():
+                                E_ema = self.predict(self.ema.module, batch)
+                        loss_g = self._generator_loss(E, batch['H'], parts, n, E_ema)
                     (loss_g if self.scaler is None else self.scaler.scale(loss_g)).backward()
                 total_g += loss_g.detach()
                 parts[6] += 1.0 / n
@@ -175,28 +241,39 @@ class ModelGAN(ModelPlain):
         self._d_loss = total_d
         return total_g
 
-    def _generator_loss(self, E: torch.Tensor, H: torch.Tensor, parts: torch.Tensor, n: int) -> torch.Tensor:
-        """Pixel + perceptual + adversarial loss of one of `n` micro-batches, divided by n (the iteration's
-        loss is their mean), with D frozen and unwrapped; `parts` sums the divided terms for the log."""
+    def _generator_loss(self, E: torch.Tensor, H: torch.Tensor, parts: torch.Tensor, n: int,
+                        E_ema: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Pixel (+ extra) + perceptual + LDL + adversarial loss of one of `n` micro-batches, divided by n (the
+        iteration's loss is their mean), with D frozen and unwrapped; `parts` sums the divided terms for the
+        log. `E_ema`: the EMA generator's output, LDL's reference (when ldl_weight > 0)."""
         t = self.train_opt
         loss = E.new_zeros((), dtype=torch.float32)
         if t['G_lossfn_weight'] > 0:
             pix = self.loss_fn(E, H).float() / n
             loss = loss + pix
             parts[0] += pix.detach()
+        for k, extra in enumerate(self.extra_losses.values()):
+            term = extra(E, H).float() / n
+            loss = loss + term
+            parts[9 + k] += term.detach()
         if self.perceptual is not None:
             percep = t['F_lossfn_weight'] * self.perceptual(E, H).float() / n
             loss = loss + percep
             parts[1] += percep.detach()
+        if E_ema is not None:
+            ldl = t['ldl_weight'] * ldl_loss(E, E_ema, H) / n
+            loss = loss + ldl
+            parts[8] += ldl.detach()
         self._set_d_trainable(False)
         try:
-            pred_fake = self.net_d(E)
+            pred_fake = self._d(self.net_d, E)
             if t['gan_type'] == 'ragan':
-                pred_real = self.net_d(H).detach()
-                adv = (self.gan_loss(pred_real - pred_fake.mean(0, keepdim=True), False)
-                       + self.gan_loss(pred_fake - pred_real.mean(0, keepdim=True), True)) / 2
+                pred_real = [p.detach() for p in self._d(self.net_d, H)]
+                adv = _mean([(self.gan_loss(r - f.mean(0, keepdim=True), False)
+                              + self.gan_loss(f - r.mean(0, keepdim=True), True)) / 2
+                             for f, r in zip(pred_fake, pred_real)])
             else:
-                adv = self.gan_loss(pred_fake, True)
+                adv = _mean([self.gan_loss(f, True) for f in pred_fake])
         finally:
             self._set_d_trainable(True)
         adv = t['D_lossfn_weight'] * adv / n
@@ -205,29 +282,30 @@ class ModelGAN(ModelPlain):
 
     def _discriminator_backward(self, fake: torch.Tensor, real: torch.Tensor, n: int, last: bool,
                                 parts: torch.Tensor) -> torch.Tensor:
-        """Real then fake through the DDP-wrapped D, each with its backward; returns D's loss."""
+        """Real then fake through the DDP-wrapped D, each with its backward; returns D's loss (the mean over
+        D's scales, as are the logged D(real) and D(fake))."""
         ragan = self.train_opt['gan_type'] == 'ragan'
-        ref_fake = None
+        ref_fake: List[torch.Tensor] = []
         if ragan:  # the relativistic baseline: a constant, computed outside DDP
             with torch.no_grad(), self.autocast():
-                ref_fake = self.net_d(fake).float().mean(0, keepdim=True)
+                ref_fake = [p.float().mean(0, keepdim=True) for p in self._d(self.net_d, fake)]
         total = torch.zeros((), device=self.device)
-        pred_real_mean = None
+        pred_real_mean: List[torch.Tensor] = []
         for which in ('real', 'fake'):
             sync = self.ddp_d is None or (last and which == 'fake')
             with contextlib.nullcontext() if sync else self.ddp_d.no_sync():
                 with self.autocast():
-                    pred = self.net_D(real if which == 'real' else fake).float()
+                    preds = [p.float() for p in self._d(self.net_D, real if which == 'real' else fake)]
                     if ragan:
-                        baseline = ref_fake if which == 'real' else pred_real_mean
-                        loss = 0.5 * self.gan_loss(pred - baseline, which == 'real')
+                        baselines = ref_fake if which == 'real' else pred_real_mean
+                        loss = _mean([0.5 * self.gan_loss(p - b, which == 'real') for p, b in zip(preds, baselines)])
                     else:
-                        loss = self.gan_loss(pred, which == 'real')
+                        loss = _mean([self.gan_loss(p, which == 'real', is_disc=True) for p in preds])
                     loss = loss / n
                 (loss if self.scaler_d is None else self.scaler_d.scale(loss)).backward()
             if which == 'real':
-                pred_real_mean = pred.detach().mean(0, keepdim=True)
-            parts[4 if which == 'real' else 5] += pred.detach().mean() / n
+                pred_real_mean = [p.detach().mean(0, keepdim=True) for p in preds]
+            parts[4 if which == 'real' else 5] += _mean([p.detach().mean() for p in preds]) / n
             total += loss.detach()
         parts[3] += total
         return total
@@ -268,11 +346,14 @@ class ModelGAN(ModelPlain):
         t = self._parts.clone()
         dist.all_reduce_sum(t)
         self._parts.zero_()
-        pix, percep, adv, d_loss, d_real, d_fake, g_steps, d_steps = t.tolist()
+        pix, percep, adv, d_loss, d_real, d_fake, g_steps, d_steps, ldl, *extras = t.tolist()
         out = {}
         if g_steps:
-            out.update(G_loss=(pix + percep + adv) / g_steps, l_g_pix=pix / g_steps, l_g_percep=percep / g_steps,
-                       l_g_gan=adv / g_steps)
+            out.update(G_loss=(pix + percep + adv + ldl + sum(extras)) / g_steps, l_g_pix=pix / g_steps,
+                       l_g_percep=percep / g_steps, l_g_gan=adv / g_steps)
+            if self.train_opt['ldl_weight'] > 0:
+                out['l_g_ldl'] = ldl / g_steps
+            out.update({f'l_g_{name}': value / g_steps for name, value in zip(self.extra_losses, extras)})
         if d_steps:
             out.update(D_loss=d_loss / d_steps, D_real=d_real / d_steps, D_fake=d_fake / d_steps)
         self._loss_sum.zero_()

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from losses.registry import LOSSES, build_loss
+from losses.registry import LOSSES, build_extra_losses, build_loss, extra_weights
 from models.compile import compile_training_net, eager
 from models.ema import ModelEMA
 from models.evaluation import Evaluation, WriteItem, evaluate
@@ -67,6 +67,8 @@ class ModelPlain:
     TRAIN_OPTIONS: Dict[str, Any] = {
         'G_lossfn_type': Key('l1', (str,)),
         'G_lossfn_weight': Key(1.0, (int, float)),
+        # more losses added to G_lossfn_type's, {loss name: weight}, each reading its own G_<key> options
+        'G_extra_losses': Key({}, (dict,), extra_weights),
         'E_decay': Key(0.0, (int, float), unit_interval),
         'G_optimizer_type': Key('adam', (str,)),
         'G_optimizer_lr': Key(1e-4, (int, float), learning_rate),
@@ -90,7 +92,7 @@ class ModelPlain:
     PATH_OPTIONS: Dict[str, Any] = {'pretrained_netG': Key(None, (str, type(None))),
                                     'pretrained_netE': Key(None, (str, type(None)))}
     # Type keys choosing a registered member, which reads its own keys as `<prefix><key>` (models/optim.py)
-    CHOICES: Dict[str, Choice] = {'G_lossfn_type': Choice(LOSSES, 'G_'),
+    CHOICES: Dict[str, Choice] = {'G_lossfn_type': Choice(LOSSES, 'G_'), 'G_extra_losses': Choice(LOSSES, 'G_'),
                                   'G_optimizer_type': Choice(OPTIMIZERS, 'G_optimizer_'),
                                   'G_scheduler_type': Choice(SCHEDULERS, 'G_scheduler_')}
 
@@ -136,10 +138,14 @@ class ModelPlain:
                               f'gradients are all-reduced after every micro-batch (DDP cannot skip the sync '
                               f'under static graph); the result is the same, the communication is larger')
         self.loss_fn = build_loss(self.train_opt).to(device)
+        self.extra_losses = {name: loss.to(device) for name, loss in build_extra_losses(self.train_opt).items()}
         self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self._loss_sum = torch.zeros((), device=device)
         self._loss_steps = torch.zeros((), device=device)
+        # with extra losses, the sums of [G_lossfn_type's, each extra's] since the last log (applied steps)
+        self._term_sums = torch.zeros(1 + len(self.extra_losses) if self.extra_losses else 0, device=device)
+        self._iteration_terms: Optional[torch.Tensor] = None
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None
         self.restorer = self.restorer_class.from_options(self.eval_net, opt, device)
@@ -229,16 +235,25 @@ class ModelPlain:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def forward_loss(self, batch: Dict[str, Any]) -> torch.Tensor:
-        return self.loss_fn(self.predict(self.net, batch), batch['H'])
+    def loss_terms(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """[G_lossfn_type's weighted loss, then each of G_extra_losses' weighted loss], one float32 vector."""
+        return torch.stack([self.loss_fn(pred, target).float()]
+                           + [loss(pred, target).float() for loss in self.extra_losses.values()])
+
+    def pixel_losses(self) -> List[Tuple[str, nn.Module]]:
+        """(the key that chose it, loss) of every pixel loss the G step computes, for the start-up check."""
+        return ([(f'train.G_lossfn_type ({self.train_opt["G_lossfn_type"]})', self.loss_fn)]
+                + [(f'train.G_extra_losses.{name}', loss) for name, loss in self.extra_losses.items()])
 
     def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Run one training sample through netG (no grad, eval mode) before anything is written.
 
         A network that cannot take the data (channel counts, `nc: 0`, a scale that differs from the
         dataset's) fails here with one line instead of at the first iteration, after the run
-        folder, log and options were written. The random states are left as they were. Returns
-        netG's output and the batch on the device, for models that check more networks on them.
+        folder, log and options were written; so does a pixel loss that cannot take netG's output
+        (MS-SSIM below 161x161, an fft_patch_factor not dividing the patch). The random states are left
+        as they were. Returns netG's output and the batch on the device, for models that check more
+        networks on them.
         """
         batch = {k: v.unsqueeze(0) if torch.is_tensor(v) else [v] for k, v in sample.items()}
         batch = self.to_device(batch)
@@ -254,6 +269,13 @@ class ModelPlain:
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) turns {where} input {tuple(batch["L"].shape[1:])} '
                             f'into {tuple(out.shape[1:])}, but the target H is {tuple(target.shape[1:])} '
                             f'(check netG\'s scale/channels against "scale" and "n_channels")')
+        for key, loss in self.pixel_losses():
+            try:
+                with self.probe():
+                    loss(out, target)
+            except (RuntimeError, ValueError, TypeError) as e:
+                raise UserError(f'{key} cannot take netG\'s output {tuple(out.shape[1:])} for a sample of {where}: '
+                                f'{first_line(e)[:300]}') from None
         return out, batch
 
     @contextlib.contextmanager
@@ -300,13 +322,19 @@ class ModelPlain:
         self._finalized = False
         n = len(batches)
         total = torch.zeros((), device=self.device)
+        terms_total = torch.zeros_like(self._term_sums) if self.extra_losses else None
         for i, batch in enumerate(batches):
             sync = self.ddp is None or i == n - 1 or self.sync_every_micro_batch
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 with self.autocast():
-                    loss = self.forward_loss(self.to_device(batch)).float() / n
+                    batch = self.to_device(batch)
+                    terms = self.loss_terms(self.predict(self.net, batch), batch['H']) / n
+                    loss = terms.sum()
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             total += loss.detach()
+            if terms_total is not None:
+                terms_total += terms.detach()
+        self._iteration_terms = terms_total
         return total
 
     def finalize_gradients(self, step: int, loss: torch.Tensor) -> torch.Tensor:
@@ -357,21 +385,32 @@ class ModelPlain:
 
     def _count_loss(self, loss: torch.Tensor, applied: Optional[torch.Tensor]) -> None:
         """Add an applied step's loss to the sums `log_losses` reads (on the device)."""
+        terms = self._iteration_terms
         if applied is None:
             self._loss_sum += loss
             self._loss_steps += 1
+            if terms is not None:
+                self._term_sums += terms
         else:
             self._loss_sum += torch.where(applied, loss, torch.zeros_like(loss))
             self._loss_steps += applied
+            if terms is not None:
+                self._term_sums += torch.where(applied, terms, torch.zeros_like(terms))
 
     def log_losses(self) -> Dict[str, float]:
-        """Mean loss of the applied steps since the last call, averaged over ranks (one host read)."""
-        t = torch.stack([self._loss_sum, self._loss_steps])
+        """Mean loss of the applied steps since the last call, averaged over ranks (one host read); with
+        G_extra_losses also each term: `l_g_pix` (G_lossfn_type's) and `l_g_<name>`."""
+        t = torch.cat([torch.stack([self._loss_sum, self._loss_steps]), self._term_sums])
         dist.all_reduce_sum(t)
         self._loss_sum.zero_()
         self._loss_steps.zero_()
-        total, steps = t.tolist()
-        return {'G_loss': total / steps if steps else float('nan')}
+        self._term_sums.zero_()
+        total, steps, *terms = t.tolist()
+        out = {'G_loss': total / steps if steps else float('nan')}
+        if self.extra_losses:
+            for name, value in zip(['pix', *self.extra_losses], terms):
+                out[f'l_g_{name}'] = value / steps if steps else float('nan')
+        return out
 
     def current_lr(self) -> float:
         return self.optimizer.param_groups[0]['lr']
