@@ -10,6 +10,7 @@ import copy
 import hashlib
 import math
 import os
+import sys
 import types
 
 import numpy as np
@@ -17,14 +18,14 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import in_ci
+from conftest import clean_env, in_ci, run, tiny_options, train_options, write_options
 from losses.registry import LOSSES, build_loss
-from metrics.dists import DISTS, DISTSNet
+from metrics.dists import DISTS
 from metrics.imagenet import alexnet_features, backbone, vgg16_features
-from metrics.lpips import LPIPS, LPIPSNet
+from metrics.lpips import LPIPS
 from metrics.niqe import NIQE, gaussian_window
 from metrics.registry import METRICS
-from utils.errors import UserError
+from utils.errors import OptionsError, UserError
 from utils.image import imresize_bicubic
 from utils.weights import WEIGHTS, default_path
 
@@ -313,3 +314,38 @@ def test_lpips_loss_is_the_metric_distance():
     t = lambda f: torch.from_numpy(f).permute(2, 0, 1)[None].float() / 255  # noqa: E731
     assert float(loss(t(a), t(b))) == pytest.approx(metric(a, b), abs=1e-6)
 
+
+
+def test_the_loss_keys_are_typed_and_defaulted_by_the_option_checks():
+    t = train_options(G_lossfn_type='lpips')
+    assert (t['G_lpips_net'], t['G_lpips_path'], t['G_lpips_backbone_path']) == ('vgg', None, None)
+    with pytest.raises(OptionsError, match='G_lpips_net'):
+        train_options(G_lossfn_type='lpips', G_lpips_net='squeeze')
+
+
+def test_a_run_trains_with_the_dists_loss_and_a_missing_file_stops_it_in_one_line(tmp_path, demo_images):
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2,
+                       G_scheduler_milestones=[], G_lossfn_type='dists', G_dists_path='random',
+                       G_dists_backbone_path='random')
+    opt['logging']['use_tensorboard'] = False
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    r = run([sys.executable, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth').is_file()
+    assert 'train.G_dists_backbone_path is "random"' in r.stdout + r.stderr
+    opt['train']['G_dists_backbone_path'] = str(tmp_path / 'nowhere' / 'vgg16-397923af.pth')
+    opt['path']['root'] = str(tmp_path / 'exp2')
+    r = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o2.json'), opt)],
+            env=clean_env(OMP_NUM_THREADS='1'))
+    assert r.returncode != 0 and 'Traceback' not in r.stderr
+    assert (f'train.G_dists_backbone_path: torchvision\'s ImageNet VGG16 (LPIPS vgg, DISTS): weights not found; '
+            f'nothing is downloaded here: put file vgg16-397923af.pth at {tmp_path}/nowhere/vgg16-397923af.pth '
+            f'(from {WEIGHTS["vgg16"].url})') in r.stderr
+
+
+def test_the_readme_lists_every_perceptual_metric_file_where_utils_weights_looks_for_it():
+    with open(os.path.join(os.path.dirname(DATA), '..', '..', 'README.md')) as f:
+        readme = f.read()
+    for name in ('alexnet', 'vgg16', 'lpips_alex', 'lpips_vgg', 'dists', 'niqe'):
+        w = WEIGHTS[name]
+        assert f'| `{os.path.join(w.subfolder, w.file)}` |' in readme and f'| {w.url} | {w.licence} |' in readme
