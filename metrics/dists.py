@@ -61,11 +61,11 @@ class DISTSNet(nn.Module):
 
     def __init__(self, weights: Optional[str], backbone_path: Optional[str], where: str):
         super().__init__()
+        alpha, beta = self._alpha_beta(weights, f'{where}dists_path')  # the small file first
         vgg = backbone('vgg16', backbone_path, f'{where}dists_backbone_path')
         self.features = nn.Sequential(*[L2Pool() if isinstance(m, nn.MaxPool2d) else m for m in vgg[:AT[-1] + 1]])
         self.register_buffer('mean', torch.tensor(MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer('std', torch.tensor(STD).view(1, 3, 1, 1), persistent=False)
-        alpha, beta = self._alpha_beta(weights, f'{where}dists_path')
         total = alpha.sum() + beta.sum()
         for k, (a, b) in enumerate(zip(torch.split(alpha / total, CHANNELS), torch.split(beta / total, CHANNELS))):
             self.register_buffer(f'alpha{k}', a.view(1, -1), persistent=False)

@@ -54,11 +54,11 @@ class LPIPSNet(nn.Module):
         if net not in NETS:
             raise UserError(f'{where}lpips_net: must be one of {", ".join(NETS)}, got {net!r}')
         name, self.at, channels = NETS[net]
-        lin_key = f'lpips_{net}'
+        lin = self._linear(f'lpips_{net}', lin_path, channels, f'{where}lpips_path')  # the small file first
         self.features = backbone(name, backbone_path, f'{where}lpips_backbone_path')
         self.register_buffer('shift', torch.tensor(SHIFT).view(1, 3, 1, 1), persistent=False)
         self.register_buffer('scale', torch.tensor(SCALE).view(1, 3, 1, 1), persistent=False)
-        for i, w in enumerate(self._linear(lin_key, lin_path, channels, f'{where}lpips_path')):
+        for i, w in enumerate(lin):
             self.register_buffer(f'lin{i}', w, persistent=False)
 
     @staticmethod
