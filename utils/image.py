@@ -207,8 +207,9 @@ def imresize_bicubic(img: np.ndarray, scale_factor: float) -> np.ndarray:
         data = data[:, :, None]
     mat_h = _resize_matrix(in_h, out_h, scale_factor)
     mat_w = _resize_matrix(in_w, out_w, scale_factor)
-    out = np.einsum('oh,hwc->owc', mat_h, data)
-    out = np.einsum('pw,owc->opc', mat_w, out)
+    # two matrix products through BLAS (a plain einsum loops in numpy: seconds for a 2K frame)
+    out = np.tensordot(mat_h, data, axes=(1, 0))                       # out_h, in_w, c
+    out = np.ascontiguousarray(np.tensordot(out, mat_w, axes=(1, 1)).transpose(0, 2, 1))  # out_h, out_w, c
     if squeeze:
         out = out[:, :, 0]
     if img.dtype == np.uint8:
