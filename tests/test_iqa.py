@@ -323,16 +323,20 @@ def test_the_loss_keys_are_typed_and_defaulted_by_the_option_checks():
         train_options(G_lossfn_type='lpips', G_lpips_net='squeeze')
 
 
-def test_a_run_trains_with_the_dists_loss_and_a_missing_file_stops_it_in_one_line(tmp_path, demo_images):
+def test_a_run_trains_with_dists_as_the_loss_and_lpips_as_an_extra_and_a_missing_file_is_one_line(tmp_path,
+                                                                                                   demo_images):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2,
-                       G_scheduler_milestones=[], G_lossfn_type='dists', G_dists_path='random',
-                       G_dists_backbone_path='random')
+                       checkpoint_print=1, G_scheduler_milestones=[], G_lossfn_type='dists', G_dists_path='random',
+                       G_dists_backbone_path='random', G_extra_losses={'lpips': 0.5}, G_lpips_net='vgg',
+                       G_lpips_path='random', G_lpips_backbone_path='random')
     opt['logging']['use_tensorboard'] = False
     path = write_options(str(tmp_path / 'o.json'), opt)
     r = run([sys.executable, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth').is_file()
-    assert 'train.G_dists_backbone_path is "random"' in r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert 'train.G_dists_backbone_path is "random"' in out and 'train.G_lpips_path is "random"' in out
+    assert 'l_g_lpips' in out
     opt['train']['G_dists_backbone_path'] = str(tmp_path / 'nowhere' / 'vgg16-397923af.pth')
     opt['path']['root'] = str(tmp_path / 'exp2')
     r = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o2.json'), opt)],
