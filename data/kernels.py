@@ -1,8 +1,9 @@
-"""Blur kernels for synthetic degradations (BSRGAN, SRMD, USRNet): pure functions of their arguments.
+"""Blur kernels for synthetic degradations (BSRGAN, SRMD, USRNet, Real-ESRGAN): pure functions of their arguments.
 
 Every random kernel is drawn from an explicit `np.random.Generator`, never from the global numpy or
 `random` state, so a sample seeded by its key gets the same kernel in any worker or process. Every
-kernel is a float64 array that sums to 1.
+kernel is a float64 array that sums to 1 (the low-pass "sinc" kernel has negative lobes; the others
+are non-negative).
 
 Conventions. A kernel is a size×size grid indexed [row, column]; its anchor (the tap that lands on
 the output pixel) is [size // 2, size // 2], as for OpenCV's default anchor and scipy.ndimage. The
@@ -33,6 +34,72 @@ def gaussian_kernel(size: int, cov: np.ndarray, mean: Optional[Tuple[float, floa
     for odd sizes is the anchor. Sampling the density (rather than integrating it over pixels) is
     what SRMD, USRNet and BSRGAN do.
     """
+    return _normalised(np.exp(-0.5 * _mahalanobis(size, cov, mean)))
+
+
+def generalized_gaussian_kernel(size: int, cov: np.ndarray, beta: float) -> np.ndarray:
+    """Centred generalized gaussian exp(-½ (dᵀΣ⁻¹d)^β).
+
+    β < 1 gives heavier tails than a gaussian, β > 1 a flatter top with a sharper fall-off; β = 1 is
+    `gaussian_kernel` (Wang et al., Real-ESRGAN, ICCVW 2021, eq. 2)."""
+    if beta <= 0:
+        raise ValueError(f'beta must be > 0, got {beta}')
+    return _normalised(np.exp(-0.5 * _mahalanobis(size, cov) ** beta))
+
+
+def plateau_kernel(size: int, cov: np.ndarray, beta: float) -> np.ndarray:
+    """Centred plateau-shaped kernel 1 / (1 + (dᵀΣ⁻¹d)^β) (Real-ESRGAN): flat near the centre, slow tails."""
+    if beta <= 0:
+        raise ValueError(f'beta must be > 0, got {beta}')
+    return _normalised(1.0 / (1.0 + _mahalanobis(size, cov) ** beta))
+
+
+def bessel_j1(x: np.ndarray) -> np.ndarray:
+    """The Bessel function of the first kind of order 1, J1(x) = (1/2π)∫₀^{2π} cos(τ - x sin τ) dτ.
+
+    The integrand is smooth and 2π-periodic, so the trapezoid rule converges geometrically once the
+    number of nodes exceeds |x| by a margin; 64 + 2|x| nodes reach double precision (tests compare
+    with scipy.special.j1). numpy has no Bessel functions and scipy is not a dependency."""
+    x = np.asarray(x, dtype=np.float64)
+    n = 64 + 2 * int(np.ceil(np.abs(x).max(initial=0.0)))
+    tau = 2 * np.pi * np.arange(n) / n
+    return np.cos(tau - x[..., None] * np.sin(tau)).mean(axis=-1)
+
+
+def circular_lowpass_kernel(size: int, cutoff: float) -> np.ndarray:
+    """The ideal 2-D low-pass filter with cutoff frequency `cutoff` (radians per pixel, in (0, π]),
+    sampled on a size×size grid: the "sinc" kernel of Real-ESRGAN, whose ringing and overshoot mimic
+    those of sharpened or band-limited images. Its impulse response is the Airy pattern
+    ω J1(ω r) / (2π r), with the limit ω² / (4π) at r = 0."""
+    _check_size(size)
+    if not 0 < cutoff <= math.pi:
+        raise ValueError(f'cutoff must be in (0, pi], got {cutoff}')
+    centre = (size - 1) / 2.0
+    y, x = np.mgrid[0:size, 0:size].astype(np.float64)
+    r = np.hypot(x - centre, y - centre)
+    safe = np.where(r > 0, r, 1.0)
+    k = np.where(r > 0, cutoff * bessel_j1(cutoff * safe) / (2 * math.pi * safe), cutoff ** 2 / (4 * math.pi))
+    return _normalised_signed(k)
+
+
+def pad_kernel(kernel: np.ndarray, size: int) -> np.ndarray:
+    """An odd square kernel centred in a size×size grid of zeros (the same filter, a fixed shape)."""
+    k = kernel.shape[0]
+    if kernel.shape != (k, k) or k % 2 == 0 or size % 2 == 0 or size < k:
+        raise ValueError(f'cannot centre a {kernel.shape} kernel in {size}x{size}')
+    p = (size - k) // 2
+    return np.pad(kernel, p)
+
+
+def pulse_kernel(size: int) -> np.ndarray:
+    """The identity filter: 1 at the anchor of an odd size×size grid."""
+    k = np.zeros((size, size))
+    k[size // 2, size // 2] = 1.0
+    return k
+
+
+def _mahalanobis(size: int, cov: np.ndarray, mean: Optional[Tuple[float, float]] = None) -> np.ndarray:
+    """dᵀ Σ⁻¹ d on the size×size grid, d the (x, y) offset from `mean` (default: the grid centre)."""
     _check_size(size)
     cov = np.asarray(cov, dtype=np.float64)
     if cov.shape != (2, 2):
@@ -41,9 +108,7 @@ def gaussian_kernel(size: int, cov: np.ndarray, mean: Optional[Tuple[float, floa
     mx, my = (centre, centre) if mean is None else (float(mean[0]), float(mean[1]))
     y, x = np.mgrid[0:size, 0:size].astype(np.float64)
     d = np.stack([x - mx, y - my], axis=-1)
-    inv = np.linalg.inv(cov)
-    k = np.exp(-0.5 * np.einsum('...i,ij,...j->...', d, inv, d))
-    return _normalised(k)
+    return np.einsum('...i,ij,...j->...', d, np.linalg.inv(cov), d)
 
 
 def isotropic_gaussian(size: int, sigma: float) -> np.ndarray:
@@ -168,6 +233,14 @@ def centroid(kernel: np.ndarray) -> Tuple[float, float]:
 def _check_size(size: int) -> None:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise ValueError(f'kernel size must be an integer >= 1, got {size!r}')
+
+
+def _normalised_signed(k: np.ndarray) -> np.ndarray:
+    """Sum 1 for a kernel with negative lobes (the low-pass filter): only the total must be positive."""
+    total = k.sum()
+    if not np.isfinite(total) or total <= 0:
+        raise ValueError('kernel sums to <= 0')
+    return (k / total).astype(np.float64)
 
 
 def _normalised(k: np.ndarray) -> np.ndarray:

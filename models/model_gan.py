@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from data import batch_transforms
 from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
@@ -228,24 +229,27 @@ class ModelGAN(ModelPlain):
                         if self.train_opt['ldl_weight'] > 0:
                             with torch.no_grad():
                                 E_ema = self.predict(self.ema.module, batch)
-                        loss_g = self._generator_loss(E, batch['H'], parts, n, E_ema)
+                        loss_g = self._generator_loss(E, batch, parts, n, E_ema)
                     (loss_g if self.scaler is None else self.scaler.scale(loss_g)).backward()
                 total_g += loss_g.detach()
                 parts[6] += 1.0 / n
             else:
                 with torch.no_grad(), self.autocast():
                     E = self.predict(self.net_g, batch)
-            total_d += self._discriminator_backward(E.detach(), batch['H'], n, last, parts)
+            total_d += self._discriminator_backward(E.detach(), batch_transforms.target(batch, 'gan'), n, last, parts)
         parts[7] += 1.0
         self._iteration_parts = parts  # into the log's sums when the step is applied (`step`)
         self._d_loss = total_d
         return total_g
 
-    def _generator_loss(self, E: torch.Tensor, H: torch.Tensor, parts: torch.Tensor, n: int,
+    def _generator_loss(self, E: torch.Tensor, batch: Dict[str, Any], parts: torch.Tensor, n: int,
                         E_ema: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Pixel (+ extra) + perceptual + LDL + adversarial loss of one of `n` micro-batches, divided by n (the
         iteration's loss is their mean), with D frozen and unwrapped; `parts` sums the divided terms for the
-        log. `E_ema`: the EMA generator's output, LDL's reference (when ldl_weight > 0)."""
+        log. `E_ema`: the EMA generator's output, LDL's reference (when ldl_weight > 0). Each loss compares
+        with its own target (data/batch_transforms.py: H, or e.g. Real-ESRGAN's sharpened H; the extra
+        pixel losses and LDL take the pixel loss's)."""
+        H = batch_transforms.target(batch, 'pixel')
         t = self.train_opt
         loss = E.new_zeros((), dtype=torch.float32)
         if t['G_lossfn_weight'] > 0:
@@ -257,7 +261,7 @@ class ModelGAN(ModelPlain):
             loss = loss + term
             parts[9 + k] += term.detach()
         if self.perceptual is not None:
-            percep = t['F_lossfn_weight'] * self.perceptual(E, H).float() / n
+            percep = t['F_lossfn_weight'] * self.perceptual(E, batch_transforms.target(batch, 'perceptual')).float() / n
             loss = loss + percep
             parts[1] += percep.detach()
         if E_ema is not None:
@@ -268,7 +272,7 @@ class ModelGAN(ModelPlain):
         try:
             pred_fake = self._d(self.net_d, E)
             if t['gan_type'] == 'ragan':
-                pred_real = [p.detach() for p in self._d(self.net_d, H)]
+                pred_real = [p.detach() for p in self._d(self.net_d, batch_transforms.target(batch, 'gan'))]
                 adv = _mean([(self.gan_loss(r - f.mean(0, keepdim=True), False)
                               + self.gan_loss(f - r.mean(0, keepdim=True), True)) / 2
                              for f, r in zip(pred_fake, pred_real)])

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from data import batch_transforms
 from losses.registry import LOSSES, build_extra_losses, build_loss, extra_weights
 from models.compile import compile_training_net, eager
 from models.ema import ModelEMA
@@ -215,10 +216,13 @@ class ModelPlain:
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned
-        on CUDA, so the copy overlaps the previous step), a quarter of the bytes of float32."""
+        on CUDA, so the copy overlaps the previous step), a quarter of the bytes of float32. Then the
+        dataset's device-side transform, if its items name one (data/batch_transforms.py: Real-ESRGAN's
+        degradations run here, on the device, in float32 whatever `train.amp` says)."""
         nb = self.device.type == 'cuda'
         out = images_to_float({k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v
                                for k, v in batch.items()})
+        out = batch_transforms.apply(out)
         if self.channels_last:
             for k, v in out.items():
                 if torch.is_tensor(v) and v.dim() == 4:
@@ -328,7 +332,7 @@ class ModelPlain:
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 with self.autocast():
                     batch = self.to_device(batch)
-                    terms = self.loss_terms(self.predict(self.net, batch), batch['H']) / n
+                    terms = self.loss_terms(self.predict(self.net, batch), batch_transforms.target(batch, 'pixel')) / n
                     loss = terms.sum()
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             total += loss.detach()
