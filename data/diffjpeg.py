@@ -10,8 +10,9 @@ result is not rounded to 8 bits (the caller decides). Entropy coding is lossless
 `differentiable=True` replaces rounding by Shin & Song's x_r + (x - x_r)^3, which has a useful
 gradient; the degradation pipeline does not need one and uses true rounding (as Real-ESRGAN does).
 """
+import functools
 import math
-from typing import Sequence, Union
+from typing import Dict, Sequence, Union
 
 import numpy as np
 import torch
@@ -78,6 +79,26 @@ def _code_plane(plane: torch.Tensor, tables: torch.Tensor, dct: torch.Tensor, di
     return _unblocks(dct.T @ coef @ dct)
 
 
+@functools.lru_cache(maxsize=None)
+def _constants(device: torch.device) -> Dict[str, torch.Tensor]:
+    """The fixed matrices and base tables on `device`, copied there once: a copy from pageable host memory
+    waits for the device, which the training step must not do every iteration."""
+    def t(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(a, dtype=torch.float32, device=device)
+    return {'dct': t(dct_matrix()), 'luma': t(LUMA_TABLE), 'chroma': t(CHROMA_TABLE),
+            'to_ycc': t(RGB_TO_YCBCR), 'to_rgb': t(np.linalg.inv(RGB_TO_YCBCR))}
+
+
+def _tables(base: torch.Tensor, qualities: Sequence[float]) -> torch.Tensor:
+    """`scaled_table` on the device for each quality: (B, 8, 8)."""
+    factors = []
+    for quality in qualities:
+        q = min(max(float(quality), 1.0), 100.0)
+        factors.append(5000.0 / q if q < 50 else 200.0 - 2.0 * q)
+    scaled = torch.stack([torch.floor((base * f + 50.0) / 100.0) for f in factors])
+    return scaled.clamp(1.0, 255.0)
+
+
 def jpeg(img: torch.Tensor, quality: Union[float, Sequence[float]], differentiable: bool = False) -> torch.Tensor:
     """Compress and decompress a batch of RGB images (B, 3, H, W) in [0, 1] at `quality` (one value, or
     one per image). Float32 in [0, 1] out, the same shape; computed in float32 whatever the input."""
@@ -87,23 +108,18 @@ def jpeg(img: torch.Tensor, quality: Union[float, Sequence[float]], differentiab
     qualities = [float(quality)] * b if isinstance(quality, (int, float)) else [float(q) for q in quality]
     if len(qualities) != b:
         raise ValueError(f'{len(qualities)} qualities for {b} images')
-    dev = img.device
-    luma = torch.tensor(np.stack([scaled_table(LUMA_TABLE, q) for q in qualities]), dtype=torch.float32, device=dev)
-    chroma = torch.tensor(np.stack([scaled_table(CHROMA_TABLE, q) for q in qualities]), dtype=torch.float32,
-                          device=dev)
-    dct = torch.tensor(dct_matrix(), dtype=torch.float32, device=dev)
+    c = _constants(img.device)
+    luma, chroma, dct = _tables(c['luma'], qualities), _tables(c['chroma'], qualities), c['dct']
     x = img.float() * 255.0
     ph, pw = -h % 16, -w % 16
     if ph or pw:
         x = F.pad(x, (0, pw, 0, ph), mode='replicate')
-    ycc = torch.einsum('ij,bjhw->bihw', torch.tensor(RGB_TO_YCBCR, dtype=torch.float32, device=dev), x)
+    ycc = torch.einsum('ij,bjhw->bihw', c['to_ycc'], x)
     y = ycc[:, 0] - 128.0
-    c = F.avg_pool2d(ycc[:, 1:], 2)  # Cb, Cr without their +128 offset: already level-shifted
+    chroma_planes = F.avg_pool2d(ycc[:, 1:], 2)  # Cb, Cr without their +128 offset: already level-shifted
     y = _code_plane(y, luma, dct, differentiable)
-    cb = _code_plane(c[:, 0], chroma, dct, differentiable)
-    cr = _code_plane(c[:, 1], chroma, dct, differentiable)
-    c = torch.stack([cb, cr], 1).repeat_interleave(2, dim=2).repeat_interleave(2, dim=3)
-    ycc = torch.cat([y[:, None] + 128.0, c], 1)
-    inverse = torch.tensor(np.linalg.inv(RGB_TO_YCBCR), dtype=torch.float32, device=dev)
-    rgb = torch.einsum('ij,bjhw->bihw', inverse, ycc)
+    cb = _code_plane(chroma_planes[:, 0], chroma, dct, differentiable)
+    cr = _code_plane(chroma_planes[:, 1], chroma, dct, differentiable)
+    up = torch.stack([cb, cr], 1).repeat_interleave(2, dim=2).repeat_interleave(2, dim=3)
+    rgb = torch.einsum('ij,bjhw->bihw', c['to_rgb'], torch.cat([y[:, None] + 128.0, up], 1))
     return (rgb[:, :, :h, :w] / 255.0).clamp(0.0, 1.0)

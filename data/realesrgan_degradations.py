@@ -178,8 +178,14 @@ def resize(x: torch.Tensor, side: int, mode: str) -> torch.Tensor:
 
 
 def _luma(x: torch.Tensor) -> torch.Tensor:
-    w = torch.tensor(LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
-    return (x * w).sum(1, keepdim=True)
+    return x[:, 0:1] * LUMA[0] + x[:, 1:2] * LUMA[1] + x[:, 2:3] * LUMA[2]
+
+
+def _grey_levels(counts: torch.Tensor) -> torch.Tensor:
+    """How many of the 256 values occur in an image of integer counts, on the device (torch.bincount would
+    read the maximum back to the host on CUDA)."""
+    seen = torch.zeros(256, device=counts.device, dtype=torch.float32)
+    return seen.scatter_(0, counts.flatten().long(), 1.0).sum()
 
 
 def add_noise(x: torch.Tensor, stage: Mapping[str, Any]) -> torch.Tensor:
@@ -197,8 +203,7 @@ def add_noise(x: torch.Tensor, stage: Mapping[str, Any]) -> torch.Tensor:
         return (x + noise).clamp(0.0, 1.0)
     src = _luma(x) if stage['gray'] else x
     counts = (src.clamp(0.0, 1.0) * 255.0).round()
-    levels = torch.bincount(counts.flatten().long(), minlength=256).gt(0).sum().float()
-    peak = torch.exp2(torch.ceil(torch.log2(levels)))
+    peak = torch.exp2(torch.ceil(torch.log2(_grey_levels(counts))))
     q = counts / 255.0
     noisy = torch.poisson(q * peak, generator=gen) / peak
     return (x + (noisy - q) * stage['level']).clamp(0.0, 1.0)
