@@ -18,7 +18,7 @@ validates on fixed LR images.
 """
 import json
 import random
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ import torch
 from data.batch_transforms import TRANSFORM_KEY
 from data.checks import Size, fmt
 from data.image_datasets import IMAGE_OPTIONS, ImageDataset, scale
-from data.option_checks import at_least, between, only
+from data.option_checks import Check, at_least, between, only
 from data.realesrgan_degradations import (KERNEL_KEYS, KERNEL_KINDS, MIN_KERNEL_SIZE, PLAN_KEY, USM_RADIUS,
                                           degrade_batch, draw_plan)
 from data.registry import DATASETS
@@ -35,7 +35,6 @@ from utils.errors import UserError
 from utils.image import bgr_to_rgb, uint8_tensor
 from utils.options import Key
 
-Check = Callable[[Any], Optional[str]]
 PROBABILITY = between(0, 1, 'a probability')
 
 

@@ -226,6 +226,20 @@ def test_two_ranks_of_batch_b_make_the_samples_of_one_rank_of_batch_2b(folder):
     assert all(torch.equal(one[k], two[k]) for k in one)
 
 
+def test_batches_do_not_depend_on_the_number_of_loader_workers(folder):
+    from data.loader import build_train_loader
+    ds = _ds(folder)
+    section = {**dataset_options('realesrgan', dataroot_H=folder, **SMALL), 'dataloader_batch_size': 2,
+               'dataloader_num_workers': 0, 'dataloader_persistent_workers': False}
+    pairs = {}
+    for workers in (0, 2):
+        loader, _ = build_train_loader(ds, {**section, 'dataloader_num_workers': workers}, world_size=1, rank=0,
+                                       seed=3, device=torch.device('cpu'))
+        pairs[workers] = [batch_transforms.apply(images_to_float(b)) for b in loader]
+    assert len(pairs[0]) == 2
+    assert all(torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H']) for a, b in zip(pairs[0], pairs[2]))
+
+
 def test_the_device_step_runs_in_float32_under_autocast_and_gives_the_same_pair(folder):
     ds = _ds(folder)
     batch = images_to_float(default_collate([ds[TrainKey(2, 21)]]))
