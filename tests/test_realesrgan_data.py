@@ -467,8 +467,8 @@ TINY = [p for p in FILES if os.sep + 'tiny' + os.sep in p]
 def test_the_realesrgan_option_files_validate_and_carry_the_papers_loss_weights():
     from option_rules import read_options
     names = sorted(os.path.relpath(p, os.path.join(ROOT, 'options', 'realesrgan')) for p in FILES)
-    stems = ['train_realesrgan_srvggnet_x4.json', 'train_realesrgan_x4plus.json', 'train_realesrnet_srvggnet_x4.json',
-             'train_realesrnet_x4plus.json']
+    stems = ['train_realesrgan_srvggnet_x4.json', 'train_realesrgan_x4plus.json', 'train_realesrgan_x4plus_ldl.json',
+             'train_realesrnet_srvggnet_x4.json', 'train_realesrnet_x4plus.json']
     assert names == [f'full/{s}' for s in stems] + [f'tiny/{s}' for s in stems]
     for path in FILES:
         opt = read_options(path)
@@ -481,6 +481,7 @@ def test_the_realesrgan_option_files_validate_and_carry_the_papers_loss_weights(
             assert t['F_feature_layer'] == [2, 7, 16, 25, 34] and t['F_weights'] == [0.1, 0.1, 1, 1, 1]
             assert t['F_lossfn_weight'] == 1.0 and t['gan_type'] == 'gan' and t['D_lossfn_weight'] == 0.1
             assert t['F_pretrained_path'] == ('random' if path in TINY else None)
+            assert t['ldl_weight'] == (1.0 if path.endswith('_ldl.json') else 0) and t['E_decay'] > 0
         else:
             assert opt['model'] == 'plain' and train['l1_gt_usm']
         if path not in TINY:
@@ -494,3 +495,5 @@ def test_a_tiny_realesrgan_file_trains_as_shipped_with_two_processes(tmp_path, p
     assert len(psnr) == 2 and psnr[1] > psnr[0], res.stdout[-3000:]
     if 'realesrgan_' in os.path.basename(path):
         assert 'D_loss' in res.stdout and 'randomly initialised VGG19' in res.stdout
+    if path.endswith('_ldl.json'):
+        assert 'l_g_ldl' in res.stdout
