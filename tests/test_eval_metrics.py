@@ -5,6 +5,7 @@ one where lower is better (`mean_abs_error`) and a no-reference one (`brightness
 """
 import json
 import os
+import pickle
 import sys
 
 import numpy as np
@@ -16,7 +17,7 @@ from main_train import is_better, resumed_best
 from models.evaluation import METRICS, describe_input, evaluate
 from models.restorer import ImageRestorer, build_metrics
 from option_rules import option_rules
-from tests.conftest import run, tiny_options, write_options
+from tests.conftest import free_port, run, tiny_options, write_options
 from tests.extra_metrics import Brightness, MeanAbsError
 from utils.errors import OptionsError
 from utils.history import read_history
@@ -87,6 +88,28 @@ def test_metrics_score_the_frames_psnr_scores_with_its_border_and_a_no_reference
     assert res.input == {**res.means, 'upscale': 1.0}
     assert describe_input(res.input, res.names).endswith(
         f'; mean_abs_error {res.means["mean_abs_error"]:.4f}, brightness {res.means["brightness"]:.4f}')
+
+
+def _evaluate_as_rank(rank, port, out):
+    """Rank `rank` of 2 (gloo): its shard of `_batches()` (round r: batch 2r + rank) through `evaluate`."""
+    torch.distributed.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    try:
+        metrics = {'mean_abs_error': MeanAbsError(CPU, 1.0), 'brightness': Brightness(CPU)}
+        res = evaluate(ImageRestorer(nn.Identity(), CPU, 2, metrics=metrics), _batches()[rank::2], 3, score_input=True)
+        with open(f'{out}.{rank}', 'wb') as f:
+            pickle.dump((res.means, res.input, [(row.name, row.scores) for row in res.rows]), f)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_give_exactly_the_means_of_one_process(tmp_path):
+    """Rows come back in dataset order on every rank, so the float64 sums are the same sums in the same order."""
+    metrics = {'mean_abs_error': MeanAbsError(CPU, 1.0), 'brightness': Brightness(CPU)}
+    one = evaluate(ImageRestorer(nn.Identity(), CPU, 2, metrics=metrics), _batches(), 3, score_input=True)
+    torch.multiprocessing.spawn(_evaluate_as_rank, args=(free_port(), str(tmp_path / 'res')), nprocs=2)
+    for rank in (0, 1):
+        with open(tmp_path / f'res.{rank}', 'rb') as f:
+            assert pickle.load(f) == (one.means, one.input, [(row.name, row.scores) for row in one.rows])
 
 
 def test_the_best_validation_counts_the_way_the_metric_says_and_a_nan_never_wins():
