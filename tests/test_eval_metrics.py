@@ -43,6 +43,13 @@ def test_chosen_metrics_get_their_keys_filled_and_other_metrics_keys_are_noted_a
     assert build_metrics(_val(metrics=BOTH, mae_weight=2)['val'], CPU)['mean_abs_error'].weight == 2
 
 
+def test_the_perceptual_metrics_of_metrics_are_chosen_the_same_way():
+    opt = _val(metrics=['lpips', 'niqe'], best_metric='lpips')['val']
+    assert (opt['lpips_net'], opt['lpips_path'], opt['niqe_crop_border']) == ('alex', None, 0)
+    assert not any(k.startswith('dists_') for k in opt)
+    assert _val(metrics=['niqe'], lpips_net='vgg')['_notes'] == ['val.lpips_net: not read by metrics niqe; ignored']
+
+
 @pytest.mark.parametrize('val, message', [
     ({'metrics': ['brightnes']}, 'val.metrics: unknown metric "brightnes" (did you mean "brightness"?); known: '),
     ({'metrics': ['brightness', 'brightness']}, 'val.metrics: ["brightness", "brightness"] names brightness twice'),
