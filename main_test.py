@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint on the `datasets.test` section: restored images and a PSNR/SSIM table.
+"""Evaluate a checkpoint on the `datasets.test` section: restored images and a PSNR/SSIM (+ `val.metrics`) table.
 
     python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth]
 
@@ -26,7 +26,7 @@ import torch
 from data.demo import ensure_demo_data
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
-from models.evaluation import METRICS, describe_input, evaluate
+from models.evaluation import describe_input, describe_scores, evaluate
 from models.registry import MODELS
 from models.restorer import build_eval_network
 from option_rules import read_options
@@ -36,7 +36,6 @@ from utils.diskspace import no_space
 from utils.errors import UserError
 from utils.logger import setup_logger
 
-COLUMNS = ('name',) + METRICS
 EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 
 
@@ -63,15 +62,16 @@ def default_weights(opt: Dict[str, Any]) -> str:
     raise UserError(f'{opt["path"]["models"]}: checkpoint {steps[-1]} has no weights file')
 
 
-def write_table(path: str, rows: List[List[Any]], means: Dict[str, float]) -> None:
-    """results.csv: one row per item (dataset order), then the means."""
+def write_table(path: str, names: Sequence[str], rows: List[List[Any]], means: Dict[str, float]) -> None:
+    """results.csv: a column per score (`names`: psnr, ssim, psnr_y, ssim_y, then `val.metrics`), one row per
+    item (dataset order), then the means."""
     def write(f: Any) -> None:
         text = io.StringIO()
         w = csv.writer(text)
-        w.writerow(COLUMNS)
+        w.writerow(['name', *names])
         for r in rows:
             w.writerow([r[0]] + [f'{v:.4f}' for v in r[1:]])
-        w.writerow(['mean'] + [f'{means[c]:.4f}' for c in COLUMNS[1:]])
+        w.writerow(['mean'] + [f'{means[c]:.4f}' for c in names])
         f.write(text.getvalue().encode())
     atomic_write_bytes(path, write)
 
@@ -105,11 +105,9 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         if res.write_error is not None:
             raise res.write_error
         m = res.means
-        write_table(os.path.join(out_dir, 'results.csv'), [[row.name, *row.scores] for row in res.rows], m)
-        log.info(f'{m["count"]} items: PSNR {m["psnr"]:.2f} dB, SSIM {m["ssim"]:.4f}; '
-                 f'Y: PSNR {m["psnr_y"]:.2f} dB, SSIM {m["ssim_y"]:.4f}; table: '
-                 f'{os.path.join(out_dir, "results.csv")}')
-        log.info(f'input: {describe_input(res.input)}')
+        write_table(os.path.join(out_dir, 'results.csv'), res.names, [[row.name, *row.scores] for row in res.rows], m)
+        log.info(f'{m["count"]} items: {describe_scores(m, res.names)}; table: {os.path.join(out_dir, "results.csv")}')
+        log.info(f'input: {describe_input(res.input, res.names)}')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -13,6 +13,7 @@ if __name__ == '__main__':
 
 import argparse  # noqa: E402
 import hashlib
+import math
 import os
 import random
 import sys
@@ -30,7 +31,7 @@ from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import build_dataset, training_files
 from data.sampler import TrainKey
 from models.compile import compiled_graphs
-from models.evaluation import METRICS, describe_input
+from models.evaluation import describe_input, describe_scores
 from models.interface import TrainingModel
 from models.registry import MODELS
 from option_rules import read_options
@@ -96,7 +97,8 @@ class Trainer:
         self.main = dist.is_main_process()
         self.log = get_logger()
         self.ckpt = CheckpointDir(opt['path']['models'], self.train_opt['checkpoint_keep_last'])
-        self.best = {'psnr': float('-inf'), 'iter': 0}
+        # the best validation so far by `val.best_metric` (value None: none yet); best_G.pth holds its weights
+        self.best: Dict[str, Any] = {'metric': opt['val']['best_metric'], 'value': None, 'iter': 0}
         self.gate = StepGate(device, self.train_opt['nan_skip_limit']) if self.train_opt['nan_policy'] != 'off' else None
         self.signals = stop.install()  # the process's handlers: a signal received during start-up is known here
         self.last_saved: Optional[int] = None  # the iteration of the newest complete checkpoint of this run
@@ -215,11 +217,12 @@ class Trainer:
     def restore(self, point: ResumePoint) -> Optional[str]:
         s = point.training
         self.model.load_state(point.weights, s['model'])
-        self.step, self.best = s['iter'], s['best']
+        self.step = s['iter']
         same_run = os.path.realpath(os.path.dirname(point.path)) == os.path.realpath(self.ckpt.folder)
-        noted = self.ckpt.read_best() if same_run else None
-        if noted is not None and self.best['iter'] < noted[0] <= self.step:
-            self.best = {'psnr': noted[1], 'iter': noted[0]}  # validated right after this save was written
+        self.best, note = resumed_best(s['best'], self.ckpt.read_best() if same_run else None, self.step,
+                                       self.opt['val']['best_metric'])
+        if note:
+            self.log.warning(f'resume: {note}')
         layout = (self.state.world_size, self.train_loader.batch_size, self.accum)
         # state files written before the batch layout was recorded lack it: the layout is unknown
         saved = (s['world_size'], s['batch_size'], s['accumulate_steps']) if 'batch_size' in s else None
@@ -327,23 +330,23 @@ class Trainer:
             else:
                 self.log.info(f'val.save_img: validation images of iteration {self.step} in {images}')
         if not self.input_scored:
-            self.log.info(f'<iter:{self.step:,d}> validation input: {describe_input(res.input)}')
+            self.log.info(f'<iter:{self.step:,d}> validation input: {describe_input(res.input, res.names)}')
             self.input_scored = True
         m = res.means
-        self.log.info(f'<iter:{self.step:,d}> validation on {m["count"]} items: PSNR {m["psnr"]:.2f} dB, '
-                      f'SSIM {m["ssim"]:.4f}; Y: PSNR {m["psnr_y"]:.2f} dB, SSIM {m["ssim_y"]:.4f}')
-        self.reporter.scalars(self.step, {f'val/{k}': m[k] for k in METRICS})
+        self.log.info(f'<iter:{self.step:,d}> validation on {m["count"]} items: {describe_scores(m, res.names)}')
+        self.reporter.scalars(self.step, {f'val/{k}': m[k] for k in res.names})
         self.reporter.row({'kind': 'val', 'iter': self.step, 'epoch': self.epoch,
                            'test_set': self.opt['datasets']['test']['name'], 'items': m['count'],
-                           **{k: m[k] for k in METRICS}, 'time': time.time()})
+                           **{k: m[k] for k in res.names}, 'time': time.time()})
         self.reporter.images(self.step, {f'val_images/{k}': img for k, img in res.previews.items()})
-        if m['psnr'] > self.best['psnr']:
-            self.best = {'psnr': m['psnr'], 'iter': self.step}
+        metric = self.best['metric']
+        if is_better(m[metric], self.best['value'], res.higher_is_better[metric]):
+            self.best = {'metric': metric, 'value': m[metric], 'iter': self.step}
             files: Dict[str, Any] = {}
 
             def write() -> None:
                 files.update(self.model.state_files())
-                self.ckpt.save_best(files, self.step, m['psnr'])
+                self.ckpt.save_best(files, self.step, m[metric], metric)
             self.act_on_write(dist.main_process_outcome(write, lambda e: (
                 f'best checkpoint at iteration {self.step} failed: '
                 f'{describe_write_error(e, self.ckpt.folder, lambda: object_bytes(files))}')))
@@ -382,8 +385,10 @@ class Trainer:
                 self.epoch += 1
                 self.epoch_step = 0
             self.timing.tick()
-        self.log.info(f'end of training at iteration {self.step}; best PSNR {self.best["psnr"]:.2f} dB '
-                      f'at iteration {self.best["iter"]}')
+        best = self.best
+        self.log.info(f'end of training at iteration {self.step}; ' + (
+            f'best {best["metric"]} {best["value"]:.4f} at iteration {best["iter"]}' if best['value'] is not None
+            else f'no validation since val.best_metric {best["metric"]} was chosen'))
         self.check_replicas()
 
     def training_batches(self) -> Iterator[List[Any]]:
@@ -586,6 +591,38 @@ class Timing:
         self.iter_time = self.data_time = 0.0
         self.window = 0
         return out
+
+
+def is_better(value: float, best: Optional[float], higher_is_better: bool) -> bool:
+    """Whether a validation's `value` beats the best so far (None: there is none yet); NaN never does."""
+    if math.isnan(value):
+        return False
+    return best is None or (value > best if higher_is_better else value < best)
+
+
+def resumed_best(saved: Mapping[str, Any], noted: Optional[Tuple[int, float, str]], step: int,
+                 metric: str) -> Tuple[Dict[str, Any], str]:
+    """(the best validation a resumed run goes on from, a warning or '').
+
+    `saved` is the state file's record: {'metric', 'value', 'iter'}, or {'psnr', 'iter'} as written before
+    `val.best_metric` existed (-inf: none yet). `noted` is the `best` note of the run's folder (iteration,
+    value, metric): written at a validation after the save it resumes, it is newer when its iteration lies
+    after the saved one, up to `step`. A `val.best_metric` other than the saved one restarts the tracking:
+    the best_*.pth files of the old metric stay until the first validation replaces them.
+    """
+    if 'metric' in saved:
+        best = dict(saved)
+    else:
+        psnr = saved['psnr']
+        best = {'metric': 'psnr', 'value': None if psnr == float('-inf') else psnr, 'iter': saved['iter']}
+    if noted is not None and noted[2] == best['metric'] and best['iter'] < noted[0] <= step:
+        best = {'metric': noted[2], 'value': noted[1], 'iter': noted[0]}
+    if best['metric'] == metric:
+        return best, ''
+    was = 'none yet' if best['value'] is None else f'{best["value"]:.4f} at iteration {best["iter"]}'
+    return ({'metric': metric, 'value': None, 'iter': 0},
+            f'val.best_metric changed from {best["metric"]} (best {was}) to {metric}: the best checkpoint is '
+            f'chosen by {metric} from the next validation on (best_*.pth is replaced then)')
 
 
 def parameter_digest(net: torch.nn.Module) -> str:

@@ -6,22 +6,36 @@ initialisers), so that main_train.py, main_test.py, the benches and the tests re
 way without importing one another.
 """
 import json
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
+from metrics.registry import METRICS as METRIC_REGISTRY
+from models.evaluation import METRICS
 from models.init import BN_INITS, WEIGHT_INITS
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
-from utils.options import Rules, apply_overrides, load_options, parse_json_file
+from utils.options import Choice, Rules, apply_overrides, load_options, parse_json_file
+from utils.suggest import did_you_mean
 
 
 def option_rules() -> Rules:
-    """What models/ and data/ require of the options (the `train` type keys and their members' keys come
-    with the model: `model_options`)."""
+    """What models/, metrics/ and data/ require of the options (the `train` type keys and their members' keys
+    come with the model: `model_options`; `val.metrics` names metrics, whose keys sit in `val` unprefixed)."""
     return Rules(network=network_options, dataset=dataset_options, model=model_options,
                  discriminator=discriminator_options, train_only_dataset_keys=TRAIN_ONLY_OPTIONS,
                  names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
-                        'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get})
+                        'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get},
+                 choices={'val': {'metrics': Choice(METRIC_REGISTRY, '')}}, checks=(best_metric_problem,))
+
+
+def best_metric_problem(opt: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """`val.best_metric` must be a score validation computes: one of the four always scored, or a chosen metric."""
+    v = opt['val']
+    scored = [*METRICS, *v['metrics']]
+    if v['best_metric'] in scored:
+        return None
+    return 'val.best_metric', (f'{json.dumps(v["best_metric"])} is not scored{did_you_mean(v["best_metric"], scored)}; '
+                               f'use one of {", ".join(scored)} (or add it to val.metrics)')
 
 
 def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:

@@ -7,9 +7,13 @@ loader's shard), and every rank gathers that round's scores (and, when images ar
 PNG bytes), so every rank makes the same collectives, memory stays one round of items, and the rows
 come back in dataset order whatever the number of ranks: the means are the same sums in the same
 order on 1 or N processes.
+
+Scores are the four always computed (`METRICS`: PSNR/SSIM on RGB and Y, as KAIR reports them) and then
+the restorer's `val.metrics` in their order (`Evaluation.names`), each the mean over an item's frames
+and then over the items, with the same crop; a no-reference metric scores the inputs alone too.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,7 +23,7 @@ from utils.image import encode_image
 from utils.logger import get_logger
 from utils.progress import progress
 
-METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')
+METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')  # always scored, first, all higher-is-better
 
 # rank 0 writes one restored item: (name, PNG bytes of each frame); an OSError stops further writes
 WriteItem = Callable[[str, List[bytes]], None]
@@ -27,7 +31,7 @@ WriteItem = Callable[[str, List[bytes]], None]
 
 @dataclass
 class Row:
-    """One evaluated item: its name, frame count and [psnr, ssim, psnr_y, ssim_y]."""
+    """One evaluated item: its name, frame count and scores (`Evaluation.names`: psnr, ssim, psnr_y, ssim_y, ...)."""
     name: str
     frames: int
     scores: List[float]
@@ -37,10 +41,12 @@ class Row:
 class Evaluation:
     """What `evaluate` returns on every rank (previews and `write_error` are per rank)."""
     rows: List[Row]                           # every item, in dataset order
-    means: Dict[str, float]                   # psnr, ssim, psnr_y, ssim_y over the rows, and 'count'
+    means: Dict[str, float]                   # each of `names` over the rows, and 'count'
     input: Optional[Dict[str, float]] = None  # the inputs' own scores (describe_input), when asked
     previews: Dict[str, np.ndarray] = field(default_factory=dict)  # this rank's first restored images
     write_error: Optional[OSError] = None     # rank 0: the write that failed (later items were not written)
+    names: Tuple[str, ...] = METRICS          # what the scores are: METRICS, then `val.metrics`
+    higher_is_better: Dict[str, bool] = field(default_factory=lambda: dict.fromkeys(METRICS, True))
 
 
 def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_items: int, *,
@@ -84,40 +90,49 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
                         write_error = e
     gathered.sort(key=lambda g: g[0])
     rows = [row for _, row, _ in gathered]
+    names = (*METRICS, *restorer.metrics)
     if restorer.log_items and rank == 0:
         log = get_logger()
         for row in sorted(rows, key=lambda row: row.name):
-            m = row.scores
-            log.info(f'  clip {row.name} ({row.frames} frames): PSNR {m[0]:.2f} dB, SSIM {m[1]:.4f}; '
-                     f'Y: PSNR {m[2]:.2f} dB, SSIM {m[3]:.4f}')
+            log.info(f'  clip {row.name} ({row.frames} frames): {describe_scores(dict(zip(names, row.scores)), names)}')
     scored_inputs = [s for _, _, s in gathered if s is not None]
-    return Evaluation(rows, means_of_rows([row.scores for row in rows]),
-                      input_means(scored_inputs) if score_input else None, previews, write_error)
+    return Evaluation(rows, means_of_rows([row.scores for row in rows], names),
+                      input_means(scored_inputs, names) if score_input else None, previews, write_error, names,
+                      {**dict.fromkeys(METRICS, True),
+                       **{name: bool(m.higher_is_better) for name, m in restorer.metrics.items()}})
 
 
-def means_of_rows(scores: List[List[float]]) -> Dict[str, float]:
-    """The mean of each metric over the items, summed in float64 in the given (dataset) order."""
-    sums = np.zeros(len(METRICS), dtype=np.float64)
+def means_of_rows(scores: List[List[float]], names: Sequence[str] = METRICS) -> Dict[str, float]:
+    """The mean of each score (`names`) over the items, summed in float64 in the given (dataset) order."""
+    sums = np.zeros(len(names), dtype=np.float64)
     for s in scores:
         sums += np.asarray(s, dtype=np.float64)
     n = max(len(scores), 1)
-    return {**{m: float(sums[i] / n) for i, m in enumerate(METRICS)}, 'count': len(scores)}
+    return {**{m: float(sums[i] / n) for i, m in enumerate(names)}, 'count': len(scores)}
 
 
-def input_means(scores: List[List[float]]) -> Optional[Dict[str, float]]:
-    """The inputs' means (and the bicubic factor they were upscaled by); None when no input was comparable."""
+def input_means(scores: List[List[float]], names: Sequence[str] = METRICS) -> Optional[Dict[str, float]]:
+    """The inputs' means (and the bicubic factor they were upscaled by, each score's last entry); None when
+    no input was comparable."""
     if not scores:
         return None
-    means = means_of_rows([s[:4] for s in scores])
-    return {**means, 'upscale': float(np.mean([s[4] for s in scores]))}
+    means = means_of_rows([s[:-1] for s in scores], names)
+    return {**means, 'upscale': float(np.mean([s[-1] for s in scores]))}
+
+
+def describe_scores(scores: Dict[str, float], names: Sequence[str] = METRICS) -> str:
+    """PSNR/SSIM as KAIR logs them, then each further metric of `names` by its name."""
+    text = (f'PSNR {scores["psnr"]:.2f} dB, SSIM {scores["ssim"]:.4f}; '
+            f'Y: PSNR {scores["psnr_y"]:.2f} dB, SSIM {scores["ssim_y"]:.4f}')
+    extra = [f'{name} {scores[name]:.4f}' for name in names if name not in METRICS]
+    return f'{text}; {", ".join(extra)}' if extra else text
 
 
 
-def describe_input(res: Optional[Dict[str, float]]) -> str:
+def describe_input(res: Optional[Dict[str, float]], names: Sequence[str] = METRICS) -> str:
     """One log line's worth of `Evaluation.input`: what was compared, on how many items, the scores."""
     if res is None:
         return 'no input-vs-target score: the inputs are not comparable with the targets (other frames)'
     up = res['upscale']
     what = 'the input itself (L against H)' if up == 1 else f'the input upscaled by bicubic x{up:g} (against H)'
-    return (f'{what} on {res["count"]} items: PSNR {res["psnr"]:.2f} dB, SSIM {res["ssim"]:.4f}; '
-            f'Y: PSNR {res["psnr_y"]:.2f} dB, SSIM {res["ssim_y"]:.4f}')
+    return f'{what} on {res["count"]} items: {describe_scores(res, names)}'

@@ -8,13 +8,14 @@ import copy
 import math
 import os
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from metrics.fidelity import calculate_psnr, calculate_ssim, metric_border, metric_round_y
+from metrics.registry import METRICS, Metric
 from models.merge_bn import fold_batchnorm
 from models.registry import build_network, build_on_meta
 from utils.checkpoint import load as load_checkpoint, unwrap_params
@@ -63,6 +64,13 @@ def _parameter_count(netG: Dict[str, Any], section: str) -> Optional[int]:
     """Parameters of the network, counted on the meta device (no memory); None if it cannot be built there."""
     probe = build_on_meta(netG, f'{section}.net_type')
     return None if probe is None else sum(p.numel() for p in probe.parameters())
+
+
+def build_metrics(val: Mapping[str, Any], device: torch.device) -> Dict[str, Metric]:
+    """The metrics `val.metrics` names, in its order, each built once with its own `val` keys on `device`
+    (the evaluation's): a restorer keeps them for every validation of the run."""
+    return {name: METRICS.get(name, 'val.metrics')(device=device, **METRICS.read(name, val, '', 'val.metrics'))
+            for name in val['metrics']}
 
 
 def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: str,
@@ -120,14 +128,16 @@ class ImageRestorer:
     log_items = False  # log every evaluated item, not only the means (video restorers)
 
     def __init__(self, net: nn.Module, device: torch.device, metric_border: int, tile: int = 0,
-                 tile_overlap: int = 0, self_ensemble: bool = False, round_y: bool = False):
+                 tile_overlap: int = 0, self_ensemble: bool = False, round_y: bool = False,
+                 metrics: Optional[Mapping[str, Metric]] = None):
         if tile and tile_overlap >= tile:
             raise UserError(f'val.tile_overlap: {tile_overlap} must be smaller than val.tile {tile}')
         self.net = net
         self.device = device
-        self.metric_border = metric_border  # pixels cropped at each border before PSNR/SSIM
+        self.metric_border = metric_border  # pixels cropped at each border before PSNR/SSIM (and the metrics)
         self.round_y = round_y              # Y rounded to integers before the Y scores
         self.tile, self.tile_overlap, self.self_ensemble = tile, tile_overlap, self_ensemble
+        self.metrics: Dict[str, Metric] = dict(metrics or {})  # `val.metrics`, scored after the four
 
     @classmethod
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'ImageRestorer':
@@ -136,11 +146,11 @@ class ImageRestorer:
         test = opt['datasets']['test'] if 'test' in opt['datasets'] else {'scale': opt['scale']}
         border, round_y = scoring(test, test['scale'] if 'scale' in test else 1)  # no `scale`: it restores at 1
         return cls(net, device, metric_border=border, tile=v['tile'], tile_overlap=v['tile_overlap'],
-                   self_ensemble=v['self_ensemble'], round_y=round_y)
+                   self_ensemble=v['self_ensemble'], round_y=round_y, metrics=build_metrics(v, device))
 
     def score(self, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> List[float]:
-        """[psnr, ssim, psnr_y, ssim_y] of one restored item, with this restorer's conventions."""
-        return item_metrics(E, H, self.metric_border, self.round_y)
+        """[psnr, ssim, psnr_y, ssim_y, *`val.metrics`] of one restored item, with this restorer's conventions."""
+        return item_metrics(E, H, self.metric_border, self.round_y, self.metrics)
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
@@ -254,10 +264,11 @@ class KernelRestorer(ImageRestorer):
             raise UserError(f'{key}: model {opt["model"]} restores whole images (its blur model is circular over '
                             f'the whole image); set it to 0/false')
         test = opt['datasets']['test'] if 'test' in opt['datasets'] else None
+        metrics = build_metrics(v, device)
         if test is None or 'sf_validation' not in test:
-            return cls(net, device, metric_border=0)
+            return cls(net, device, metric_border=0, metrics=metrics)
         border, round_y = scoring(test, test['sf_validation'])
-        return cls(net, device, metric_border=border, round_y=round_y)
+        return cls(net, device, metric_border=border, round_y=round_y, metrics=metrics)
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[Any, ...]:
@@ -293,9 +304,9 @@ class VideoRestorer(ImageRestorer):
     log_items = True  # per-clip PSNR/SSIM, as the reference logs them
 
     def __init__(self, net: nn.Module, device: torch.device, val: Dict[str, Any], window_size: Sequence[int],
-                 spike_chans: int):
+                 spike_chans: int, metrics: Optional[Mapping[str, Metric]] = None):
         # KAIR's main_train_vrt and VRT's main_test_vrt compare whole frames
-        super().__init__(net, device, metric_border=0)
+        super().__init__(net, device, metric_border=0, metrics=metrics)
         self.val = val
         self.window_size = (int(window_size[0]), int(window_size[1]), int(window_size[2]))
         self.spike_chans = int(spike_chans)
@@ -313,7 +324,7 @@ class VideoRestorer(ImageRestorer):
         if 'clip_size' in netG:  # RVRT restores clips of clip_size frames: whole clips must divide by it too
             window_size[0] = math.lcm(int(window_size[0]), int(netG['clip_size']))
         spike_chans = netG['spike_chans'] if 'spike_chans' in netG else 0
-        return cls(net, device, opt['val'], window_size, spike_chans)
+        return cls(net, device, opt['val'], window_size, spike_chans, build_metrics(v, device))
 
     def _check_val_options(self) -> None:
         v, ws = self.val, self.window_size
@@ -466,10 +477,20 @@ def _starts(size: int, tile: int, stride: int) -> List[int]:
     return list(range(0, size - tile, stride)) + [size - tile]
 
 
-def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int, round_y: bool = False) -> List[float]:
-    """Metrics of one item (an image, or a clip: mean over its frames)."""
-    per_frame = np.array([image_metrics(e, h, border, round_y) for e, h in zip(E, H)], dtype=np.float64)
+def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int, round_y: bool = False,
+                 metrics: Optional[Mapping[str, Metric]] = None) -> List[float]:
+    """Metrics of one item (an image, or a clip: mean over its frames): the four of `image_metrics`, then
+    each of `metrics` on the same frames with the same `border` cropped (a no-reference one without H)."""
+    extra = list((metrics or {}).values())
+    per_frame = np.array([image_metrics(e, h, border, round_y) + [
+        float(m(_crop(e, border), _crop(h, border) if m.needs_reference else None)) for m in extra]
+        for e, h in zip(E, H)], dtype=np.float64)
     return per_frame.mean(axis=0).tolist()
+
+
+def _crop(img: np.ndarray, border: int) -> np.ndarray:
+    """`img` without `border` pixels at each side, as PSNR/SSIM see it (the frame when 0)."""
+    return img[border:-border, border:-border] if border else img
 
 
 def image_metrics(E: np.ndarray, H: np.ndarray, border: int, round_y: bool = False) -> List[float]:

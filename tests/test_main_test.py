@@ -7,6 +7,8 @@ import sys
 from tests.conftest import run, tiny_options, write_options
 
 PY = sys.executable
+# main_test.py with the two metrics of tests/extra_metrics.py registered, one full-reference and one no-reference
+METRICS = ['--set', 'val.metrics=["mean_abs_error", "brightness"]']
 
 
 def _table(path):
@@ -17,20 +19,21 @@ def _table(path):
 def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_path, demo_images):
     opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
     assert run([PY, 'main_train.py', '--opt', opt]).returncode == 0
-    one = run([PY, 'main_test.py', '--opt', opt, '--out', str(tmp_path / 'one')])
+    one = run([PY, '-m', 'tests.extra_metrics', 'main_test', '--opt', opt, '--out', str(tmp_path / 'one'), *METRICS])
     assert one.returncode == 0, one.stderr[-2000:]
     assert '8_E.pth' in one.stdout                       # newest checkpoint, EMA weights by default
     rows = _table(tmp_path / 'one' / 'results.csv')
-    assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y'] and rows[-1][0] == 'mean'
+    assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y', 'mean_abs_error', 'brightness']
+    assert rows[-1][0] == 'mean'
     assert len(rows) == 2 + 8 and all(float(r[1]) > 10 for r in rows[1:])
     assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)] + ['results.csv'])
     noisy = re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', one.stdout)
     assert len(noisy) == 1 and 19.5 < float(noisy[0]) < 21, one.stdout  # sigma 25: about 20.2 dB
 
-    two = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_test.py',
-               '--opt', opt, '--out', str(tmp_path / 'two')])
+    two = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '-m', 'tests.extra_metrics',
+               'main_test', '--opt', opt, '--out', str(tmp_path / 'two'), *METRICS])
     assert two.returncode == 0, two.stderr[-2000:]
-    assert sorted(_table(tmp_path / 'two' / 'results.csv')[1:-1]) == sorted(rows[1:-1])
+    assert _table(tmp_path / 'two' / 'results.csv') == rows  # dataset order, the same sums: the same means
     assert re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', two.stdout) == noisy
 
 

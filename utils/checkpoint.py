@@ -220,20 +220,22 @@ class CheckpointDir:
                 continue
         raise OSError(f'{self.folder}: cannot create a new folder named {name}_<n>')
 
-    def read_best(self) -> Optional[Tuple[int, float]]:
-        """(iteration, PSNR) of `best_*.pth` from the `best` note, or None."""
+    def read_best(self) -> Optional[Tuple[int, float, str]]:
+        """(iteration, score, metric) of `best_*.pth` from the `best` note, or None; a note written before
+        `val.best_metric` existed has no metric: it was PSNR."""
         try:
             with open(os.path.join(self.folder, 'best')) as f:
-                step, psnr = f.read().split()
-            return int(step), float(psnr)
-        except (OSError, ValueError):
+                step, value, *metric = f.read().split()
+            return int(step), float(value), metric[0] if metric else 'psnr'
+        except (OSError, ValueError, IndexError):
             return None
 
-    def save_best(self, files: Dict[str, Any], step: int, psnr: float) -> None:
-        """`best_G.pth` (and `best_E.pth`) by validation PSNR, then a `best` note naming the iteration."""
+    def save_best(self, files: Dict[str, Any], step: int, value: float, metric: str = 'psnr') -> None:
+        """`best_G.pth` (and `best_E.pth`) by the validation score `metric` (`val.best_metric`), then a `best`
+        note naming the iteration, the score and the metric."""
         for kind, obj in files.items():
             atomic_torch_save(obj, os.path.join(self.folder, f'best_{kind}.pth'))
-        atomic_write_text(os.path.join(self.folder, 'best'), f'{step} {psnr:.4f}\n')
+        atomic_write_text(os.path.join(self.folder, 'best'), f'{step} {value:.6g} {metric}\n')
 
     def remove_stale_temp(self) -> List[str]:
         """Temporary files of a save that was killed before its rename (never a complete file)."""

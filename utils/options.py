@@ -141,6 +141,11 @@ def _gpu_ids(v: Any) -> Optional[str]:
     return 'must be a list of GPU indices (integers >= 0), e.g. [0, 1]'
 
 
+def _distinct_names(v: List[Any]) -> Optional[str]:
+    twice = sorted({n for n in v if isinstance(n, str) and v.count(n) > 1})
+    return f'names {twice[0]} twice' if twice else None
+
+
 def betas(v: List[Any]) -> Optional[str]:
     if len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
         return None
@@ -202,6 +207,10 @@ SCHEMA: Dict[str, Any] = {
         'tile': Key(0, (int,), non_negative),            # images: restore in tiles of this size (0: whole)
         'tile_overlap': Key(32, (int,), non_negative),
         'self_ensemble': Key(False, (bool,)),              # images: average the 8 flips/rotations (x8)
+        # metrics scored next to PSNR/SSIM (names of the metric registry; each reads its own `val` keys), and the
+        # score that picks best_G.pth: psnr, ssim, psnr_y, ssim_y or one of `metrics` (the rules check which)
+        'metrics': Key([], (list,), _distinct_names),
+        'best_metric': Key('psnr', (str,)),
     },
     'logging': {
         'use_tensorboard': Key(True, (bool,)),
@@ -499,6 +508,10 @@ class Rules:
     discriminator: Optional[Callable[[str, str], Dict[str, Any]]] = None  # keys of `netD`, as `network`
     # dataset keys only training sections take: {key: why a test section has none} (an error there)
     train_only_dataset_keys: Mapping[str, str] = field(default_factory=dict)
+    # type keys of other sections than `train` (whose come with the model): {section: {type key: Choice}}
+    choices: Mapping[str, Mapping[str, Choice]] = field(default_factory=dict)
+    # checks of the completed options across keys: each returns (key, problem) or None
+    checks: Sequence[Callable[[Dict[str, Any]], Optional[Tuple[str, str]]]] = ()
 
 
 class _Validator:
@@ -626,10 +639,17 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     if rules.model is not None:  # the model's own keys join the sections (a GAN's D_*, F_*, netD)
         extra = v.named('model', data['model'] if 'model' in data else SCHEMA['model'].default, rules.model)
     schema = {**SCHEMA, **{sec: {**SCHEMA[sec], **keys} for sec, keys in extra.items() if sec in ('train', 'path')}}
-    if extra.get('choices') and isinstance(static.get('train', {}), dict):
-        static['train'], schema['train'] = v.choices(static.get('train', {}), schema['train'], extra['choices'],
-                                                     'train.')
+    choices = {sec: dict(c) for sec, c in rules.choices.items()}
+    if extra.get('choices'):
+        choices.setdefault('train', {}).update(extra['choices'])
+    for sec, chosen in choices.items():
+        if isinstance(static.get(sec, {}), dict):
+            static[sec], schema[sec] = v.choices(static.get(sec, {}), schema[sec], chosen, f'{sec}.')
     opt = v.section(static, schema, '')
+    for check in rules.checks:
+        problem = check(opt)
+        if problem:
+            v.fail(*problem)
     if 'netD' in extra:
         netD = data['netD'] if 'netD' in data else None
         if not isinstance(netD, dict) or 'net_type' not in netD:
