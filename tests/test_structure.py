@@ -209,7 +209,7 @@ def test_a_registered_loss_reads_its_declared_key_with_the_type_keys_prefix():
 def test_a_key_of_a_member_not_chosen_is_dropped_with_one_note():
     train, notes = _train(G_lossfn_type='l1', G_l1_scale=3)
     assert 'G_l1_scale' not in train
-    assert notes == ['train.G_l1_scale: not read by G_lossfn_type l1; ignored']
+    assert notes == ['train.G_l1_scale: not read by G_lossfn_type l1 nor G_extra_losses none; ignored']
     train, notes = _train(G_scheduler_type='MultiStepLR', G_scheduler_periods=[4, 4], G_scheduler_eta_min=0.1)
     assert 'G_scheduler_periods' not in train and train['G_scheduler_milestones'] == []
     assert notes == ['train.G_scheduler_periods, train.G_scheduler_eta_min: not read by G_scheduler_type '

@@ -593,17 +593,26 @@ class _Validator:
                 chosen.update({choice.prefix + k: s for k, s in choice.registry.options(name, where + type_key).items()})
             chosen_by[type_key] = (choice, names, chosen)
         every_chosen = {k for _, _, chosen in chosen_by.values() for k in chosen}
-        for type_key, (choice, names, chosen) in chosen_by.items():
+        for _, _, chosen in chosen_by.values():
+            schema.update(chosen)
+        # type keys choosing from one registry with one prefix (G_lossfn_type, G_extra_losses) read one set of
+        # keys: a key none of their members reads is noted once, naming what each of them chose
+        groups: Dict[Tuple[int, str], List[str]] = {}
+        for type_key, (choice, _, _) in chosen_by.items():
+            groups.setdefault((id(choice.registry), choice.prefix), []).append(type_key)
+        for type_keys in groups.values():
+            choice = chosen_by[type_keys[0]][0]
+            names = {n for k in type_keys for n in chosen_by[k][1]}
             others = {choice.prefix + k for member in choice.registry.names() if member not in names
-                      for k in choice.registry.options(member, where + type_key)}
+                      for k in choice.registry.options(member, where + type_keys[0])}
             others -= every_chosen | set(schema)
             ignored = [key for key in data if key in others]
             if ignored:
-                shown = ', '.join(names) if names else 'null'
-                self.notes.append(f'{", ".join(where + k for k in ignored)}: not read by {type_key} {shown}; ignored')
+                empty = 'null' if len(type_keys) == 1 else 'none'
+                shown = ' nor '.join(f'{k} {", ".join(chosen_by[k][1]) or empty}' for k in type_keys)
+                self.notes.append(f'{", ".join(where + k for k in ignored)}: not read by {shown}; ignored')
             data = {k: v for k, v in data.items() if k not in others}
-            schema.update(chosen)
-            schema.update({k: IGNORED for k in sorted(others) if k not in schema})
+            schema.update({k: IGNORED for k in sorted(others)})
         return data, schema
 
     def named(self, where: str, data: Any, lookup: Callable[[str, str], T]) -> T:
