@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from metrics.imagenet import RANDOM, backbone, check_digest, pair_tensors, taps, too_small, warn_random
+from metrics.imagenet import RANDOM, backbone, check_digest, score_pair, taps, warn_random
 from metrics.registry import METRICS
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
@@ -124,11 +124,4 @@ class DISTS:
         self.net = DISTSNet(dists_path, dists_backbone_path, 'val.').to(self.device)
 
     def __call__(self, restored: np.ndarray, reference: Optional[np.ndarray]) -> float:
-        x, y = pair_tensors(restored, reference, self.device)
-        try:
-            with torch.no_grad():
-                return float(self.net(x, y)[0])
-        except RuntimeError as e:
-            if 'size' in str(e).lower():
-                raise too_small('DISTS', tuple(x.shape), e) from None
-            raise
+        return score_pair(self.net, 'DISTS', restored, reference, self.device)

@@ -140,6 +140,20 @@ def as_images(x: torch.Tensor) -> torch.Tensor:
     return x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
 
 
+def score_pair(net: nn.Module, name: str, restored: np.ndarray, reference: Optional[np.ndarray],
+               device: torch.device) -> float:
+    """A full-reference network's distance of one frame to its reference; a frame too small for the
+    network is the one line of `too_small`."""
+    x, y = pair_tensors(restored, reference, device)
+    try:
+        with torch.no_grad():
+            return float(net(x, y)[0])
+    except RuntimeError as e:
+        if 'size' in str(e).lower():
+            raise too_small(name, tuple(x.shape), e) from None
+        raise
+
+
 def too_small(metric: str, shape: Tuple[int, ...], e: RuntimeError) -> UserError:
     """The one line for a frame smaller than a network's receptive field can take."""
     return UserError(f'cannot score a {shape[-2]}x{shape[-1]} image with {metric}: it is too small for the '
