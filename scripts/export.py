@@ -150,6 +150,7 @@ def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str) -> A
     net_type and torch's reason. torch.export is called here rather than by torch.onnx.export, which on
     such a violation silently narrows the dims to what was traced (a graph wrong at other sizes).
     """
+    check_no_self_modification(net, x, net_type)
     side = min_side(net)
     dims = {0: torch.export.Dim('batch'), 2: torch.export.Dim('height', min=side),
             3: torch.export.Dim('width', min=side)}
@@ -175,6 +176,19 @@ def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str) -> A
             raise UserError(f'netG ({net_type}): the traced graph cannot be translated to ONNX opset {opset}: '
                             f'{export_reason(e)}') from None
     return onnx_program.model_proto
+
+
+def check_no_self_modification(net: nn.Module, x: torch.Tensor, net_type: str) -> None:
+    """A forward that replaces its own weights in eval mode (SPAN re-parameterises its convolutions on every
+    call) cannot be traced: torch.export crashes the process on it (torch 2.14), so it is refused first."""
+    before = {name: t.data_ptr() for name, t in [*net.named_parameters(), *net.named_buffers()]}
+    with torch.no_grad():
+        net(x[:1])
+    after = {name: t.data_ptr() for name, t in [*net.named_parameters(), *net.named_buffers()]}
+    changed = [name for name in before if after.get(name) != before[name]]
+    if changed:
+        raise UserError(f'netG ({net_type}): cannot be exported to ONNX: its forward replaces its own weights '
+                        f'({changed[0]}, re-parameterisation on every call), which torch.export cannot trace')
 
 
 def size_oblivious() -> Any:

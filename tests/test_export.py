@@ -192,6 +192,27 @@ def test_a_network_whose_forward_branches_on_its_input_size_is_one_line_naming_i
     assert '\n' not in str(e.value)
 
 
+def test_a_network_that_replaces_its_own_weights_in_forward_is_one_line_naming_it():
+    """SPAN re-parameterises its convolutions on every eval forward: torch.export would crash the process."""
+    need_onnx()
+    need_spandrel()
+    from models.registry import build_network
+    net = build_network({'net_type': 'span', 'num_in_ch': 3, 'num_out_ch': 3, 'feature_channels': 8}, 'netG').eval()
+    with pytest.raises(UserError, match=r'^netG \(span\): cannot be exported to ONNX: its forward replaces its own '
+                                        r'weights \(conv_1\.eval_conv\.weight'):
+        export.export_onnx(net, torch.rand(2, 3, 64, 64), 18, 'span')
+
+
+def test_window_attention_under_export_is_the_explicit_form_of_sdpa(monkeypatch):
+    """What the exported graph computes (softmax(scale·q·kᵀ + bias + mask)·v written out) equals SDPA's result."""
+    from models.attention import window_attention
+    q, k, v = (torch.randn(4, 2, 16, 8) for _ in range(3))
+    bias, mask = torch.randn(2, 16, 16), torch.randn(2, 16, 16)
+    eager = window_attention(q, k, v, 0.3, bias, mask)
+    monkeypatch.setattr(torch.compiler, 'is_exporting', lambda: True)
+    assert torch.allclose(window_attention(q, k, v, 0.3, bias, mask), eager, atol=1e-5)
+
+
 def test_bad_inputs_are_one_line(tmp_path, demo_images, capsys):
     raw = tiny_options(str(tmp_path / 'exp'), demo_images)
     opt_path = write_options(str(tmp_path / 'o.json'), raw)
