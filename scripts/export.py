@@ -93,7 +93,7 @@ def check_model_type(opt: Dict[str, Any]) -> None:
 
 
 def input_channels(net: nn.Module, opt: Dict[str, Any]) -> int:
-    """Channels netG takes: those of its first convolution (or linear layer), else the options' n_channels."""
+    """Channels netG takes: those of its first convolution, else the options' n_channels."""
     for module in net.modules():
         if isinstance(module, (nn.Conv2d, nn.Conv3d)):
             return module.in_channels
@@ -320,7 +320,7 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
     files.append((os.path.join(out_dir, f'{name}.safetensors'), safetensors_bytes(net, opt['netG'], weights)))
     write_all(files)
     for path, data in files:
-        say(f'wrote {path} ({len(data) / 1e6:.1f} MB)')
+        say(f'wrote {path} ({len(data) / 1e6:.2f} MB)')
     return [path for path, _ in files]
 
 

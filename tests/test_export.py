@@ -125,6 +125,9 @@ def test_safetensors_load_through_main_test_and_pretrained_netG_with_identical_o
         with open(tmp_path / name / 'results.csv') as f:
             tables.append(list(csv.reader(f)))
     assert tables[0] == tables[1] and len(tables[0]) == 10
+    assert export_run(capsys, '--opt', opt_path, '--weights', st, '--out', tmp_path / 'again', '--no-check')[0] == 0
+    again = load(str(tmp_path / 'again' / '4_G.safetensors'))                  # --weights takes safetensors too
+    assert all(torch.equal(again[k], v) for k, v in load(st).items())
 
     x = torch.rand(1, 3, 24, 24)
     from_pth = build_eval_network(opt['netG'], os.path.join(opt['path']['models'], '4_G.pth'), torch.device('cpu'), 'w')
@@ -177,6 +180,19 @@ def test_a_check_above_the_tolerance_fails_in_one_line_and_writes_nothing(tmp_pa
     assert code == 2 and err.count('\n') == 1
     assert '8_E.onnx: max|diff| = 0.001 against PyTorch exceeds 0.0001; nothing written' in err
     assert not os.path.exists(tmp_path / 'x') or os.listdir(tmp_path / 'x') == []
+
+
+def test_a_failed_write_removes_the_files_written_before_it(tmp_path, monkeypatch):
+    real = export.atomic_write_bytes
+
+    def full_disk_on_the_second(path, *a, **k):
+        if path.endswith('b.onnx'):
+            raise OSError(28, 'No space left on device')
+        real(path, *a, **k)
+    monkeypatch.setattr(export, 'atomic_write_bytes', full_disk_on_the_second)
+    with pytest.raises(OSError):
+        export.write_all([(str(tmp_path / 'a.onnx'), b'1'), (str(tmp_path / 'b.onnx'), b'2')])
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_network_whose_forward_branches_on_its_input_size_is_one_line_naming_it():
