@@ -92,17 +92,27 @@ def check_model_type(opt: Dict[str, Any]) -> None:
                         f'image ({cls.__name__}); export handles networks fed one [N, C, H, W] image')
 
 
-def input_channels(net: nn.Module, opt: Dict[str, Any]) -> int:
-    """Channels netG takes: those of its first convolution, else the options' n_channels."""
-    for module in net.modules():
-        if isinstance(module, (nn.Conv2d, nn.Conv3d)):
-            return module.in_channels
-    return int(opt['n_channels'])
+def channel_candidates(net: nn.Module, opt: Dict[str, Any]) -> List[int]:
+    """Channel counts netG may take, likeliest first: those of its first convolution (an input conv with
+    extra map channels, e.g. FDnCNN's noise level), then the options' n_channels."""
+    first = next((m.in_channels for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))), None)
+    return list(dict.fromkeys(c for c in (first, int(opt['n_channels'])) if c))
 
 
-def check_input(opt: Dict[str, Any], channels: int) -> Tuple[torch.Tensor, str]:
+def torch_output(net: nn.Module, x: torch.Tensor, net_type: str) -> torch.Tensor:
+    """net(x) in PyTorch (float32, no grad); a failure is one line, not a traceback."""
+    try:
+        with torch.no_grad():
+            return net(x).float()
+    except Exception as e:  # whatever the network raises on an input it does not take
+        raise UserError(f'netG ({net_type}): PyTorch itself fails on a {shape_text(x)} input: '
+                        f'{first_line(e)[:300]}') from None
+
+
+def check_input(opt: Dict[str, Any], net: nn.Module) -> Tuple[torch.Tensor, str]:
     """(1xCxHxW float input, what it is): the test set's first input, cropped from its bottom/right to at
-    most CHECK_SIDE a side by multiples of CROP_STEP, or a fixed random image when there is none."""
+    most CHECK_SIDE a side by multiples of CROP_STEP, or else a fixed random image with the first of
+    `channel_candidates` that the network takes."""
     test = opt['datasets']['test'] if 'test' in opt['datasets'] else None
     reason = 'no datasets.test section'
     if test is not None:
@@ -117,9 +127,17 @@ def check_input(opt: Dict[str, Any], channels: int) -> Tuple[torch.Tensor, str]:
             return L[None, :, :h, :w].float().contiguous(), f'the first test input, {h}x{w}'
         if L is not None:
             reason = f'datasets.test gives {L.dim()}-d inputs'
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(1, channels, *RANDOM_CHECK, generator=gen)
-    return x, f'a random {RANDOM_CHECK[0]}x{RANDOM_CHECK[1]} image ({reason})'
+    candidates = channel_candidates(net, opt)
+    for channels in candidates:
+        x = torch.rand(1, channels, *RANDOM_CHECK, generator=torch.Generator().manual_seed(0))
+        try:
+            torch_output(net, x, opt['netG']['net_type'])
+        except UserError:
+            if channels != candidates[-1]:
+                continue
+            raise
+        return x, f'a random {RANDOM_CHECK[0]}x{RANDOM_CHECK[1]} image ({reason})'
+    raise UserError(f'netG ({opt["netG"]["net_type"]}): no input channel count to check it with; give a datasets.test')
 
 
 def trace_input(x: torch.Tensor) -> torch.Tensor:
@@ -182,8 +200,7 @@ def check_no_self_modification(net: nn.Module, x: torch.Tensor, net_type: str) -
     """A forward that replaces its own weights in eval mode (SPAN re-parameterises its convolutions on every
     call) cannot be traced: torch.export crashes the process on it (torch 2.14), so it is refused first."""
     before = {name: t.data_ptr() for name, t in [*net.named_parameters(), *net.named_buffers()]}
-    with torch.no_grad():
-        net(x[:1])
+    torch_output(net, x[:1], net_type)
     after = {name: t.data_ptr() for name, t in [*net.named_parameters(), *net.named_buffers()]}
     changed = [name for name in before if after.get(name) != before[name]]
     if changed:
@@ -301,7 +318,7 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
     net_type = opt['netG']['net_type']
     net = build_eval_network(opt['netG'], weights, torch.device('cpu'), '--weights', args.allow_unsafe_load,
                              opt['merge_bn'])
-    x, what = check_input(opt, input_channels(net, opt))
+    x, what = check_input(opt, net)
     traced = trace_input(x)
     say(f'exporting {net_type} from {weights} (opset {args.opset}, inputs of at least {min_side(net)}x{min_side(net)} '
         f'pixels, any batch size)')
@@ -313,8 +330,7 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
         files.append((os.path.join(out_dir, f'{name}_fp16.onnx'), serialize(to_fp16(model), f'{name}_fp16.onnx')))
     if not args.no_check:
         say(f'checking with onnxruntime on {what}')
-        with torch.no_grad():
-            ref = net(x).float()
+        ref = torch_output(net, x, net_type)
         for (path, data), tol in zip(files, (FP32_TOLERANCE, FP16_TOLERANCE)):
             compare(os.path.basename(path), onnx_output(data, x, os.path.basename(path)), ref, tol, x, traced)
     files.append((os.path.join(out_dir, f'{name}.safetensors'), safetensors_bytes(net, opt['netG'], weights)))
