@@ -43,7 +43,8 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                        attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """softmax(scale·q·kᵀ + attn_mask)·v written out: what graph export (ONNX) traces instead of SDPA.
+    """softmax(scale·q·kᵀ + attn_mask)·v written out (no dropout: export is of eval networks): what graph
+    export (ONNX) traces instead of SDPA.
 
     SDPA's CPU kernel returns its output in a (B, N, heads, d) memory layout that its exported
     decomposition does not keep, so a later reshape of the exported graph fails for symbolic sizes

@@ -12,8 +12,10 @@ built as main_test builds it (`build_eval_network`: strict weights, `merge_bn` f
   <name>_fp16.onnx     with --fp16: fp16 weights and arithmetic, float32 input and output;
   <name>.safetensors   the state_dict, with metadata `net_type` and `netG` (JSON): what the file is;
 
-`<name>` is the weights file's name without extension (e.g. 8_E). The ONNX graph comes from
-`torch.onnx.export(dynamo=True)` (torch.export + onnxscript). Before anything is written, onnxruntime
+`<name>` is the weights file's name without extension (e.g. 8_E). The graph is traced by torch.export
+with symbolic sizes (here, not inside torch.onnx.export, which would quietly narrow the dynamic sizes of a
+forward that branches on them: here that is one line naming the net_type) and translated by
+`torch.onnx.export(dynamo=True)` (onnxscript). Before anything is written, onnxruntime
 (CPU) runs it on the test set's first input (or a fixed random image), cropped to at most 96 pixels a
 side and at a size other than the trace size (the dynamic height and width are what is checked), and
 `max|diff|` against PyTorch is printed; above 1e-4 (fp32) or 1e-2 (fp16) nothing is written and the
