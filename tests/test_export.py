@@ -230,6 +230,7 @@ def test_window_attention_under_export_is_the_explicit_form_of_sdpa(monkeypatch)
 
 
 def test_bad_inputs_are_one_line(tmp_path, demo_images, capsys):
+    need_onnx()
     raw = tiny_options(str(tmp_path / 'exp'), demo_images)
     opt_path = write_options(str(tmp_path / 'o.json'), raw)
     code, _, err = export_run(capsys, '--opt', opt_path)
@@ -247,6 +248,7 @@ def test_bad_inputs_are_one_line(tmp_path, demo_images, capsys):
 
 
 def test_missing_onnx_packages_are_one_line_saying_what_to_install(tmp_path, demo_images):
+    need_onnx()  # onnx and onnxscript present: the one missing is onnxruntime
     opt_path, _ = make_run(tmp_path, demo_images)
     code = ("import sys, runpy; sys.modules['onnxruntime'] = None; "
             f"sys.argv = ['export.py', '--opt', {opt_path!r}]; runpy.run_path({SCRIPT!r}, run_name='__main__')")
