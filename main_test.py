@@ -1,6 +1,6 @@
 """Evaluate a checkpoint on the `datasets.test` section: restored images and a PSNR/SSIM (+ `val.metrics`) table.
 
-    python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth]
+    python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth or x.safetensors]
 
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
 single process or under any launcher (the items are split across ranks; rank 0 writes).
@@ -31,7 +31,7 @@ from models.registry import MODELS
 from models.restorer import build_eval_network
 from option_rules import read_options
 from utils import dist
-from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
+from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights
 from utils.diskspace import no_space
 from utils.errors import UserError
 from utils.logger import setup_logger
@@ -42,24 +42,14 @@ EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--opt', required=True, help='the option file the model was trained with')
-    p.add_argument('--weights', default=None, help='a _G.pth/_E.pth file (default: newest of the run)')
+    p.add_argument('--weights', default=None,
+                   help='a _G.pth/_E.pth or .safetensors file (default: newest of the run)')
     p.add_argument('--out', default=None, help='output folder (default: <root>/<task>/results/<test name>)')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
     p.add_argument('--no-images', action='store_true', help='write the table only')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-def default_weights(opt: Dict[str, Any]) -> str:
-    ckpt = CheckpointDir(opt['path']['models'])
-    steps = ckpt.complete_steps()
-    if not steps:
-        raise UserError(f'{opt["path"]["models"]}: no checkpoint found; train first or pass --weights')
-    for kind in ('E', 'G'):
-        if os.path.exists(ckpt.path(steps[-1], kind)):
-            return ckpt.path(steps[-1], kind)
-    raise UserError(f'{opt["path"]["models"]}: checkpoint {steps[-1]} has no weights file')
 
 
 def write_table(path: str, names: Sequence[str], rows: List[List[Any]], means: Dict[str, float]) -> None:
@@ -88,7 +78,7 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         ensure_demo_data(test_opt)
     dist.barrier()
     loader = build_val_loader(build_dataset(test_opt), state.world_size, state.rank, **val_loader_options(test_opt))
-    weights = args.weights or default_weights(opt)
+    weights = args.weights or newest_weights(opt['path']['models'])
     net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
     restorer = MODELS.get(opt['model'], 'model').restorer_class.from_options(net, opt, device)
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')

@@ -34,5 +34,23 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
         q, k, v = (t.reshape(b_ // nw, nw * heads, n, t.shape[-1]) for t in (q, k, v))
     if attn_mask is not None:
         attn_mask = attn_mask.to(q.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    if torch.compiler.is_exporting():
+        out = explicit_attention(q, k, v, scale, attn_mask)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
     return out.reshape(b_, heads, n, out.shape[-1])
+
+
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                       attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """softmax(scale·q·kᵀ + attn_mask)·v written out (no dropout: export is of eval networks): what graph
+    export (ONNX) traces instead of SDPA.
+
+    SDPA's CPU kernel returns its output in a (B, N, heads, d) memory layout that its exported
+    decomposition does not keep, so a later reshape of the exported graph fails for symbolic sizes
+    (torch 2.14); the explicit form has no such layout and exports to plain MatMul/Softmax.
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    return torch.matmul(scores.softmax(-1), v)

@@ -173,10 +173,11 @@ class BasicLayer(nn.Module):
         """The shifted-window mask for an input not of `input_resolution` (None: blocks use their buffer).
 
         Built once per forward and shared by the group's shifted blocks rather than cached: for a
-        large test image it is big (nW·N² floats).
+        large test image it is big (nW·N² floats). Under graph export it is always built, from the
+        symbolic size, so that the graph serves every size.
         """
         shifted = [blk for blk in self.blocks if blk.shift_size]
-        if not shifted or tuple(x_size) == self.input_resolution:
+        if not shifted or (not torch.compiler.is_exporting() and tuple(x_size) == self.input_resolution):
             return None
         return shifted_window_mask(*x_size, shifted[0].window_size, shifted[0].shift_size, device)
 
@@ -349,9 +350,16 @@ class SwinIR(nn.Module):
             self.conv_last = nn.Conv2d(embed_dim, out_chans, 3, 1, 1)
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """Pad bottom/right to a multiple of the window (reflect, or replicate where reflect cannot reach)."""
+        """Pad bottom/right to a multiple of the window (reflect, or replicate where reflect cannot reach).
+
+        Under graph export (torch.export, ONNX) sizes are symbolic and a branch on them would fix the graph
+        to the traced size: there the input is always reflect-padded (by 0 where it fits), so the exported
+        graph serves any size of at least one window.
+        """
         h, w = x.shape[-2:]
         ph, pw = -h % self.pad_multiple, -w % self.pad_multiple
+        if torch.compiler.is_exporting():
+            return F.pad(x, (0, pw, 0, ph), mode='reflect')
         if not ph and not pw:
             return x
         return F.pad(x, (0, pw, 0, ph), mode='reflect' if ph < h and pw < w else 'replicate')
@@ -359,7 +367,7 @@ class SwinIR(nn.Module):
     def position_embedding(self, x_size: Tuple[int, int]) -> torch.Tensor:
         """The absolute position embedding, resized bicubically for inputs not of `img_size`."""
         pe = self.absolute_pos_embed
-        if tuple(x_size) == self.patches_resolution:
+        if not torch.compiler.is_exporting() and tuple(x_size) == self.patches_resolution:  # see pad
             return pe
         grid = pe.transpose(1, 2).reshape(1, -1, *self.patches_resolution)
         return F.interpolate(grid, size=x_size, mode='bicubic', align_corners=False).flatten(2).transpose(1, 2)
@@ -395,6 +403,9 @@ class SwinIR(nn.Module):
                     x = self.lrelu(self.conv_up2(F.interpolate(x, scale_factor=2, mode='nearest')))
                 x = self.conv_last(self.lrelu(self.conv_hr(x)))
         x = x / self.img_range + self.mean
+        if torch.compiler.is_exporting():  # cropped by negative padding: slicing guards on the size (see pad)
+            ph, pw = x.shape[-2] - h * self.upscale, x.shape[-1] - w * self.upscale
+            return F.pad(x, (0, -pw, 0, -ph))
         return x[:, :, :h * self.upscale, :w * self.upscale]
 
 

@@ -91,16 +91,39 @@ def _intact(path: str) -> bool:
         return False
 
 
+def is_safetensors(path: str) -> bool:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON header starting with '{'."""
+    with open(path, 'rb') as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b'{' and 2 <= int.from_bytes(head[:8], 'little') <= os.path.getsize(path)
+
+
+def load_safetensors(path: str) -> Dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (a bare state_dict; it holds no code, so it is always safe to load)."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise UserError(f'{path}: reading a .safetensors file needs the safetensors package; '
+                        f'pip install safetensors') from None
+    try:
+        return load_file(path, device='cpu')
+    except Exception as e:  # safetensors raises its own SafetensorError (an Exception) for damaged files
+        raise UserError(f'{path}: damaged safetensors file ({first_line(e)[:200]})') from None
+
+
 def load(path: str, allow_unsafe: bool = False) -> Any:
-    """torch.load with `weights_only=True`; code-carrying pickles need an explicit opt-in.
+    """torch.load with `weights_only=True`; code-carrying pickles need an explicit opt-in. A
+    `.safetensors` file (recognised by its content) is read with the safetensors package.
 
     Every failure is one line naming the file: missing, not a checkpoint at all, damaged, or a
     pickle that needs unrestricted unpickling (only then is `--allow-unsafe-load` suggested).
     """
     try:
+        if is_safetensors(path):
+            return load_safetensors(path)
         if not _looks_like_checkpoint(path):
-            raise UserError(f'{path}: not a PyTorch checkpoint (torch.save writes a zip archive); '
-                            f'is this the right file?')
+            raise UserError(f'{path}: not a PyTorch checkpoint (torch.save writes a zip archive) nor a '
+                            f'safetensors file; is this the right file?')
         return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as e:
         if not allow_unsafe:
@@ -124,6 +147,19 @@ def unwrap_params(state: Any, prefer: str = 'params') -> Dict[str, torch.Tensor]
     if not isinstance(state, dict):
         raise UserError('checkpoint does not contain a state_dict')
     return {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+
+
+def newest_weights(folder: str) -> str:
+    """The weights of the newest complete save in a run's `models/` folder: its EMA file (`_E.pth`) when
+    it has one, else `_G.pth`. What main_test.py and scripts/export.py use when no file is named."""
+    ckpt = CheckpointDir(folder)
+    steps = ckpt.complete_steps()
+    if not steps:
+        raise UserError(f'{folder}: no checkpoint found; train first or pass --weights')
+    for kind in ('E', 'G'):
+        if os.path.exists(ckpt.path(steps[-1], kind)):
+            return ckpt.path(steps[-1], kind)
+    raise UserError(f'{folder}: checkpoint {steps[-1]} has no weights file')
 
 
 class CheckpointDir:
