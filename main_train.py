@@ -152,6 +152,8 @@ class Trainer:
         self.model: TrainingModel = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
         self.model.check_sample(self.train_set[TrainKey(0, 0)], train_opt_ds['_where'])
+        if val_set is not None and len(val_set):
+            self.model.check_test_sample(val_set[0], opt['datasets']['test']['_where'])
 
     def finished(self) -> bool:
         """Whether the run to resume already reached `train.total_iter`: then say how to go on, and do nothing."""

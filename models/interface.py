@@ -31,6 +31,10 @@ class TrainingModel(Protocol):
         """Run one training sample through every network before anything is written: a network that
         cannot take the data is a one-line UserError naming the option."""
 
+    def check_test_sample(self, sample: Dict[str, Any], where: str) -> None:
+        """Score one test item's target with every validation metric before anything is written: a test
+        image a metric cannot take (NIQE's two 96x96 blocks) is a one-line UserError naming the section."""
+
     def end_iteration(self, step: int) -> None:
         """After every iteration, and with the start iteration before the first (BatchNorm folding...)."""
 

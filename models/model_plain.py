@@ -26,7 +26,7 @@ from models.registry import MODELS
 from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
-from utils.image import images_to_float
+from utils.image import images_to_float, tensor2uint
 from utils.logger import get_logger
 from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, unit_interval
 
@@ -281,6 +281,20 @@ class ModelPlain:
                 raise UserError(f'{key} cannot take netG\'s output {tuple(out.shape[1:])} for a sample of {where}: '
                                 f'{first_line(e)[:300]}') from None
         return out, batch
+
+    def check_test_sample(self, sample: Dict[str, Any], where: str) -> None:
+        """The target frames of one test item scored against themselves by the restorer: what each metric of
+        `val.metrics` needs of a frame (NIQE two 96x96 blocks, LPIPS its receptive field) is checked at
+        start-up, not at the first validation hours into the run. PSNR/SSIM sizes are checked by the
+        datasets; without metrics there is nothing more to check."""
+        if not self.restorer.metrics:
+            return
+        H = images_to_float({'H': sample['H']})['H']
+        frames = [tensor2uint(f) for f in (H if H.dim() == 4 else H[None])]
+        try:
+            self.restorer.score(frames, frames)
+        except UserError as e:
+            raise UserError(f'{where}: its first item cannot be scored: {e}') from None
 
     @contextlib.contextmanager
     def probe(self, *nets: nn.Module) -> Iterator[None]:

@@ -210,3 +210,15 @@ def test_main_test_writes_a_column_per_metric_and_their_input_scores(tmp_path, d
     assert f'; mean_abs_error {mean["mean_abs_error"]}, brightness {mean["brightness"]}; table: ' in res.stdout
     assert 'input: the input itself (L against H) on 8 items: PSNR ' in res.stdout
     assert res.stdout.split('input: ')[-1].count('mean_abs_error') == 1
+
+
+def test_a_test_image_a_metric_cannot_score_stops_the_run_at_start_up_with_one_line(tmp_path, demo_images):
+    """NIQE needs two 96x96 blocks; the demo's 128x128 test images hold one: the run stops before it writes
+    anything (exit 2), not at its first validation."""
+    opt = _opt(tmp_path, demo_images, metrics=['niqe'], niqe_params_path='random')
+    res = run([PY, 'main_train.py', '--opt', opt])
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: datasets.test: its first item cannot be scored: ') \
+        and 'NIQE' in lines[0], res.stderr
+    assert not (tmp_path / 'exp').exists()
