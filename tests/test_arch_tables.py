@@ -14,7 +14,7 @@ import pytest
 from conftest import need_spandrel
 from option_rules import option_rules
 from models.registry import build_network, build_on_meta
-from utils.options import validate
+from utils.options import NETWORK_SCALE_KEYS, validate
 
 TSV_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'archs')
 TSV_FILES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(TSV_DIR, '*.tsv')))
@@ -42,7 +42,8 @@ def test_the_official_kwargs_build_exactly_the_official_state_dict(name):
         need_spandrel()
     n_entries, n_params, kwargs, entries = read_table(name)
     netG = {'net_type': NET_TYPE.get(family, family), **kwargs}
-    opt = validate({'task': 't', 'scale': kwargs.get('upscale', 1), 'netG': netG}, option_rules(), source=name)
+    scale = next((kwargs[k] for k in NETWORK_SCALE_KEYS if k in kwargs), 1)  # the table's SR factor, whatever its name
+    opt = validate({'task': 't', 'scale': scale, 'netG': netG}, option_rules(), source=name)
     net = build_on_meta(opt['netG'])  # no memory, when the constructor allows it
     net = build_network(opt['netG']) if net is None else net
     mine = [(k, str(tuple(v.shape)), str(v.dtype).replace('torch.', '')) for k, v in net.state_dict().items()]
