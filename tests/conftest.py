@@ -1,5 +1,6 @@
 """Shared fixtures: the project root on sys.path, tiny option files, subprocess helpers."""
 import json
+import importlib
 import os
 import re
 import socket
@@ -212,9 +213,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def need_spandrel() -> Any:
-    """The spandrel module, or a skip where it is not installed (a failure in CI: requirements.txt lists it)."""
+def need_module(name: str) -> Any:
+    """An installed module requirements.txt lists (spandrel, the tests' reference packages), or a skip where it is
+    missing; a failure under CI=true, where a skipped test would hide a broken install."""
     if in_ci():
-        import spandrel
-        return spandrel
-    return pytest.importorskip('spandrel')
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
+
+
+def need_spandrel() -> Any:
+    """The spandrel module (see need_module)."""
+    return need_module('spandrel')

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import in_ci, need_spandrel, run, tiny_options, write_options
+from conftest import need_module, need_spandrel, run, tiny_options, write_options
 from models.model_plain import ModelPlain
 from models.restorer import build_eval_network, load_weights
 from option_rules import read_options
@@ -28,10 +28,7 @@ DIFF = r'max\|diff\| = ([0-9.e+-]+)'
 def need_onnx():
     """onnx, onnxscript and onnxruntime, or a skip where they are missing (a failure under CI=true)."""
     for name in ('onnx', 'onnxscript', 'onnxruntime'):
-        if in_ci():
-            __import__(name)
-        else:
-            pytest.importorskip(name)
+        need_module(name)
 
 
 def make_run(tmp_path, demo_images, netG=None, test_set=True, scale=1):

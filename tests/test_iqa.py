@@ -2,7 +2,7 @@
 
 LPIPS and DISTS are checked against their authors' packages (`lpips`, `DISTS_pytorch`), given the same
 random backbone (their torchvision download is replaced) and the released linear layers / alpha-beta
-(tests/data/iqa, licences there). NIQE is checked against a deliberately separate per-block
+(as those packages ship them; NIQE's pristine model is in tests/data/iqa). NIQE is checked against a deliberately separate per-block
 computation written here from the paper (scipy's filters and gamma, loops over blocks) with the
 released pristine model, and by its behaviour: blur and noise make a natural-looking image less natural.
 """
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import clean_env, in_ci, run, tiny_options, train_options, write_options
+from conftest import clean_env, need_module, run, tiny_options, train_options, write_options
 from losses.registry import LOSSES, build_loss
 from metrics.dists import DISTS
 from metrics.imagenet import alexnet_features, backbone, vgg16_features
@@ -30,15 +30,17 @@ from utils.image import imresize_bicubic
 from utils.weights import WEIGHTS, default_path
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'iqa')
-FILES = {'lpips_alex': 'lpips_v0.1_alex.pth', 'lpips_vgg': 'lpips_v0.1_vgg.pth', 'dists': 'dists_weights.pt',
-         'niqe': 'niqe_pris_params.npz'}
+FILES = ('dists', 'lpips_alex', 'lpips_vgg', 'niqe')
 
 
-def need(module: str):
-    """A test-only reference package (requirements.txt pins it); a failure under CI, a skip locally."""
-    if in_ci():
-        return __import__(module)
-    return pytest.importorskip(module)
+def released(name: str) -> str:
+    """The released file of WEIGHTS[name]: the LPIPS and DISTS ones as the authors' packages ship them (the
+    tests' reference packages), NIQE's pristine model from tests/data/iqa."""
+    if name == 'niqe':
+        return os.path.join(DATA, 'niqe_pris_params.npz')
+    if name == 'dists':
+        return os.path.join(os.path.dirname(need_module('DISTS_pytorch').__file__), 'weights.pt')
+    return os.path.join(os.path.dirname(need_module('lpips').__file__), 'weights', 'v0.1', f'{name[len("lpips_"):]}.pth')
 
 
 def frames(seed: int = 0, h: int = 48, w: int = 40):
@@ -59,9 +61,9 @@ def natural_image(h: int = 192, w: int = 288) -> np.ndarray:
     return np.clip(np.repeat(img[:, :, None], 3, axis=2), 0, 255).astype(np.uint8)
 
 
-@pytest.mark.parametrize('name', sorted(FILES))
+@pytest.mark.parametrize('name', FILES)
 def test_the_released_files_have_the_digests_listed_in_utils_weights(name):
-    with open(os.path.join(DATA, FILES[name]), 'rb') as f:
+    with open(released(name), 'rb') as f:
         assert hashlib.sha256(f.read()).hexdigest() == WEIGHTS[name].sha256
 
 
@@ -111,12 +113,12 @@ def test_a_missing_weights_file_is_one_line_naming_the_file_the_path_and_the_url
 @pytest.mark.parametrize('net, torchvision_name', [('alex', 'alexnet'), ('vgg', 'vgg16')])
 def test_lpips_equals_the_lpips_package_with_the_same_backbone_and_released_linear_layers(net, torchvision_name,
                                                                                           monkeypatch):
-    lpips = need('lpips')
-    ours = LPIPS('cpu', net, os.path.join(DATA, FILES[f'lpips_{net}']), 'random')
+    lpips = need_module('lpips')
+    ours = LPIPS('cpu', net, released(f'lpips_{net}'), 'random')
     same_backbone = types.SimpleNamespace(features=copy.deepcopy(ours.net.features))
     monkeypatch.setattr(lpips.pretrained_networks.tv, torchvision_name, lambda **kw: same_backbone)
     theirs = lpips.LPIPS(net=net, pnet_rand=True, verbose=False,
-                         model_path=os.path.join(DATA, FILES[f'lpips_{net}'])).eval()
+                         model_path=released(f'lpips_{net}')).eval()
     a, b = frames(0, 64, 48)
     c, d = frames(1, 64, 48)
     x = torch.from_numpy(np.stack([a, c])).permute(0, 3, 1, 2).float() / 255
@@ -157,15 +159,15 @@ def test_a_wrong_linear_layers_file_is_one_line(tmp_path):
 # --- DISTS ------------------------------------------------------------------------------------------------
 
 def test_dists_equals_the_authors_package_with_the_same_backbone_and_released_alpha_beta(monkeypatch):
-    need('DISTS_pytorch')
+    need_module('DISTS_pytorch')
     from DISTS_pytorch import DISTS_pt
-    ours = DISTS('cpu', os.path.join(DATA, FILES['dists']), 'random')
+    ours = DISTS('cpu', released('dists'), 'random')
     vgg = vgg16_features()
     vgg.load_state_dict(ours.net.features.state_dict())  # L2 pooling has no parameters: the same indices
     monkeypatch.setattr(DISTS_pt.models, 'vgg16', lambda **kw: types.SimpleNamespace(features=vgg))
     theirs = DISTS_pt.DISTS(load_weights=False).eval()
-    released = torch.load(os.path.join(DATA, FILES['dists']), map_location='cpu')
-    theirs.alpha.data, theirs.beta.data = released['alpha'], released['beta']
+    alpha_beta = torch.load(released('dists'), map_location='cpu')
+    theirs.alpha.data, theirs.beta.data = alpha_beta['alpha'], alpha_beta['beta']
     a, b = frames(0, 64, 48)
     c, d = frames(1, 64, 48)
     x = torch.from_numpy(np.stack([a, c])).permute(0, 3, 1, 2).float() / 255
@@ -239,8 +241,8 @@ def reference_niqe(luma: np.ndarray, mu_p: np.ndarray, cov_p: np.ndarray) -> flo
 
 
 def test_niqe_equals_a_separate_block_by_block_computation_with_the_released_pristine_model():
-    m = NIQE('cpu', 0, 'y', os.path.join(DATA, FILES['niqe']))
-    p = np.load(os.path.join(DATA, FILES['niqe']))
+    m = NIQE('cpu', 0, 'y', released('niqe'))
+    p = np.load(released('niqe'))
     mu_p, cov_p = p['mu_pris_param'].ravel(), p['cov_pris_param']
     img = natural_image()
     for frame in (img, frames(4, 200, 300)[1]):
@@ -249,14 +251,14 @@ def test_niqe_equals_a_separate_block_by_block_computation_with_the_released_pri
 
 
 def test_niqe_gaussian_window_is_the_released_one():
-    np.testing.assert_allclose(gaussian_window(), np.load(os.path.join(DATA, FILES['niqe']))['gaussian_window'],
+    np.testing.assert_allclose(gaussian_window(), np.load(released('niqe'))['gaussian_window'],
                                atol=1e-15)
 
 
 def test_niqe_rises_with_blur_and_noise_on_a_natural_looking_image():
     import cv2
     m = METRICS.get('niqe', 'val.metrics')(device='cpu', niqe_crop_border=0, niqe_convert_to='y',
-                                         niqe_params_path=os.path.join(DATA, FILES['niqe']))
+                                         niqe_params_path=released('niqe'))
     assert (m.higher_is_better, m.needs_reference) == (False, False)
     img = natural_image()
     rng = np.random.default_rng(0)
@@ -308,8 +310,8 @@ def test_the_losses_backpropagate_into_the_prediction_only_in_float32_also_under
 
 def test_lpips_loss_is_the_metric_distance():
     loss = build_loss({'G_lossfn_type': 'lpips', 'G_lossfn_weight': 1.0, 'G_lpips_net': 'alex',
-                       'G_lpips_path': os.path.join(DATA, FILES['lpips_alex']), 'G_lpips_backbone_path': 'random'})
-    metric = LPIPS('cpu', 'alex', os.path.join(DATA, FILES['lpips_alex']), 'random')
+                       'G_lpips_path': released('lpips_alex'), 'G_lpips_backbone_path': 'random'})
+    metric = LPIPS('cpu', 'alex', released('lpips_alex'), 'random')
     a, b = frames(5)
     t = lambda f: torch.from_numpy(f).permute(2, 0, 1)[None].float() / 255  # noqa: E731
     assert float(loss(t(a), t(b))) == pytest.approx(metric(a, b), abs=1e-6)

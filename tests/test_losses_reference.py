@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from numpy.lib.stride_tricks import sliding_window_view
 
-from conftest import in_ci
+from conftest import need_module
 from losses.adversarial import GANLoss
 from losses.frequency import FocalFrequencyLoss
 from losses.ldl import artifact_map, ldl_loss
@@ -17,13 +17,6 @@ from losses.luma import rgb_to_y
 from losses.msssim import MIN_SIZE, MSSSIMLoss
 from losses.registry import LOSSES
 from metrics.fidelity import rgb2y
-
-
-def reference(module: str):
-    """A test-only reference library (requirements.txt): a skip where missing, a failure under CI=true."""
-    if in_ci():
-        return __import__(module)
-    return pytest.importorskip(module)
 
 
 def _pair(*shape, seed=0, noise=0.2):
@@ -40,7 +33,7 @@ FFL_CASES = [{}, {'alpha': 0.0}, {'alpha': 2.0}, {'patch_factor': 2}, {'ave_spec
 
 @pytest.mark.parametrize('kw', FFL_CASES, ids=lambda kw: '-'.join(f'{k}={v}' for k, v in kw.items()) or 'defaults')
 def test_focal_frequency_loss_is_the_authors_value_and_gradient(kw):
-    ffl = reference('focal_frequency_loss')
+    ffl = need_module('focal_frequency_loss')
     x, y = _pair(2, 3, 16, 24)
     x.requires_grad_(True)
     ours = FocalFrequencyLoss(**{f'fft_{k}': v for k, v in kw.items()})(x, y)
@@ -129,7 +122,7 @@ def _numpy_msssim(x, y):
 
 
 def test_msssim_loss_is_one_minus_pytorch_msssims_index_with_its_gradient():
-    pm = reference('pytorch_msssim')
+    pm = need_module('pytorch_msssim')
     x, y = _pair(2, 3, 176, 192, seed=4)
     x.requires_grad_(True)
     ours = MSSSIMLoss()(x, y)
