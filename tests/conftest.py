@@ -1,12 +1,14 @@
 """Shared fixtures: the project root on sys.path, tiny option files, subprocess helpers."""
-import json
 import importlib
+import json
+import math
 import os
 import re
 import socket
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytest
@@ -224,3 +226,28 @@ def need_module(name: str) -> Any:
 def need_spandrel() -> Any:
     """The spandrel module (see need_module)."""
     return need_module('spandrel')
+
+
+def noisy_batches(n: int = 2, size: int = 24) -> list:
+    """`n` evaluation batches of 2 RGB images (H random, L = H + noise, clipped), seeded by batch index."""
+    import torch  # conftest stays light: torch only for the tests that use this
+    out = []
+    for i in range(n):
+        g = torch.Generator().manual_seed(i)
+        H = torch.rand(2, 3, size, size, generator=g)
+        out.append({'L': (H + 0.1 * torch.randn(H.shape, generator=g)).clamp(0, 1), 'H': H,
+                    'L_path': [f'/x/{i}_{j}.png' for j in range(2)]})
+    return out
+
+
+def assert_frequencies(values: list, probs: dict, name: str) -> None:
+    """Every outcome's count within 4 binomial standard deviations of n·p, and no outcome of probability 0."""
+    n = len(values)
+    assert n > 0, f'{name}: nothing recorded'
+    counts = Counter(values)
+    possible = {k for k, p in probs.items() if p > 0}
+    assert set(counts) <= possible, f'{name}: unexpected outcomes {set(counts) - possible}'
+    for outcome, p in probs.items():
+        tol = 4 * math.sqrt(n * p * (1 - p)) + 1
+        assert abs(counts[outcome] - n * p) <= tol, \
+            f'{name}={outcome!r}: {counts[outcome]} of {n}, expected {n * p:.1f} ± {tol:.1f}'

@@ -1,7 +1,6 @@
 """Blur kernels (data/kernels.py) and BSRGAN's degradation pipelines (data/degradations.py)."""
 import math
 import random
-from collections import Counter
 
 import cv2
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 
 from data import degradations as dg
 from data import kernels as kn
+from conftest import assert_frequencies
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -224,18 +224,6 @@ def test_usm_sharpening_adds_contrast_at_edges_and_leaves_flat_areas():
 N = 2000
 
 
-def _check(values, probs, name):
-    """Every outcome's count within 4 binomial standard deviations of n·p."""
-    n = len(values)
-    assert n > 0, f'{name}: nothing recorded'
-    counts = Counter(values)
-    assert set(counts) <= set(probs), f'{name}: unexpected outcomes {set(counts) - set(probs)}'
-    for outcome, p in probs.items():
-        tol = 4 * math.sqrt(n * p * (1 - p)) + 1
-        assert abs(counts[outcome] - n * p) <= tol, \
-            f'{name}={outcome!r}: {counts[outcome]} of {n}, expected {n * p:.1f} ± {tol:.1f}'
-
-
 def _bool(p):
     return {True: p, False: 1 - p}
 
@@ -255,54 +243,54 @@ def _records(run):
 def test_bsrgan_choices_follow_the_configured_probabilities():
     rec = _records(lambda img, seed, record: dg.bsrgan(img, 4, _rng(seed), 2, record=record))
     assert len(rec['halve']) == N and len(rec['blur']) == 2 * N and len(rec['noise_kind']) == N
-    _check(rec['halve'], _bool(dg.HALVE_PROB), 'halve')
-    _check(rec['halve_method'], dg.HALVE_METHOD_PROBS, 'halve_method')
-    _check(rec['blur'], dg.BLUR_KIND_PROBS, 'blur')
-    _check(rec['kernel_size'], _uniform(dg.KERNEL_SIZES), 'kernel_size')
-    _check(rec['random_scale'], dg.RANDOM_SCALE_STEP_PROBS, 'random_scale')
-    _check(rec['interpolation'], dg.INTERPOLATION_PROBS, 'interpolation')
-    _check(rec['noise_kind'], dg.NOISE_KIND_PROBS, 'noise_kind')
-    _check(rec['noise_level'], _uniform(range(dg.NOISE_LEVEL_RANGE[0], dg.NOISE_LEVEL_RANGE[1] + 1)), 'noise_level')
-    _check(rec['jpeg'], _bool(dg.JPEG_PROB), 'jpeg')
-    _check(rec['camera'], _bool(dg.CAMERA_PROB), 'camera')
+    assert_frequencies(rec['halve'], _bool(dg.HALVE_PROB), 'halve')
+    assert_frequencies(rec['halve_method'], dg.HALVE_METHOD_PROBS, 'halve_method')
+    assert_frequencies(rec['blur'], dg.BLUR_KIND_PROBS, 'blur')
+    assert_frequencies(rec['kernel_size'], _uniform(dg.KERNEL_SIZES), 'kernel_size')
+    assert_frequencies(rec['random_scale'], dg.RANDOM_SCALE_STEP_PROBS, 'random_scale')
+    assert_frequencies(rec['interpolation'], dg.INTERPOLATION_PROBS, 'interpolation')
+    assert_frequencies(rec['noise_kind'], dg.NOISE_KIND_PROBS, 'noise_kind')
+    assert_frequencies(rec['noise_level'], _uniform(range(dg.NOISE_LEVEL_RANGE[0], dg.NOISE_LEVEL_RANGE[1] + 1)), 'noise_level')
+    assert_frequencies(rec['jpeg'], _bool(dg.JPEG_PROB), 'jpeg')
+    assert_frequencies(rec['camera'], _bool(dg.CAMERA_PROB), 'camera')
     assert len(rec['jpeg_quality']) == N + sum(rec['jpeg'])  # the last JPEG always happens
     lo, hi = dg.JPEG_QUALITY_RANGE
     assert set(rec['jpeg_quality']) == set(range(lo, hi + 1))
     orders = rec['order']
     assert all(o.index('random_scale') < o.index('downscale') for o in orders)
-    _check([o.index('gaussian_noise') for o in orders], _uniform(range(7)), 'position of gaussian_noise')
-    _check([o.index('jpeg') for o in orders], _uniform(range(7)), 'position of jpeg')
+    assert_frequencies([o.index('gaussian_noise') for o in orders], _uniform(range(7)), 'position of gaussian_noise')
+    assert_frequencies([o.index('jpeg') for o in orders], _uniform(range(7)), 'position of jpeg')
 
 
 def test_bsrgan_probabilities_given_as_arguments_are_followed():
     rec = _records(lambda img, seed, record: dg.bsrgan(img, 4, _rng(seed), 2, camera_prob=0.6, jpeg_prob=0.3,
                                                        halve_prob=0.0, record=record))
-    _check(rec['camera'], _bool(0.6), 'camera')
-    _check(rec['jpeg'], _bool(0.3), 'jpeg')
+    assert_frequencies(rec['camera'], _bool(0.6), 'camera')
+    assert_frequencies(rec['jpeg'], _bool(0.3), 'jpeg')
     assert not any(rec['halve'])
 
 
 def test_bsrgan_plus_choices_and_shuffle_follow_the_configured_probabilities():
     shuffle_prob = 0.3
     rec = _records(lambda img, seed, record: dg.bsrgan_plus(img, 2, _rng(seed), shuffle_prob, False, 2, record=record))
-    _check(rec['shuffle'], _bool(shuffle_prob), 'shuffle')
-    _check(rec['poisson'], _bool(dg.PLUS_POISSON_PROB), 'poisson')
-    _check(rec['speckle'], _bool(dg.PLUS_SPECKLE_PROB), 'speckle')
-    _check(rec['camera'], _bool(dg.PLUS_CAMERA_PROB), 'camera')
-    _check(rec['jpeg'], _bool(dg.PLUS_JPEG_PROB), 'jpeg')
-    _check(rec['poisson_gray'], _bool(dg.POISSON_GRAY_PROB), 'poisson_gray')
-    _check(rec['noise_kind'], dg.NOISE_KIND_PROBS, 'noise_kind')
-    _check(rec['speckle_kind'], dg.NOISE_KIND_PROBS, 'speckle_kind')
-    _check(rec['blur'], dg.BLUR_KIND_PROBS, 'blur')
-    _check(rec['interpolation'], dg.INTERPOLATION_PROBS, 'interpolation')
+    assert_frequencies(rec['shuffle'], _bool(shuffle_prob), 'shuffle')
+    assert_frequencies(rec['poisson'], _bool(dg.PLUS_POISSON_PROB), 'poisson')
+    assert_frequencies(rec['speckle'], _bool(dg.PLUS_SPECKLE_PROB), 'speckle')
+    assert_frequencies(rec['camera'], _bool(dg.PLUS_CAMERA_PROB), 'camera')
+    assert_frequencies(rec['jpeg'], _bool(dg.PLUS_JPEG_PROB), 'jpeg')
+    assert_frequencies(rec['poisson_gray'], _bool(dg.POISSON_GRAY_PROB), 'poisson_gray')
+    assert_frequencies(rec['noise_kind'], dg.NOISE_KIND_PROBS, 'noise_kind')
+    assert_frequencies(rec['speckle_kind'], dg.NOISE_KIND_PROBS, 'speckle_kind')
+    assert_frequencies(rec['blur'], dg.BLUR_KIND_PROBS, 'blur')
+    assert_frequencies(rec['interpolation'], dg.INTERPOLATION_PROBS, 'interpolation')
     assert len(rec['poisson']) == len(rec['camera']) == 2 * N
     fixed = [o for o, s in zip(rec['order'], rec['shuffle']) if not s]
     shuffled = [o for o, s in zip(rec['order'], rec['shuffle']) if s]
     for order in fixed:  # blur, resize, JPEG and the second blur, resize keep their places
         assert [order[i] for i in (0, 1, 6, 7, 8)] == ['blur', 'resize', 'jpeg', 'blur', 'resize']
         assert sorted(order[2:6]) == sorted(order[9:13]) == sorted(dg.PLUS_STEPS[2:6])
-    _check([o[2] for o in fixed], _uniform(dg.PLUS_STEPS[2:6]), 'third step without the shuffle')
-    _check([o.index('jpeg') for o in shuffled], _uniform(range(13)), 'position of jpeg with the shuffle')
+    assert_frequencies([o[2] for o in fixed], _uniform(dg.PLUS_STEPS[2:6]), 'third step without the shuffle')
+    assert_frequencies([o.index('jpeg') for o in shuffled], _uniform(range(13)), 'position of jpeg with the shuffle')
 
 
 @pytest.mark.parametrize('shuffle_prob', [0.0, 1.0])

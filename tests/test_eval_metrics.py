@@ -17,7 +17,7 @@ from main_train import is_better, resumed_best
 from models.evaluation import METRICS, describe_input, evaluate
 from models.restorer import ImageRestorer, build_metrics
 from option_rules import option_rules
-from tests.conftest import free_port, run, tiny_options, write_options
+from tests.conftest import free_port, noisy_batches, run, tiny_options, write_options
 from tests.extra_metrics import Brightness, MeanAbsError
 from utils.errors import OptionsError
 from utils.history import read_history
@@ -66,14 +66,8 @@ def test_a_bad_metric_option_is_one_line_naming_the_key(val, message):
     assert str(e.value).startswith(f'<options>: {message}') and '\n' not in str(e.value)
 
 
-def _batches(n=3, size=20):
-    out = []
-    for i in range(n):
-        g = torch.Generator().manual_seed(i)
-        H = torch.rand(2, 3, size, size, generator=g)
-        out.append({'L': (H + 0.1 * torch.randn(H.shape, generator=g)).clamp(0, 1), 'H': H,
-                    'L_path': [f'/x/{i}_{j}.png' for j in range(2)]})
-    return out
+def _batches():
+    return noisy_batches(3, 20)
 
 
 def test_metrics_score_the_frames_psnr_scores_with_its_border_and_a_no_reference_one_scores_the_input_alone():

@@ -4,7 +4,6 @@ import glob
 import json
 import math
 import os
-from collections import Counter
 
 import cv2
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from conftest import ROOT, dataset_options, train_two_processes
+from conftest import ROOT, assert_frequencies, dataset_options, train_two_processes
 from data import batch_transforms
 from data import kernels as kn
 from data import realesrgan_degradations as rd
@@ -315,18 +314,6 @@ def test_an_image_smaller_than_gt_size_is_named_at_start_up(folder):
 N = 2000
 
 
-def _check(values, probs, name):
-    """Every outcome's count within 4 binomial standard deviations of n·p."""
-    n = len(values)
-    assert n > 0, f'{name}: nothing recorded'
-    counts = Counter(values)
-    assert set(counts) <= {k for k, p in probs.items() if p > 0}, f'{name}: unexpected outcomes'
-    for outcome, p in probs.items():
-        tol = 4 * math.sqrt(n * p * (1 - p)) + 1
-        assert abs(counts[outcome] - n * p) <= tol, \
-            f'{name}={outcome!r}: {counts[outcome]} of {n}, expected {n * p:.1f} ± {tol:.1f}'
-
-
 def _bool(p):
     return {True: p, False: 1 - p}
 
@@ -336,7 +323,7 @@ def _uniform_in(values, bounds, name):
     lo, hi = bounds
     values = np.asarray(values)
     assert values.min() >= lo and values.max() <= hi, name
-    _check(list(np.minimum(((values - lo) / (hi - lo) * 4).astype(int), 3)), {q: 0.25 for q in range(4)}, name)
+    assert_frequencies(list(np.minimum(((values - lo) / (hi - lo) * 4).astype(int), 3)), {q: 0.25 for q in range(4)}, name)
 
 
 # Probabilities unlike the defaults, so that following the options is not following the code's constants.
@@ -361,24 +348,24 @@ def record(folder):
 
 def test_the_kernels_follow_the_configured_kinds_sizes_and_ranges(record):
     c = CHOICES
-    _check(record['kernel1_sinc'], _bool(c['sinc_prob']), 'kernel1_sinc')
-    _check(record['kernel2_sinc'], _bool(c['sinc_prob2']), 'kernel2_sinc')
-    _check(record['kernel1_kind'], dict(zip(c['kernel_list'], c['kernel_prob'])), 'kernel1_kind')
-    _check(record['kernel2_kind'], dict(zip(c['kernel_list2'], c['kernel_prob2'])), 'kernel2_kind')
-    _check(record['kernel1_size'], {s: 1 / 5 for s in (7, 9, 11, 13, 15)}, 'kernel1_size')
-    _check(record['kernel2_size'], {s: 1 / 8 for s in range(7, 22, 2)}, 'kernel2_size')
+    assert_frequencies(record['kernel1_sinc'], _bool(c['sinc_prob']), 'kernel1_sinc')
+    assert_frequencies(record['kernel2_sinc'], _bool(c['sinc_prob2']), 'kernel2_sinc')
+    assert_frequencies(record['kernel1_kind'], dict(zip(c['kernel_list'], c['kernel_prob'])), 'kernel1_kind')
+    assert_frequencies(record['kernel2_kind'], dict(zip(c['kernel_list2'], c['kernel_prob2'])), 'kernel2_kind')
+    assert_frequencies(record['kernel1_size'], {s: 1 / 5 for s in (7, 9, 11, 13, 15)}, 'kernel1_size')
+    assert_frequencies(record['kernel2_size'], {s: 1 / 8 for s in range(7, 22, 2)}, 'kernel2_size')
     _uniform_in(record['kernel1_sigma'], c['blur_sigma'], 'kernel1_sigma')
     _uniform_in(record['kernel2_sigma'], [0.2, 1.5], 'kernel2_sigma (default blur_sigma2)')
     betag = np.array(record['kernel1_betag'])
     assert betag.min() >= 0.4 and betag.max() <= 3
-    _check(list(betag < 1), _bool(0.5), 'betag below 1')  # half in [low, 1], half in [1, high]
+    assert_frequencies(list(betag < 1), _bool(0.5), 'betag below 1')  # half in [low, 1], half in [1, high]
     _uniform_in(betag[betag < 1], [0.4, 1], 'betag below 1')
     betap = np.array(record['kernel1_betap'])
     _uniform_in(betap[betap >= 1], [1, 2], 'betap above 1')
     assert 'kernel2_betag' in record and 'kernel1_betag' in record  # generalized kinds drawn in both stages
     cutoffs = np.array(record['kernel1_cutoff'])
     assert cutoffs.min() >= math.pi / 5 and cutoffs.max() <= math.pi
-    _check(record['final_sinc'], _bool(c['final_sinc_prob']), 'final_sinc')
+    assert_frequencies(record['final_sinc'], _bool(c['final_sinc_prob']), 'final_sinc')
     _uniform_in(record['final_sinc_cutoff'], [math.pi / 3, math.pi], 'final_sinc_cutoff')
 
 
@@ -387,23 +374,23 @@ def test_resizes_noises_jpeg_and_the_final_order_follow_the_configured_probabili
     modes = {m: 1 / 3 for m in rd.INTERPOLATIONS}
     for suffix in ('', '2'):
         kinds = record[f'resize{suffix}']
-        _check(kinds, dict(zip(rd.RESIZE_KINDS, c[f'resize_prob{suffix}'])), f'resize{suffix}')
+        assert_frequencies(kinds, dict(zip(rd.RESIZE_KINDS, c[f'resize_prob{suffix}'])), f'resize{suffix}')
         lo, hi = c[f'resize_range{suffix}']
         scales = np.array(record[f'resize_scale{suffix}'])
         kinds = np.array(kinds)
         _uniform_in(scales[kinds == 'up'], [1, hi], f'up-scales{suffix}')
         _uniform_in(scales[kinds == 'down'], [lo, 1], f'down-scales{suffix}')
         assert np.all(scales[kinds == 'keep'] == 1)
-        _check(record[f'interpolation{suffix}'], modes, f'interpolation{suffix}')
-        _check(record[f'gaussian_noise{suffix}'], _bool(c[f'gaussian_noise_prob{suffix}']), f'gaussian{suffix}')
+        assert_frequencies(record[f'interpolation{suffix}'], modes, f'interpolation{suffix}')
+        assert_frequencies(record[f'gaussian_noise{suffix}'], _bool(c[f'gaussian_noise_prob{suffix}']), f'gaussian{suffix}')
         _uniform_in(record[f'noise_sigma{suffix}'], c[f'noise_range{suffix}'], f'noise_sigma{suffix}')
-        _check(record[f'gray_noise{suffix}'], _bool(c[f'gray_noise_prob{suffix}']), f'gray_noise{suffix}')
+        assert_frequencies(record[f'gray_noise{suffix}'], _bool(c[f'gray_noise_prob{suffix}']), f'gray_noise{suffix}')
         _uniform_in(record[f'jpeg_quality{suffix}'], c[f'jpeg_range{suffix}'], f'jpeg_quality{suffix}')
     _uniform_in(record['poisson_scale'], c['poisson_scale_range'], 'poisson_scale')
     _uniform_in(record['poisson_scale2'], [0.05, 2.5], 'poisson_scale2 (default)')
-    _check(record['second_blur'], _bool(c['second_blur_prob']), 'second_blur')
-    _check(record['sinc_before_jpeg'], _bool(rd.FINAL_SINC_FIRST_PROB), 'sinc_before_jpeg')
-    _check(record['final_interpolation'], modes, 'final_interpolation')
+    assert_frequencies(record['second_blur'], _bool(c['second_blur_prob']), 'second_blur')
+    assert_frequencies(record['sinc_before_jpeg'], _bool(rd.FINAL_SINC_FIRST_PROB), 'sinc_before_jpeg')
+    assert_frequencies(record['final_interpolation'], modes, 'final_interpolation')
 
 
 def test_the_plan_carries_the_choices_to_the_device_step(folder):

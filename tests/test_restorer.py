@@ -8,7 +8,7 @@ from option_rules import option_rules, read_options
 from models.model_plain import ModelPlain
 from models.evaluation import describe_input, evaluate
 from models.restorer import ImageRestorer, VideoRestorer, build_eval_network, item_metrics
-from tests.conftest import tiny_options, write_options
+from tests.conftest import noisy_batches, tiny_options, write_options
 from utils.errors import UserError
 from utils.image import imresize_bicubic, tensor2uint
 from utils.options import validate
@@ -21,20 +21,10 @@ def _opt(tmp_path, **train):
                                       tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), **train)))
 
 
-def _batches(n=2, size=24):
-    out = []
-    for i in range(n):
-        g = torch.Generator().manual_seed(i)
-        H = torch.rand(2, 3, size, size, generator=g)
-        out.append({'L': (H + 0.1 * torch.randn(H.shape, generator=g)).clamp(0, 1), 'H': H,
-                    'L_path': [f'/x/{i}_{j}.png' for j in range(2)]})
-    return out
-
-
 def _trained(opt, steps=2):
     torch.manual_seed(0)
     model = ModelPlain(opt, CPU)
-    for step, batch in enumerate(_batches(steps), 1):
+    for step, batch in enumerate(noisy_batches(steps), 1):
         model.step(step, model.backward([batch]))
     return model
 
@@ -65,7 +55,7 @@ def test_the_saved_weights_restored_for_testing_score_exactly_as_validation_did(
     net = build_eval_network(opt['netG'], path, CPU, '--weights')
     assert not net.training and not any(m.training for m in net.modules())
     restorer = ModelPlain.restorer_class.from_options(net, opt, CPU)
-    batches = _batches()
+    batches = noisy_batches()
     expected = (model.validate(batches, len(batches)) if kind == 'E'
                 else _evaluate(ImageRestorer(model.net_g, CPU, 0), batches))
     assert _scores(_evaluate(restorer, batches)) == _scores(expected)
@@ -96,7 +86,7 @@ def test_scoring_follows_kairs_test_scripts_per_task_unless_the_test_set_says_ot
 
 # ---- the inputs' own scores: the baseline a restoration has to beat -----------------------------------
 
-def _sr_batches(n=2, size=32, scale=4):
+def _srnoisy_batches(n=2, size=32, scale=4):
     out = []
     for i in range(n):
         g = torch.Generator().manual_seed(10 + i)
@@ -109,8 +99,8 @@ def _sr_batches(n=2, size=32, scale=4):
 def test_validation_scores_the_inputs_themselves_when_asked_from_the_same_pass_over_the_data():
     """An identity network restores nothing: its scores are the inputs' scores, L against H."""
     restorer = ImageRestorer(nn.Identity(), CPU, 0)
-    asked = _evaluate(restorer, _batches(), score_input=True)
-    plain = _evaluate(restorer, _batches())
+    asked = _evaluate(restorer, noisy_batches(), score_input=True)
+    plain = _evaluate(restorer, noisy_batches())
     assert plain.input is None and _scores(asked) == _scores(plain)
     m = plain.means
     assert asked.input == {**m, 'upscale': 1.0}
@@ -122,9 +112,9 @@ def test_validation_scores_the_inputs_themselves_when_asked_from_the_same_pass_o
 
 def test_super_resolution_inputs_are_scored_after_matlab_bicubic_upscaling_with_the_test_sets_border():
     restorer = ImageRestorer(nn.Upsample(scale_factor=4), CPU, metric_border=4, round_y=True)
-    res = _evaluate(restorer, _sr_batches(), score_input=True).input
+    res = _evaluate(restorer, _srnoisy_batches(), score_input=True).input
     expected = []
-    for batch in _sr_batches():
+    for batch in _srnoisy_batches():
         for j in range(2):
             up = imresize_bicubic(batch['L'][j].permute(1, 2, 0).double().numpy(), 4)
             E = tensor2uint(torch.from_numpy(up).permute(2, 0, 1))
