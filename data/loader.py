@@ -8,8 +8,12 @@ rank can act on the same signal (utils/stop.py: agree at the iteration boundary,
 130). So the stop request is left to the rank. Workers still end with their rank: torch's worker
 watchdog exits a worker whose parent is gone, and a normal shutdown stops them through the loader.
 """
+import os
 import signal
-from typing import Any, Dict, Tuple
+import sys
+from multiprocessing import resource_sharer
+from types import TracebackType
+from typing import Any, Dict, Optional, Tuple, Type
 
 import cv2
 import torch
@@ -26,10 +30,41 @@ def ignore_stop_signals(worker_id: int) -> None:
     torch's worker loop installs its own SIGTERM handler (which re-raises SIGTERM from anyone but the
     parent) before it calls `worker_init_fn`, so the SIG_IGN set here is what stays in effect. The rank's
     wake-up fd (utils/stop.py), inherited through the fork, is dropped: the rank counts only its own Ctrl-Cs.
+    The worker also stays quiet when its rank exits while taking a batch (see `quiet_when_the_rank_is_gone`).
     """
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal.set_wakeup_fd(-1)
+    sys.excepthook = quiet_when_the_rank_is_gone(sys.excepthook)
+
+
+_RESOURCE_SHARER = os.path.normcase(os.path.abspath(resource_sharer.__file__))
+
+
+def quiet_when_the_rank_is_gone(default: Any) -> Any:
+    """An excepthook for a loader worker that drops one report: the rank went away in the middle of taking a batch.
+
+    A worker hands each batch's shared-memory file descriptors to its rank through multiprocessing's
+    resource sharer, a thread of the worker that answers the rank's connection and reports any error with
+    `sys.excepthook`. A rank that exits at once (main_test's Ctrl-C, a second Ctrl-C in training) can close
+    that connection halfway, and the worker would print a ConnectionResetError traceback under the rank's
+    one-line message. Such an error means only that the rank is gone (a live rank fails on its own side), so
+    it is not reported; every other exception goes to `default`.
+    """
+    def hook(kind: Type[BaseException], value: BaseException, tb: Optional[TracebackType]) -> None:
+        if issubclass(kind, (ConnectionError, EOFError)) and _raised_in_resource_sharer(tb):
+            return
+        default(kind, value, tb)
+
+    return hook
+
+
+def _raised_in_resource_sharer(tb: Optional[TracebackType]) -> bool:
+    while tb is not None:
+        if os.path.normcase(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _RESOURCE_SHARER:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def one_opencv_thread_per_worker(num_workers: int) -> None:

@@ -273,3 +273,29 @@ def test_ctrl_c_in_main_test_is_one_line_and_exit_130(tmp_path, demo_images):
         p.kill()
     assert code == EXIT_INTERRUPTED
     assert _one_line(err) == 'stopped: SIGINT (Ctrl-C): testing stopped; results.csv not written'
+
+
+WORKER_SHARING_A_BATCH = r'''
+import os, socket, sys, time
+from multiprocessing import resource_sharer
+from data.loader import ignore_stop_signals
+
+ignore_stop_signals(0)                       # what every loader worker runs first
+batch = resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))   # a batch's descriptor, offered to the rank
+address = resource_sharer._resource_sharer._address  # stdlib internals: where the rank would connect
+for _ in range(3):                           # the rank connects and exits halfway through the handshake
+    with socket.socket(socket.AF_UNIX) as rank:
+        rank.connect(address)
+time.sleep(1)                                # the worker's sharing thread has met each closed connection
+raise ConnectionResetError('a failure of the worker itself')
+'''
+
+
+def test_a_loader_worker_stays_quiet_when_its_rank_exits_while_taking_a_batch(tmp_path):
+    """main_test's Ctrl-C ends the rank at once; its loader worker, handing over a batch at that moment, must not
+    print multiprocessing's ConnectionResetError traceback under the rank's one line. Its own failures still show."""
+    done = subprocess.run([PY, '-c', WORKER_SHARING_A_BATCH], cwd=ROOT, env=clean_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert 'resource_sharer' not in done.stderr, done.stderr
+    assert done.stderr.count('Traceback') == 1 and 'a failure of the worker itself' in done.stderr, done.stderr
