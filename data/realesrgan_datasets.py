@@ -6,7 +6,8 @@ sample's seed, every random choice of the degradation (data/realesrgan_degradati
 and a plan. The item carries the uint8 GT patch, the kernels and the plan; the degradations themselves
 run on the device in the training step (`device_transform`, applied by the model once the batch is
 there: data/batch_transforms.py), which returns L (gt_size/scale), H (gt_size) and the sharpened GT of
-the losses that take it (`l1_gt_usm`, `percep_gt_usm`, `gan_gt_usm`, BasicSR's keys).
+the losses that take it (`l1_gt_usm`, `percep_gt_usm`, `gan_gt_usm`, BasicSR's keys). As Real-ESRGAN does
+(and Real-ESRNet with its `gt_usm`), the degradations start from the USM-sharpened GT (`gt_usm`, true).
 
 The keys are BasicSR's (its dataset's and its model's degradation keys in one section), with its
 defaults: `kernel_list`, `kernel_prob`, `sinc_prob`, `blur_sigma`, `betag_range`, `betap_range`,
@@ -115,6 +116,7 @@ class DatasetRealESRGAN(ImageDataset):
         **_stage_keys('2', [0.2, 1.5], [1, 25], [0.05, 2.5], [0.3, 0.4, 0.3], [0.3, 1.2]),
         'second_blur_prob': Key(0.8, (int, float), PROBABILITY),
         'final_sinc_prob': Key(0.8, (int, float), PROBABILITY),
+        'gt_usm': True,         # the degradations start from the USM-sharpened GT (Real-ESRGAN; Real-ESRNet's key)
         'l1_gt_usm': True,      # the pixel loss compares with the USM-sharpened GT
         'percep_gt_usm': True,  # the perceptual loss too
         'gan_gt_usm': False,    # the discriminator's real images stay unsharpened

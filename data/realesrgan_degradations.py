@@ -138,8 +138,8 @@ def draw_plan(rng: np.random.Generator, cfg: Mapping[str, Any], record: Record =
     """Every random choice of one sample: (plan, [kernel1, kernel2, final sinc kernel or the identity]).
 
     `cfg` holds the dataset's keys (BasicSR's names) plus `crop_pad_size`, `gt_size` and `scale`; the
-    GT patch is crop_pad_size square. The plan also says where the LR patch is cut and which losses
-    get the sharpened GT."""
+    GT patch is crop_pad_size square. The plan also says where the LR patch is cut, whether the
+    degradations start from the sharpened GT (`gt_usm`) and which losses get it as their target."""
     kernels = [draw_kernel(rng, cfg, '', record, 'kernel1'), draw_kernel(rng, cfg, '2', record, 'kernel2')]
     sinc = draw_final_sinc(rng, cfg, record)
     kernels.append(pulse_kernel(cfg['blur_kernel_size2']) if sinc is None else sinc)
@@ -154,7 +154,7 @@ def draw_plan(rng: np.random.Generator, cfg: Mapping[str, Any], record: Record =
     top, left = int(rng.integers(0, lq_full - lq_patch + 1)), int(rng.integers(0, lq_full - lq_patch + 1))
     targets = [loss for loss, key in zip(LOSSES, ('l1_gt_usm', 'percep_gt_usm', 'gan_gt_usm')) if cfg[key]]
     plan = {'scale': scale, 'lq_patch': lq_patch, 'top': top, 'left': left, 'usm_targets': targets,
-            'stage1': stage1, 'stage2': stage2, 'final': final}
+            'degrade_usm': cfg['gt_usm'], 'stage1': stage1, 'stage2': stage2, 'final': final}
     return plan, kernels
 
 
@@ -262,22 +262,25 @@ def usm_sharpen(img: torch.Tensor, weight: float = USM_WEIGHT, radius: int = USM
 def degrade_batch(batch: Dict[str, Any]) -> Dict[str, Any]:
     """A collated batch of `realesrgan` items on its device (GT patches in [0, 1]) -> the training batch:
     L, the LR patches; H, the GT patches at the same place; H_<loss> (`LOSSES`), the sharpened GT for
-    the losses the plan names. Float32 without autograd, also under autocast."""
+    the losses the plan names. As in Real-ESRGAN (and Real-ESRNet with `gt_usm`), the degradations start
+    from the sharpened GT when the plan says so (`degrade_usm`), while H stays the plain GT.
+    Float32 without autograd, also under autocast."""
     H = batch['H']
     plans = [json.loads(p) for p in batch[PLAN_KEY]]
     out = {k: v for k, v in batch.items() if k not in (PLAN_KEY, *KERNEL_KEYS)}
     with torch.no_grad(), torch.autocast(H.device.type, enabled=False):
         H = H.float()
-        targets = plans[0]['usm_targets']
-        sharp = usm_sharpen(H) if targets else None
+        targets, from_sharp = plans[0]['usm_targets'], plans[0]['degrade_usm']
+        sharp = usm_sharpen(H) if targets or from_sharp else None
+        source = sharp if from_sharp else H
         Ls, Hs, Us = [], [], []
         for i, plan in enumerate(plans):
             kernels = [batch[k][i].float() for k in KERNEL_KEYS]
-            L = degrade(H[i:i + 1], kernels, plan)
+            L = degrade(source[i:i + 1], kernels, plan)
             s, n, t, l = plan['scale'], plan['lq_patch'], plan['top'], plan['left']
             Ls.append(L[:, :, t:t + n, l:l + n])
             Hs.append(H[i:i + 1, :, t * s:(t + n) * s, l * s:(l + n) * s])
-            if sharp is not None:
+            if targets:
                 Us.append(sharp[i:i + 1, :, t * s:(t + n) * s, l * s:(l + n) * s])
         out['L'] = torch.cat(Ls).contiguous()
         out['H'] = torch.cat(Hs).contiguous()

@@ -166,29 +166,55 @@ def test_an_item_is_the_uint8_gt_crop_with_its_kernels_and_plan_and_the_device_s
     assert torch.equal(out['H_pixel'], out['H_perceptual']) and not torch.equal(out['H_pixel'], out['H'])
 
 
-def test_with_every_degradation_off_the_lr_patch_is_the_gt_patch_downscaled_at_the_same_place(tmp_path):
+DEGRADATIONS_OFF = dict(kernel_list=['iso'], kernel_prob=[1], blur_sigma=[0.05, 0.05], kernel_list2=['iso'],
+                        kernel_prob2=[1], sinc_prob=0, second_blur_prob=0, final_sinc_prob=0, resize_prob=[0, 0, 1],
+                        resize_prob2=[0, 0, 1], gaussian_noise_prob=1, noise_range=[0, 0], gaussian_noise_prob2=1,
+                        noise_range2=[0, 0], jpeg_range=[100, 100], jpeg_range2=[100, 100])
+
+
+def _gray_image_folder(tmp_path):
     """A gray image (JPEG at quality 100 then loses only rounding) with structure at the LR pixel scale."""
     (tmp_path / 'H').mkdir()
     noise = np.random.default_rng(5).random((96, 96))
     gray = cv2.GaussianBlur(noise, (0, 0), 3.0)
     gray = np.round((gray - gray.min()) / np.ptp(gray) * 255).astype(np.uint8)
     cv2.imwrite(str(tmp_path / 'H' / 'gray.png'), np.repeat(gray[:, :, None], 3, 2))
-    off = dict(kernel_list=['iso'], kernel_prob=[1], blur_sigma=[0.05, 0.05], kernel_list2=['iso'], kernel_prob2=[1],
-               sinc_prob=0, second_blur_prob=0, final_sinc_prob=0, resize_prob=[0, 0, 1], resize_prob2=[0, 0, 1],
-               gaussian_noise_prob=1, noise_range=[0, 0], gaussian_noise_prob2=1, noise_range2=[0, 0],
-               jpeg_range=[100, 100], jpeg_range2=[100, 100])
-    ds = _ds(str(tmp_path / 'H'), **off)
+    return str(tmp_path / 'H')
+
+
+def _downscaled(full, plan):
+    mode = plan['stage2']['mode']
+    return torch.nn.functional.interpolate(full, size=(24, 24), mode=mode,
+                                           **({} if mode == 'area' else {'align_corners': False}))
+
+
+def test_with_every_degradation_off_the_lr_patch_is_the_gt_patch_downscaled_at_the_same_place(tmp_path):
+    ds = _ds(_gray_image_folder(tmp_path), **DEGRADATIONS_OFF, gt_usm=False)
     for seed in range(6):
         item, out = ds[TrainKey(0, seed)], _device_batch(ds, [(0, seed)])
         plan = json.loads(item[rd.PLAN_KEY])
-        mode, t, l = plan['stage2']['mode'], plan['top'], plan['left']
-        full = item['H'][None].float() / 255
-        small = torch.nn.functional.interpolate(full, size=(24, 24), mode=mode, **({} if mode == 'area' else
-                                                                                  {'align_corners': False}))
+        t, l = plan['top'], plan['left']
+        small = _downscaled(item['H'][None].float() / 255, plan)
         error = (out['L'][0] - small[0, :, t:t + 12, l:l + 12]).abs().mean().item()
         assert error < 1.5 / 255  # JPEG's rounding and the final 8 bits
         shift = 1 if l == 0 else -1
         assert (out['L'][0] - small[0, :, t:t + 12, l + shift:l + shift + 12]).abs().mean().item() > 3 * error
+
+
+def test_the_degradations_start_from_the_sharpened_gt_as_real_esrgan_does(tmp_path):
+    """Real-ESRGAN blurs its USM-sharpened GT first (Real-ESRNet too, with gt_usm): so does gt_usm, by default;
+    the GT patch of the batch stays the plain one."""
+    ds = _ds(_gray_image_folder(tmp_path), **DEGRADATIONS_OFF)
+    for seed in range(3):
+        item, out = ds[TrainKey(0, seed)], _device_batch(ds, [(0, seed)])
+        plan = json.loads(item[rd.PLAN_KEY])
+        t, l = plan['top'], plan['left']
+        full = item['H'][None].float() / 255
+        from_sharp = _downscaled(rd.usm_sharpen(full), plan)[0, :, t:t + 12, l:l + 12]
+        from_plain = _downscaled(full, plan)[0, :, t:t + 12, l:l + 12]
+        error = (out['L'][0] - from_sharp).abs().mean().item()
+        assert error < 1.5 / 255 and (out['L'][0] - from_plain).abs().mean().item() > 2 * error
+        assert torch.equal(out['H'][0], full[0, :, t * 4:(t + 12) * 4, l * 4:(l + 12) * 4])
 
 
 def test_the_usm_keys_choose_which_losses_get_the_sharpened_gt(folder):
