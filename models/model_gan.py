@@ -248,7 +248,8 @@ class ModelGAN(ModelPlain):
         iteration's loss is their mean), with D frozen and unwrapped; `parts` sums the divided terms for the
         log. `E_ema`: the EMA generator's output, LDL's reference (when ldl_weight > 0). Each loss compares
         with its own target (data/batch_transforms.py: H, or e.g. Real-ESRGAN's sharpened H; the extra
-        pixel losses and LDL take the pixel loss's)."""
+        pixel losses take the pixel loss's). LDL compares with the plain H, as LDL's Real-ESRGAN+LDL model does:
+        its artifact map finds where the output strays from the real image, not from a sharpened one."""
         H = batch_transforms.target(batch, 'pixel')
         t = self.train_opt
         loss = E.new_zeros((), dtype=torch.float32)
@@ -265,7 +266,7 @@ class ModelGAN(ModelPlain):
             loss = loss + percep
             parts[1] += percep.detach()
         if E_ema is not None:
-            ldl = t['ldl_weight'] * ldl_loss(E, E_ema, H) / n
+            ldl = t['ldl_weight'] * ldl_loss(E, E_ema, batch['H']) / n
             loss = loss + ldl
             parts[8] += ldl.detach()
         self._set_d_trainable(False)
