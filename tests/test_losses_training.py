@@ -173,12 +173,30 @@ def test_a_gan_with_extra_losses_ldl_hinge_and_two_scales_trains_and_logs_every_
     with torch.no_grad():
         E = copy.deepcopy(model.net_g)(batch['L'])
         E_ema = model.ema.module(batch['L'])
+        # each copy of D judges the image average-pooled k times (3x3, stride 2; its own test below), in the
+        # model's order (G's step, then D's on real and fake): spectral norm's power iteration moves at each call
+        judges = copy.deepcopy(list(model.net_d.scales))
+        g_fakes, reals, fakes = [], [], []
+        fake, real = E.double().numpy(), batch['H'].double().numpy()
+        for judge in judges:
+            g_fakes.append(judge(torch.from_numpy(fake).float()))
+            reals.append(judge(torch.from_numpy(real).float()))
+            fakes.append(judge(torch.from_numpy(fake).float()))
+            fake, real = _pool_loop(fake), _pool_loop(real)
     expected_ldl = 2.0 * ldl_loss(E, E_ema, batch['H']).item()
     expected_fft = 0.1 * FocalFrequencyLoss()(E, batch['H']).item()
+    # hinge (Lim & Ye 2017), averaged over the scales: G -mean D(fake); D mean relu(1 - D(real)) + relu(1 + D(fake))
+    expected_gan = opt['train']['D_lossfn_weight'] * np.mean([-f.mean().item() for f in g_fakes])
+    expected_d = (np.mean([F.relu(1 - r).mean().item() for r in reals])
+                  + np.mean([F.relu(1 + f).mean().item() for f in fakes]))
     _train(model, [batch])
     logged = model.log_losses()
     assert logged['l_g_ldl'] == pytest.approx(expected_ldl, rel=1e-5)
     assert logged['l_g_fft'] == pytest.approx(expected_fft, rel=1e-5)
+    assert logged['l_g_gan'] == pytest.approx(expected_gan, rel=1e-4, abs=1e-7)
+    assert logged['D_loss'] == pytest.approx(expected_d, rel=1e-4)
+    assert logged['D_real'] == pytest.approx(np.mean([r.mean().item() for r in reals]), rel=1e-4, abs=1e-7)
+    assert logged['D_fake'] == pytest.approx(np.mean([f.mean().item() for f in fakes]), rel=1e-4, abs=1e-7)
     terms = ('l_g_pix', 'l_g_percep', 'l_g_gan', 'l_g_ldl', 'l_g_fft', 'l_g_charbonnier_y')  # percep: 0 here
     assert set(logged) == {'G_loss', *terms, 'D_loss', 'D_real', 'D_fake'}
     assert logged['G_loss'] == pytest.approx(sum(logged[k] for k in terms), rel=1e-6)
