@@ -355,3 +355,63 @@ def test_the_readme_lists_every_perceptual_metric_file_where_utils_weights_looks
     for name in ('alexnet', 'vgg16', 'lpips_alex', 'lpips_vgg', 'dists', 'niqe'):
         w = WEIGHTS[name]
         assert f'| `{os.path.join(w.subfolder, w.file)}` |' in readme and f'| {w.url} | {w.licence} |' in readme
+
+
+# --- through training and main_test ---------------------------------------------------------------------
+
+def test_training_and_main_test_score_lpips_dists_and_niqe_with_the_files_in_the_default_folder(tmp_path, demo_images,
+                                                                                               monkeypatch):
+    """The three metrics end to end, with their files where a user puts them (torch's hub cache, no path in the
+    options): validation logs and history.jsonl carry them, best_G follows LPIPS, and main_test's results.csv
+    holds, for every restored image it wrote, exactly the scores the metrics give that image."""
+    import csv
+
+    import cv2
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    torch.manual_seed(0)
+    for name, features in (('alexnet', alexnet_features), ('vgg16', vgg16_features)):  # random, torchvision's format
+        os.makedirs(os.path.dirname(default_path(name)), exist_ok=True)
+        torch.save({f'features.{k}': v for k, v in features().state_dict().items()}, default_path(name))
+    for name in ('lpips_alex', 'dists', 'niqe'):
+        os.makedirs(os.path.dirname(default_path(name)), exist_ok=True)
+        with open(released(name), 'rb') as src, open(default_path(name), 'wb') as dst:
+            dst.write(src.read())
+    (tmp_path / 'test').mkdir()
+    img = natural_image()  # two 96x96 blocks and more: NIQE can score it
+    for k, frame in enumerate((img, np.ascontiguousarray(img[::-1, ::-1]))):
+        cv2.imwrite(str(tmp_path / 'test' / f'im{k}.png'), frame)
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2,
+                       checkpoint_print=1, G_scheduler_milestones=[])
+    opt['datasets']['test']['dataroot_H'] = str(tmp_path / 'test')
+    opt['logging']['use_tensorboard'] = False
+    opt['val'] = {'metrics': ['lpips', 'dists', 'niqe'], 'best_metric': 'lpips'}
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    env = clean_env(OMP_NUM_THREADS='1', TORCH_HOME=str(tmp_path / 'torch_home'))
+    r = run([sys.executable, 'main_train.py', '--opt', path], env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    task = tmp_path / 'exp' / 'tiny'
+    from utils.history import read_history
+    val = [row for row in read_history(str(task / 'history.jsonl')) if row['kind'] == 'val']
+    assert len(val) == 1 and all(np.isfinite(val[0][k]) for k in ('lpips', 'dists', 'niqe'))
+    assert 'lpips' in r.stdout and 'niqe' in r.stdout
+    with open(task / 'models' / 'best') as f:
+        assert f.read().split()[::2] == ['2', 'lpips']
+    out = tmp_path / 'out'
+    r = run([sys.executable, 'main_test.py', '--opt', path, '--out', str(out)], env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(out / 'results.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert [row['name'] for row in rows] == ['im0', 'im1', 'mean']
+    metrics = {'lpips': LPIPS('cpu', 'alex', None, None), 'dists': DISTS('cpu', None, None),
+               'niqe': NIQE('cpu', 0, 'y', None)}
+    for row in rows[:2]:
+        restored = [p for p in os.listdir(out) if p.startswith(row['name']) and p.endswith('.png')]
+        assert len(restored) == 1, os.listdir(out)
+        E = cv2.imread(str(out / restored[0]))[:, :, ::-1].copy()
+        H = cv2.imread(str(tmp_path / 'test' / f'{row["name"]}.png'))[:, :, ::-1].copy()
+        # the table holds 4 decimals
+        assert float(row['lpips']) == pytest.approx(metrics['lpips'](E, H), abs=6e-5)
+        assert float(row['dists']) == pytest.approx(metrics['dists'](E, H), abs=6e-5)
+        assert float(row['niqe']) == pytest.approx(metrics['niqe'](E, None), abs=6e-5)
+    for key in ('lpips', 'dists', 'niqe'):
+        assert float(rows[2][key]) == pytest.approx(np.mean([float(row[key]) for row in rows[:2]]), abs=1.1e-4)
