@@ -10,7 +10,6 @@ returns one frame, N×1×out_chans×H×W.
 """
 import functools
 import math
-import os
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -27,6 +26,7 @@ from models.deform_conv import deform_conv2d
 from models.registry import NETWORKS
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
+from utils.weights import weights_path
 
 
 class FrameConv3d(nn.Conv3d):
@@ -101,8 +101,7 @@ class SpyNet(nn.Module):
 
     def load_weights(self, path: str) -> None:
         """Load released SpyNet weights (which lack the mean/std buffers) or a saved SpyNet state_dict."""
-        if not os.path.isfile(path):
-            raise UserError(f'netG.spynet_path: file not found: {path}')
+        path = weights_path('spynet', path, 'netG.spynet_path')  # a missing file: which to put there, from where
         try:
             sd = unwrap_params(load_checkpoint(path))
         except UserError as e:

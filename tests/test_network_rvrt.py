@@ -163,7 +163,9 @@ def test_a_spynet_checkpoint_is_loaded_from_spynet_path(tmp_path):
     net = RVRT(**tiny(spynet_path=str(tmp_path / 'spynet.pth')))
     for k, v in spynet.state_dict().items():
         assert torch.equal(net.spynet.state_dict()[k], v), k
-    with pytest.raises(UserError, match='netG.spynet_path: file not found'):
+    with pytest.raises(UserError, match=r'^netG.spynet_path: SpyNet .*: weights not found; nothing is downloaded '
+                                        r'here: put file spynet_sintel_final-3d2a1287.pth at .*missing.pth \(from '
+                                        r'https://github.com/JingyunLiang/VRT/releases/download/v0.0/'):
         RVRT(**tiny(spynet_path=str(tmp_path / 'missing.pth')))
 
 
