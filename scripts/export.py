@@ -1,7 +1,7 @@
 """Export a trained netG to ONNX (fp32, optionally fp16) and safetensors, checked with onnxruntime.
 
     python scripts/export.py --opt options/train_dncnn_demo.json [--weights W.pth|W.safetensors]
-                             [--set KEY.PATH=VALUE] [--out DIR] [--fp16] [--opset 18] [--no-check]
+                             [--set KEY.PATH=VALUE] [--out DIR] [--fp16] [--opset 18] [--no-check] [--size HxW]
 
 main_test.py's conventions: the option file the model was trained with (`--set` overrides), and
 without `--weights` the newest checkpoint of the run (its EMA weights when present). The network is
@@ -12,12 +12,15 @@ built as main_test builds it (`build_eval_network`: strict weights, `merge_bn` f
   <name>_fp16.onnx     with --fp16: fp16 weights and arithmetic, float32 input and output;
   <name>.safetensors   the state_dict, with metadata `net_type` and `netG` (JSON): what the file is;
 
-`<name>` is the weights file's name without extension (e.g. 8_E). The graph is traced by torch.export
+`<name>` is the weights file's name without extension (e.g. 8_E). With `--size HxW` the height and width
+are fixed (the batch stays dynamic where the network allows it, else it is 1): the way to export a network
+whose forward pads or branches on the input size, for a deployment that feeds tiles of one size. The graph is traced by torch.export
 with symbolic sizes (here, not inside torch.onnx.export, which would quietly narrow the dynamic sizes of a
 forward that branches on them: here that is one line naming the net_type) and translated by
 `torch.onnx.export(dynamo=True)` (onnxscript). Before anything is written, onnxruntime
 (CPU) runs it on the test set's first input (or a fixed random image), cropped to at most 96 pixels a
-side and at a size other than the trace size (the dynamic height and width are what is checked), and
+side and at a size other than the trace size (the dynamic height and width are what is checked; with
+`--size`, at that size and another batch size), and
 `max|diff|` against PyTorch is printed; above 1e-4 (fp32) or 1e-2 (fp16) nothing is written and the
 exit code is 2. Files are written atomically, and a failure removes the ones this run wrote.
 Exit codes: 0 done, 2 a problem (one line on stderr), 5 a write failed for lack of space.
@@ -71,8 +74,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--fp16', action='store_true', help='also write <name>_fp16.onnx')
     p.add_argument('--opset', type=int, default=18, help='ONNX opset (default 18)')
     p.add_argument('--no-check', action='store_true', help='write without running onnxruntime')
+    p.add_argument('--size', type=fixed_size, default=None, metavar='HxW',
+                   help='fix the input height and width (the batch stays dynamic where the network allows it, '
+                        'else it is 1), e.g. 256x256: for networks whose forward depends on the input size')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
     return p.parse_args(argv)
+
+
+def fixed_size(text: str) -> Tuple[int, int]:
+    """--size's value: HxW, each at least 1."""
+    parts = text.lower().split('x')
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f'{text!r} is not HxW with positive integers, e.g. 256x256')
+    return int(parts[0]), int(parts[1])
 
 
 def import_onnx_tools(check: bool, fp16: bool) -> None:
@@ -142,11 +156,22 @@ def check_input(opt: Dict[str, Any], net: nn.Module) -> Tuple[torch.Tensor, str]
     raise UserError(f'netG ({opt["netG"]["net_type"]}): no input channel count to check it with; give a datasets.test')
 
 
-def trace_input(x: torch.Tensor) -> torch.Tensor:
+def trace_input(x: torch.Tensor, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """A fixed random input of batch 2 (torch.export specialises sizes 0 and 1) and a square side other than
-    the check input's, so that the check runs the graph at sizes it was not traced at."""
-    side = next(s for s in TRACE_SIDES if (s, s) != tuple(x.shape[-2:]))
-    return torch.rand(2, x.shape[1], side, side, generator=torch.Generator().manual_seed(1))
+    the check input's, so that the check runs the graph at sizes it was not traced at; or of the fixed `size`."""
+    if size is None:
+        side = next(s for s in TRACE_SIDES if (s, s) != tuple(x.shape[-2:]))
+        size = (side, side)
+    return torch.rand(2, x.shape[1], *size, generator=torch.Generator().manual_seed(1))
+
+
+def at_size(x: torch.Tensor, size: Tuple[int, int]) -> Tuple[torch.Tensor, str]:
+    """The check input for a fixed-size graph: its top-left `size` crop when it is that large, else a fixed
+    random image of that size with its channels."""
+    h, w = size
+    if x.shape[-2] >= h and x.shape[-1] >= w:
+        return x[..., :h, :w].contiguous(), f'its top-left {h}x{w}'
+    return torch.rand(1, x.shape[1], h, w, generator=torch.Generator().manual_seed(0)), f'a random {h}x{w} image'
 
 
 @contextlib.contextmanager
@@ -155,15 +180,18 @@ def quiet() -> Any:
     failure is reported as one line by `export_onnx`."""
     logging.disable(logging.CRITICAL)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):  # torch.export prints a failed graph to stderr
             warnings.simplefilter('ignore')
             yield
     finally:
         logging.disable(logging.NOTSET)
 
 
-def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str) -> Any:
-    """The onnx.ModelProto of `net` for inputs like `x` with dynamic batch, height and width.
+def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str, fixed: bool = False,
+                static: bool = False) -> Any:
+    """The onnx.ModelProto of `net` for inputs like `x` with dynamic batch, height and width (`fixed`: dynamic
+    batch, the height and width of `x`; `static`: every size of `x`).
 
     torch.export traces with symbolic sizes, non-strict first (as torch.onnx does), then strict (dynamo).
     A forward that branches on its input's size violates the dynamic dims: that is one line naming the
@@ -171,23 +199,31 @@ def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str) -> A
     such a violation silently narrows the dims to what was traced (a graph wrong at other sizes).
     """
     check_no_self_modification(net, x, net_type)
-    side = min_side(net)
-    dims = {0: torch.export.Dim('batch'), 2: torch.export.Dim('height', min=side),
-            3: torch.export.Dim('width', min=side)}
-    fail = f'netG ({net_type}): cannot be exported to ONNX with dynamic height and width'
+    dims: Optional[Dict[int, Any]] = None if static else {0: torch.export.Dim('batch')}
+    hint = ''
+    if static:
+        fail = f'netG ({net_type}): cannot be exported to ONNX for {shape_text(x)} inputs'
+    elif fixed:
+        fail = f'netG ({net_type}): cannot be exported to ONNX at {x.shape[-2]}x{x.shape[-1]} with a dynamic batch'
+    else:
+        side = min_side(net)
+        dims.update({2: torch.export.Dim('height', min=side), 3: torch.export.Dim('width', min=side)})
+        fail = f'netG ({net_type}): cannot be exported to ONNX with dynamic height and width'
+        hint = '; --size HxW exports it for one input size'
+    shapes = None if dims is None else (dims,)
     program = None
     with quiet(), torch.no_grad(), size_oblivious():
         try:
-            program = torch.export.export(net, (x,), dynamic_shapes=(dims,), strict=False)
+            program = torch.export.export(net, (x,), dynamic_shapes=shapes, strict=False)
         except Exception as e:  # torch.export raises many kinds; a constraint violation is torch's UserError
             if type(e).__name__ == 'UserError' or 'Constraints violated' in str(e):
-                raise UserError(f'{fail}: {export_reason(e)}') from None
+                raise UserError(f'{fail}: {export_reason(e)}{hint}') from None
             first = e
         if program is None:
             try:
-                program = torch.export.export(net, (x,), dynamic_shapes=(dims,), strict=True)
+                program = torch.export.export(net, (x,), dynamic_shapes=shapes, strict=True)
             except Exception:
-                raise UserError(f'{fail}: {export_reason(first)}') from None
+                raise UserError(f'{fail}: {export_reason(first)}{hint}') from None
         try:
             onnx_program = torch.onnx.export(program, (x,), None, dynamo=True, input_names=['input'],
                                              output_names=['output'], opset_version=opset, verbose=False,
@@ -321,10 +357,25 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
     net = build_eval_network(opt['netG'], weights, torch.device('cpu'), '--weights', args.allow_unsafe_load,
                              opt['merge_bn'])
     x, what = check_input(opt, net)
-    traced = trace_input(x)
-    say(f'exporting {net_type} from {weights} (opset {args.opset}, inputs of at least {min_side(net)}x{min_side(net)} '
-        f'pixels, any batch size)')
-    model = export_onnx(net, traced, args.opset, net_type)
+    if args.size is not None:
+        x, where = at_size(x, args.size)
+        what = f'{what}: {where}'
+        sizes = f'{args.size[0]}x{args.size[1]} inputs'
+    else:
+        sizes = f'inputs of at least {min_side(net)}x{min_side(net)} pixels'
+    traced = trace_input(x, args.size)
+    say(f'exporting {net_type} from {weights} (opset {args.opset}, {sizes})')
+    if args.size is None:
+        model = export_onnx(net, traced, args.opset, net_type)
+        say('the graph takes any batch size')
+    else:
+        try:
+            model = export_onnx(net, traced, args.opset, net_type, fixed=True)
+            say('the graph takes any batch size')
+        except UserError:  # a forward that also depends on the batch size: one image at a time
+            traced = traced[:1]
+            model = export_onnx(net, traced, args.opset, net_type, static=True)
+            say(f'the graph takes one image at a time (batch 1): {net_type} does not trace with a dynamic batch')
     name = os.path.splitext(os.path.basename(weights))[0]
     out_dir = args.out or os.path.join(opt['path']['task'], 'export')
     files = [(os.path.join(out_dir, f'{name}.onnx'), serialize(model, f'{name}.onnx'))]

@@ -205,6 +205,63 @@ def test_a_network_whose_forward_branches_on_its_input_size_is_one_line_naming_i
     assert '\n' not in str(e.value)
 
 
+def test_size_exports_a_network_whose_forward_depends_on_the_input_size_for_that_size():
+    need_onnx()
+    import onnx
+    import onnxruntime as ort
+
+    class SizeBranch(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.shape[-1] > 40 else x
+
+    with pytest.raises(UserError, match=r'; --size HxW exports it for one input size$'):
+        export.export_onnx(SizeBranch(), torch.rand(2, 3, 64, 64), 18, 'sizebranch')
+    model = export.export_onnx(SizeBranch(), torch.rand(2, 3, 48, 56), 18, 'sizebranch', fixed=True)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims][1:] == [3, 48, 56] and dims[0].dim_param  # any batch
+    x = np.random.default_rng(0).random((3, 3, 48, 56), dtype=np.float32)
+    out = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider']).run(None, {'input': x})
+    np.testing.assert_allclose(out[0], 2 * x, rtol=1e-6)
+
+
+def test_a_run_of_a_network_that_pads_to_its_multiple_exports_with_size(tmp_path, demo_images, capsys, one_thread):
+    """DRUNet pads its input to a multiple of 8 with a size-dependent branch: not with dynamic sizes, but at one."""
+    need_onnx()
+    netG = {'net_type': 'drunet', 'in_nc': 4, 'out_nc': 3, 'nc': [8, 8, 8, 8], 'nb': 1}
+    opt_path, opt = make_run(tmp_path, demo_images, netG, test_set=False)
+    code, out, err = export_run(capsys, '--opt', opt_path, '--out', tmp_path / 'd')
+    assert code == 2 and 'netG (drunet): cannot be exported to ONNX with dynamic height and width' in err
+    assert err.rstrip().endswith('--size HxW exports it for one input size') and err.count('\n') == 1
+    code, out, err = export_run(capsys, '--opt', opt_path, '--out', tmp_path / 'x', '--size', '40x52')
+    assert code == 0, err
+    assert '(opset 18, 40x52 inputs)' in out and 'the graph takes any batch size' in out
+    assert '(traced at 2x4x40x52)' in out
+    assert float(re.findall(DIFF, out)[0]) <= 1e-4 and 'on a 1x4x40x52 input' in out
+    net = build_eval_network(opt['netG'], str(tmp_path / 'x' / '8_E.safetensors'), torch.device('cpu'), 'w')
+    assert onnx_vs_torch(str(tmp_path / 'x' / '8_E.onnx'), net, (3, 4, 40, 52)) <= 1e-4
+    with pytest.raises(SystemExit):
+        export.parse_args(['--opt', opt_path, '--size', '40'])
+    assert "'40' is not HxW with positive integers, e.g. 256x256" in capsys.readouterr().err
+
+
+def test_size_exports_one_image_at_a_time_a_network_that_also_depends_on_the_batch_size(tmp_path, demo_images, capsys,
+                                                                                           one_thread):
+    """Restormer pads to its multiple and reshapes by its batch size: at a fixed size its graph is for batch 1."""
+    need_onnx()
+    import onnx
+    netG = {'net_type': 'restormer', 'dim': 8, 'num_blocks': [1, 1, 1, 1], 'num_refinement_blocks': 1,
+            'heads': [1, 2, 2, 4]}
+    opt_path, opt = make_run(tmp_path, demo_images, netG)
+    code, out, err = export_run(capsys, '--opt', opt_path, '--out', tmp_path / 'x', '--size', '32x32')
+    assert code == 0, err
+    assert 'the graph takes one image at a time (batch 1): restormer does not trace with a dynamic batch' in out
+    assert float(re.findall(DIFF, out)[0]) <= 1e-4 and '(traced at 1x3x32x32)' in out
+    dims = onnx.load(str(tmp_path / 'x' / '8_E.onnx')).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 3, 32, 32]
+    net = build_eval_network(opt['netG'], str(tmp_path / 'x' / '8_E.safetensors'), torch.device('cpu'), 'w')
+    assert onnx_vs_torch(str(tmp_path / 'x' / '8_E.onnx'), net, (1, 3, 32, 32)) <= 1e-4
+
+
 def test_a_network_that_replaces_its_own_weights_in_forward_is_one_line_naming_it():
     """SPAN re-parameterises its convolutions on every eval forward: torch.export would crash the process."""
     need_onnx()
