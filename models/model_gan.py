@@ -35,7 +35,7 @@ from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
 from models.init import init_weights
-from models.model_plain import ModelPlain, load_resume_weights
+from models.model_plain import NETWORK_FAILURES, ModelPlain, load_resume_weights
 from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
@@ -159,7 +159,7 @@ class ModelGAN(ModelPlain):
             try:
                 with self.probe(net):
                     net(x)
-            except (RuntimeError, ValueError, TypeError, UserError) as e:
+            except (*NETWORK_FAILURES, UserError) as e:
                 hint = '' if isinstance(e, UserError) else ' (check netD.in_nc against "n_channels")'
                 raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape}{seen} '
                                 f'for a sample of {where}: {first_line(e)[:300]}{hint}') from None
@@ -167,7 +167,7 @@ class ModelGAN(ModelPlain):
             try:
                 with self.probe(self.perceptual):
                     self.perceptual(out, batch['H'])
-            except (RuntimeError, ValueError, TypeError) as e:
+            except NETWORK_FAILURES as e:
                 hint = (' (VGG19 takes 3 channels: gray images get them from F_use_input_norm true, whose '
                         'normalisation broadcasts them, as in KAIR; else set F_lossfn_weight to 0)' if shape[0] != 3
                         else '')

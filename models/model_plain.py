@@ -31,6 +31,9 @@ from utils.logger import get_logger
 from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, unit_interval
 
 AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+# What a network or loss raises on an input it cannot take, caught by the start-up checks to become one line:
+# PyTorch's errors, and the asserts and indexing of networks written elsewhere (spandrel's).
+NETWORK_FAILURES = (RuntimeError, ValueError, TypeError, IndexError, AssertionError, KeyError)
 
 
 def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
@@ -264,7 +267,7 @@ class ModelPlain:
         try:
             with self.probe(self.net_g):
                 out = self.predict(self.net_g, batch)
-        except (RuntimeError, ValueError, TypeError) as e:
+        except NETWORK_FAILURES as e:
             shapes = ', '.join(f'{k} {tuple(v.shape[1:])}' for k, v in batch.items() if torch.is_tensor(v))
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) cannot take a sample of {where} ({shapes}): '
                             f'{first_line(e)[:300]}') from None
@@ -277,7 +280,7 @@ class ModelPlain:
             try:
                 with self.probe():
                     loss(out, target)
-            except (RuntimeError, ValueError, TypeError) as e:
+            except NETWORK_FAILURES as e:
                 raise UserError(f'{key} cannot take netG\'s output {tuple(out.shape[1:])} for a sample of {where}: '
                                 f'{first_line(e)[:300]}') from None
         return out, batch

@@ -7,6 +7,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 from main_train import is_restart
 from tests.conftest import run, tiny_options, write_options
@@ -29,6 +30,34 @@ def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing
     assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: ') and message in res.stderr, res.stderr
     assert res.stdout == ''  # the start-up lines of a start that did not happen are not shown
     assert not (tmp_path / 'exp').exists(), os.listdir(tmp_path / 'exp')
+
+
+class _Indexes(torch.nn.Module):
+    """Networks written elsewhere (spandrel's) index channels or assert sizes of their input."""
+
+    def __init__(self, fails: str):
+        super().__init__()
+        self.fails = fails
+
+    def forward(self, x):
+        if self.fails == 'assert':
+            assert x.shape[-1] % 64 == 0, 'the width must be a multiple of 64'
+        return x * x[:, 3]
+
+
+@pytest.mark.parametrize('fails, reason', [('index', 'index 3 is out of bounds'),
+                                           ('assert', 'the width must be a multiple of 64')])
+def test_a_network_that_indexes_or_asserts_on_a_sample_is_one_line(tmp_path, demo_images, fails, reason):
+    from models.model_plain import ModelPlain
+    from option_rules import option_rules
+    from utils.errors import UserError
+    from utils.options import validate
+    model = ModelPlain(validate(tiny_options(str(tmp_path / 'exp'), demo_images), option_rules()), torch.device('cpu'))
+    model.net_g = _Indexes(fails)
+    sample = {'L': torch.rand(3, 8, 8), 'H': torch.rand(3, 8, 8)}
+    with pytest.raises(UserError, match=r'^netG \(dncnn\) cannot take a sample of datasets.train \(L \(3, 8, 8\), '
+                                        r'H \(3, 8, 8\)\): ' + reason):
+        model.check_sample(sample, 'datasets.train')
 
 
 def test_rerunning_a_finished_run_writes_nothing_and_says_how_to_train_further(tmp_path, demo_images):
