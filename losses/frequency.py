@@ -1,5 +1,12 @@
-"""Focal frequency loss (Jiang, Dai, Wu, Loy, "Focal Frequency Loss for Image Reconstruction and
-Synthesis", ICCV 2021): `G_lossfn_type` or `G_extra_losses` member `fft`.
+"""Frequency-domain losses: `G_lossfn_type` or `G_extra_losses` members `fft` and `fft_l1`.
+
+`fft_l1` is the plain frequency L1 loss that SAFMN (ICCV 2023) and FFTformer (CVPR 2023) train with
+(their "FFTLoss", weights 0.05 and 0.1 beside L1): the mean absolute difference of the real and of the
+imaginary parts of the two images' 2-D real DFTs (`torch.fft.rfft2`, unnormalised, per image and
+channel). Computed in float32 also under AMP.
+
+`fft` is the focal frequency loss (Jiang, Dai, Wu, Loy, "Focal Frequency Loss for Image Reconstruction and
+Synthesis", ICCV 2021).
 
 Both images go through a 2-D DFT (per image, channel and patch); the loss is the mean over frequencies of
 w(u, v) * |F_pred(u, v) - F_target(u, v)|^2, where the spectrum weight w = |F_pred - F_target|^alpha
@@ -68,3 +75,14 @@ class FocalFrequencyLoss(nn.Module):
                 # identical spectra (0 / 0) get weight 0: there is nothing to focus on
                 weight = torch.nan_to_num(weight / peak, nan=0.0).clamp(0.0, 1.0)
             return (weight * dist).mean()
+
+
+@LOSSES.register('fft_l1')
+class FrequencyL1Loss(nn.Module):
+    """mean(|Re(F_pred - F_target)|, |Im(F_pred - F_target)|) over the rfft2 half-spectra (see the module
+    docstring): SAFMN's and FFTformer's FFT loss."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            diff = torch.fft.rfft2(x.float()) - torch.fft.rfft2(y.float())
+            return torch.view_as_real(diff).abs().mean()

@@ -56,6 +56,16 @@ LOSSES.register('l2')(nn.MSELoss)
 LOSSES.register('ssim')(SSIMLoss)
 
 
+@LOSSES.register('psnr')
+class PSNRLoss(nn.Module):
+    """NAFNet's PSNR loss (Chen et al., ECCV 2022): the mean over the batch of 10 log10(MSE + 1e-8) of each image,
+    i.e. minus its PSNR for images in [0, 1]; per-image, so a batch's easy images do not drown its hard ones."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        mse = (x.float() - y.float()).square().flatten(1).mean(1)
+        return 10.0 * torch.log10(mse + 1e-8).mean()
+
+
 @LOSSES.register('l2sum')
 def l2sum() -> nn.Module:
     """Sum of squared differences (KAIR's 'l2sum')."""

@@ -75,6 +75,32 @@ def test_alpha_zero_is_the_plain_frequency_l2_loss_which_parseval_makes_the_pixe
     assert FocalFrequencyLoss()(x, x).item() == 0.0  # identical spectra: weight 0/0 is 0, not NaN
 
 
+def test_frequency_l1_loss_is_the_mean_absolute_real_and_imaginary_difference_of_numpys_rfft2():
+    """SAFMN's and FFTformer's FFT loss: rfft2 per image and channel, unnormalised, L1 over (real, imag)."""
+    x, y = _pair(2, 3, 20, 13, seed=4)
+    diff = np.fft.rfft2(x.double().numpy()) - np.fft.rfft2(y.double().numpy())
+    expected = np.mean(np.stack([np.abs(diff.real), np.abs(diff.imag)]))
+    loss = LOSSES.get('fft_l1', 'test')()
+    assert loss(x, y).item() == pytest.approx(expected, rel=1e-5)
+    assert loss(x, x).item() == 0.0
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        value = loss(x.bfloat16(), y.bfloat16())
+    assert value.dtype == torch.float32 and value.item() == pytest.approx(
+        float(np.mean(np.abs(torch.view_as_real(torch.fft.rfft2(x.bfloat16().float())
+                                                - torch.fft.rfft2(y.bfloat16().float())).numpy()))), rel=1e-5)
+
+
+def test_psnr_loss_is_minus_the_mean_psnr_of_the_images_as_nafnet_trains():
+    x, y = _pair(3, 3, 8, 8, seed=5)
+    x[1] = y[1] + 0.001  # a nearly perfect image counts as much as the others, not by its tiny MSE
+    mse = ((x.double().numpy() - y.double().numpy()) ** 2).reshape(3, -1).mean(axis=1)
+    loss = LOSSES.get('psnr', 'test')()
+    assert loss(x, y).item() == pytest.approx(float(np.mean(10 * np.log10(mse + 1e-8))), rel=1e-5)
+    x.requires_grad_(True)
+    loss(x, y).backward()
+    assert torch.isfinite(x.grad).all() and x.grad[1].abs().mean() > x.grad[0].abs().mean()
+
+
 def test_focal_frequency_loss_is_float32_under_autocast_and_refuses_a_patch_factor_not_dividing_the_size():
     x, y = _pair(1, 3, 16, 16, seed=3)
     loss = FocalFrequencyLoss()
