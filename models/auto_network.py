@@ -47,12 +47,14 @@ def spandrel_kwargs(net_type: str) -> Mapping:
     """The detected hyperparameters that our net_type takes (its signature's keys)."""
     def kwargs(d: Any) -> Optional[Dict[str, Any]]:
         arch = next(a for a in ARCHITECTURES if a.net_type == net_type)
-        if type(d.model) is not arch.load():
+        if not arch.builds(d.model):
             return None
         h = dict(d.model.hyperparameters)
         if net_type == 'realplksr':
             h = realplksr_from_spandrel(h)
         keys = [k for k in arch.signature().parameters if k != 'self']
+        if arch.choose is not None:  # the factor picks the class (Real-CUGAN): not a hyperparameter of one
+            h.setdefault('scale', d.scale)
         return {k: list(h[k]) if isinstance(h[k], tuple) else h[k] for k in keys if k in h}
     return kwargs
 

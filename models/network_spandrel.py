@@ -13,7 +13,7 @@ importing spandrel costs seconds.
 import importlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch import nn
 
@@ -33,15 +33,23 @@ class Architecture:
     licence: str  # of the original code
     # our kwargs → spandrel's; None: the same keywords (the signature is spandrel's)
     adapter: Optional[Callable[..., Dict[str, Any]]] = None
+    # our kwargs → the class to build, where spandrel has one class per variant (Real-CUGAN's per scale)
+    choose: Optional[Callable[..., str]] = None
+    variants: Tuple[str, ...] = ()  # every class `choose` can pick (`cls` is the first)
 
-    def load(self) -> type:
-        """spandrel's class (importing spandrel); a UserError when spandrel is not installed."""
+    def load(self, cls: Optional[str] = None) -> type:
+        """spandrel's class `cls` (default: `self.cls`), importing spandrel; a UserError when spandrel is not
+        installed."""
         try:
             module = importlib.import_module(f'spandrel.architectures.{self.package}')
         except ImportError as e:
             raise UserError(f'netG.net_type: "{self.net_type}" is built by spandrel, which is not installed here '
                             f'({e}); pip install {SPANDREL_REQUIREMENT}') from None
-        return getattr(module, self.cls)
+        return getattr(module, cls or self.cls)
+
+    def builds(self, model: nn.Module) -> bool:
+        """Whether `model` is one of the classes this net_type builds (for net_type "auto")."""
+        return type(model) in [self.load(name) for name in (self.cls, *self.variants)]
 
     def signature(self) -> inspect.Signature:
         """The keys netG takes: spandrel's constructor (or the adapter's) without the parameters whose
@@ -55,7 +63,7 @@ class Architecture:
 
     def build(self, **kwargs: Any) -> nn.Module:
         """spandrel's module for our netG kwargs; a constructor's refusal becomes one line naming netG."""
-        cls = self.load()
+        cls = self.load(self.choose(**kwargs) if self.choose is not None else None)
         if self.adapter is not None:
             kwargs = self.adapter(**kwargs)
         try:
@@ -117,6 +125,31 @@ def realplksr_from_spandrel(hyperparameters: Dict[str, Any]) -> Dict[str, Any]:
     return h
 
 
+def kbnet_s_kwargs(*, img_channel: int = 3, width: int = 64, middle_blk_num: int = 12,
+                   enc_blk_nums: List[int] = [2, 2, 4, 8], dec_blk_nums: List[int] = [2, 2, 2, 2],
+                   lightweight: bool = False, ffn_scale: float = 2.0) -> Dict[str, Any]:
+    """KBNet_s's keywords, with `ffn_scale` a number: spandrel's default is the integer 2, but the released
+    SIDD model uses 1.5."""
+    return dict(img_channel=img_channel, width=width, middle_blk_num=middle_blk_num, enc_blk_nums=list(enc_blk_nums),
+                dec_blk_nums=list(dec_blk_nums), lightweight=lightweight, ffn_scale=ffn_scale)
+
+
+REALCUGAN_SCALES = (2, 3, 4)
+
+
+def realcugan_kwargs(*, in_channels: int = 3, out_channels: int = 3, pro: bool = False,
+                     scale: int = 2) -> Dict[str, Any]:
+    """Real-CUGAN's keywords with its factor: spandrel has one class per factor (UpCunet2x, 3x, 4x), which
+    `scale` picks (`realcugan_class`); `pro` is the "pro" release's variant (an extra output convolution)."""
+    if scale not in REALCUGAN_SCALES:
+        raise UserError(f'netG.scale: realcugan upscales by 2, 3 or 4, got {scale}')
+    return dict(in_channels=in_channels, out_channels=out_channels, pro=pro)
+
+
+def realcugan_class(*, scale: int = 2, **_: Any) -> str:
+    return f'UpCunet{scale}x'
+
+
 APACHE = 'Apache-2.0'
 # Read second-hand: neosr's table of the licences of the code it took in; the repositories hold no licence file.
 NEOSR_APACHE = 'Apache-2.0 (as neosr\'s licence table lists it; no licence file in the repository)'
@@ -167,6 +200,22 @@ ARCHITECTURES: List[Architecture] = [
                  'Transformers for High-Quality Image Deblurring, CVPR 2023', 'MIT'),
     Architecture('uformer', 'Uformer', 'Uformer', 'Wang et al., Uformer: A General U-Shaped Transformer for '
                  'Image Restoration, CVPR 2022', 'MIT'),
+    Architecture('fdat', 'FDAT', 'FDAT', 'FDAT (community architecture, a lighter DAT; traiNNer-redux; no paper)',
+                 NO_LICENCE),
+    Architecture('realcugan', 'RealCUGAN', 'UpCunet2x', 'Real-CUGAN (bilibili AI Lab, anime super-resolution; '
+                 'no paper)', 'MIT', realcugan_kwargs, realcugan_class, ('UpCunet3x', 'UpCunet4x')),
+    Architecture('swiftsrgan', 'SwiftSRGAN', 'SwiftSRGAN', 'Krishnan & Krishnan, SwiftSRGAN: Rethinking '
+                 'Super-Resolution for Efficient and Real-time Inference, arXiv 2021', 'CC0-1.0'),
+    Architecture('kbnet_s', 'KBNet', 'KBNet_s', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '
+                 'arXiv 2023 (the NAFNet-based variant)', NO_LICENCE, kbnet_s_kwargs),
+    Architecture('kbnet_l', 'KBNet', 'KBNet_l', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '
+                 'arXiv 2023 (the Restormer-based variant)', NO_LICENCE),
+    Architecture('retinexformer', 'RetinexFormer', 'RetinexFormer', 'Cai et al., Retinexformer: One-stage '
+                 'Retinex-based Transformer for Low-light Image Enhancement, ICCV 2023', 'MIT'),
+    Architecture('mixdehazenet', 'MixDehazeNet', 'MixDehazeNet', 'Lu et al., MixDehazeNet: Mix Structure Block for '
+                 'Image Dehazing Network, arXiv 2023', 'MIT'),
+    Architecture('hvicidnet', 'HVICIDNet', 'HVICIDNet', 'Yan et al., HVI: A New Color Space for Low-light Image '
+                 'Enhancement (CIDNet), CVPR 2025', 'MIT'),
 ]
 
 for _arch in ARCHITECTURES:

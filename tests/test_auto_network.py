@@ -24,8 +24,20 @@ FAMILIES = {
             'squeeze_factor': 4, 'num_feat': 16},
     'esrgan': {'num_in_ch': 3, 'num_out_ch': 3, 'scale': 2, 'num_feat': 8, 'num_block': 1, 'num_grow_ch': 32},
     'rrdbnet': {'in_nc': 3, 'out_nc': 3, 'nf': 8, 'nb': 1, 'gc': 32, 'upscale': 4},
+    'fdat': {'scale': 4, 'embed_dim': 16, 'num_groups': 1, 'depth_per_group': 1, 'num_heads': 2, 'window_size': 4,
+             'mid_dim': 16},
+    'realcugan': {'scale': 3, 'pro': True},  # one spandrel class per factor: the factor is detected too
+    'swiftsrgan': {'num_channels': 8, 'num_blocks': 2, 'upscale_factor': 4},
+    'kbnet_s': {'width': 8, 'middle_blk_num': 1, 'enc_blk_nums': [1, 1], 'dec_blk_nums': [1, 1], 'lightweight': True,
+                'ffn_scale': 1.5},
+    'kbnet_l': {'dim': 24, 'num_blocks': [1, 1, 1, 1], 'num_refinement_blocks': 1, 'heads': [1, 2, 4, 8]},
+    'retinexformer': {'n_feat': 8, 'stage': 1, 'num_blocks': [1, 1, 1]},
+    'mixdehazenet': {'embed_dims': [8, 16, 32, 16, 8], 'depths': [1, 1, 1, 1, 1]},
+    'hvicidnet': {'channels': [8, 8, 16, 32], 'heads': [1, 1, 2, 4]},
 }
-SCALE = {'nafnet': 1, 'esrgan': 2}
+SIDE = {'mixdehazenet': 48}  # its widest mirrored padding needs inputs of 40 pixels or more
+SCALE = {'nafnet': 1, 'esrgan': 2, 'realcugan': 3, 'kbnet_s': 1, 'kbnet_l': 1, 'retinexformer': 1, 'mixdehazenet': 1,
+         'hvicidnet': 1}
 
 
 def checkpoint(tmp_path, net_type, wrap='params'):
@@ -55,7 +67,7 @@ def test_auto_becomes_the_explicit_netG_of_the_checkpoints_network_and_its_weigh
     assert json.loads(note[0].split('the equivalent netG is ', 1)[1])['net_type'] == net_type
     rebuilt = build_network(netG)
     rebuilt.load_state_dict(torch.load(path)['params'] if net_type != 'rrdbnet' else torch.load(path), strict=True)
-    x = torch.rand(2, 3, 16, 16)
+    x = torch.rand(2, 3, SIDE.get(net_type, 16), SIDE.get(net_type, 16))
     torch.testing.assert_close(rebuilt.eval()(x), net.eval()(x))
 
 

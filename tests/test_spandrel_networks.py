@@ -40,9 +40,18 @@ TINY = {
     'ditn': (dict(dim=16, ITL_blocks=1, SAL_blocks=1, patch_size=4), 8),
     'fftformer': (dict(dim=8, num_blocks=[1, 1, 1], num_refinement_blocks=1), 32),
     'uformer': (dict(img_size=32, embed_dim=8, depths=[1] * 9, num_heads=[1] * 9, win_size=4), 32),
+    'fdat': (dict(embed_dim=16, num_groups=1, depth_per_group=2, num_heads=2, window_size=4, mid_dim=16), 8),
+    'realcugan': (dict(), 24),  # mirrors 18 pixels first
+    'swiftsrgan': (dict(num_channels=8, num_blocks=2), 8),
+    'kbnet_s': (dict(width=8, middle_blk_num=1, enc_blk_nums=[1, 1], dec_blk_nums=[1, 1], ffn_scale=1.5), 16),
+    'kbnet_l': (dict(dim=24, num_blocks=[1, 1, 1, 1], num_refinement_blocks=1), 16),
+    'retinexformer': (dict(n_feat=8, stage=1, num_blocks=[1, 1, 1]), 16),
+    'mixdehazenet': (dict(embed_dims=[8, 16, 32, 16, 8], depths=[1, 1, 1, 1, 1]), 48),
+    'hvicidnet': (dict(channels=[8, 8, 16, 32], heads=[1, 1, 2, 4]), 16),
 }
 # Restoration networks keep the size; the rest are x4 SR here (their scale key inherits or defaults to 4).
-SAME_SIZE = ('nafnet', 'scunet', 'fftformer', 'uformer')
+SAME_SIZE = ('nafnet', 'scunet', 'fftformer', 'uformer', 'kbnet_s', 'kbnet_l', 'retinexformer', 'mixdehazenet',
+             'hvicidnet')
 
 
 def spandrel_net_types():

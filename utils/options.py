@@ -227,7 +227,7 @@ INHERITED = ('scale', 'n_channels') + GIVEN_INHERITED
 
 # The netG keys that are a network's super-resolution factor, in the order looked for: the first one the
 # network takes inherits the top-level `scale`, and a different value is an error.
-NETWORK_SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'scale')
+NETWORK_SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'upscale_factor', 'scale')
 
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG', 'netD')
@@ -673,7 +673,8 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         v.fail('netG.net_type', 'required key is missing')
     schema = v.named('netG.net_type', netG['net_type'], rules.network)
     # KAIR gives SR networks the top-level scale; a contradiction is an error. Networks name their factor
-    # differently (SwinIR `upscale`, PLKSR/SAFMN `upscaling_factor`, Omni-SR `up_scale`, RRDBNet/MoESR `scale`).
+    # differently (SwinIR `upscale`, PLKSR/SAFMN `upscaling_factor`, Omni-SR `up_scale`, Swift-SRGAN
+    # `upscale_factor`, RRDBNet/MoESR/Real-CUGAN `scale`).
     scale_key = next((k for k in NETWORK_SCALE_KEYS if k in schema), None)
     scale_used = scale_key is not None
     if scale_key is not None:
