@@ -83,6 +83,8 @@ def draw_kernel(rng: np.random.Generator, cfg: Mapping[str, Any], suffix: str, r
     sx = _uniform(rng, sigma)
     if kind.endswith('aniso'):
         sy, theta = _uniform(rng, sigma), _uniform(rng, (-math.pi, math.pi))
+        note(record, f'{name}_sigma_y', sy)
+        note(record, f'{name}_theta', theta)
     else:
         sy, theta = sx, 0.0
     note(record, f'{name}_sigma', sx)
@@ -152,6 +154,8 @@ def draw_plan(rng: np.random.Generator, cfg: Mapping[str, Any], record: Record =
     mode = choose(rng, {m: 1 / len(INTERPOLATIONS) for m in INTERPOLATIONS}, record, 'final_interpolation')
     final = {'sinc': sinc is not None, 'sinc_first': sinc_first, 'mode': mode, 'size': lq_full}
     top, left = int(rng.integers(0, lq_full - lq_patch + 1)), int(rng.integers(0, lq_full - lq_patch + 1))
+    note(record, 'crop_top', top)
+    note(record, 'crop_left', left)
     targets = [loss for loss, key in zip(LOSSES, ('l1_gt_usm', 'percep_gt_usm', 'gan_gt_usm')) if cfg[key]]
     plan = {'scale': scale, 'lq_patch': lq_patch, 'top': top, 'left': left, 'usm_targets': targets,
             'degrade_usm': cfg['gt_usm'], 'stage1': stage1, 'stage2': stage2, 'final': final}

@@ -382,6 +382,10 @@ def test_the_kernels_follow_the_configured_kinds_sizes_and_ranges(record):
     assert_frequencies(record['kernel2_size'], {s: 1 / 8 for s in range(7, 22, 2)}, 'kernel2_size')
     _uniform_in(record['kernel1_sigma'], c['blur_sigma'], 'kernel1_sigma')
     _uniform_in(record['kernel2_sigma'], [0.2, 1.5], 'kernel2_sigma (default blur_sigma2)')
+    _uniform_in(record['kernel1_sigma_y'], c['blur_sigma'], 'kernel1_sigma_y (anisotropic kinds)')
+    _uniform_in(record['kernel1_theta'], [-math.pi, math.pi], 'kernel1_theta (anisotropic kinds)')
+    anisotropic = sum(kind.endswith('aniso') for kind in record['kernel1_kind'])
+    assert len(record['kernel1_theta']) == anisotropic  # isotropic kinds draw no second sigma or angle
     betag = np.array(record['kernel1_betag'])
     assert betag.min() >= 0.4 and betag.max() <= 3
     assert_frequencies(list(betag < 1), _bool(0.5), 'betag below 1')  # half in [low, 1], half in [1, high]
@@ -417,6 +421,8 @@ def test_resizes_noises_jpeg_and_the_final_order_follow_the_configured_probabili
     assert_frequencies(record['second_blur'], _bool(c['second_blur_prob']), 'second_blur')
     assert_frequencies(record['sinc_before_jpeg'], _bool(rd.FINAL_SINC_FIRST_PROB), 'sinc_before_jpeg')
     assert_frequencies(record['final_interpolation'], modes, 'final_interpolation')
+    for side in ('top', 'left'):  # the LR patch (12 of the 24 LR pixels here) anywhere in the degraded image
+        assert_frequencies(record[f'crop_{side}'], {k: 1 / 13 for k in range(13)}, f'crop_{side}')
 
 
 def test_the_plan_carries_the_choices_to_the_device_step(folder):
