@@ -14,9 +14,10 @@ built as main_test builds it (`build_eval_network`: strict weights, `merge_bn` f
 
 `<name>` is the weights file's name without extension (e.g. 8_E). With `--size HxW` the height and width
 are fixed (the batch stays dynamic where the network allows it, else it is 1): the way to export a network
-whose forward pads or branches on the input size, for a deployment that feeds tiles of one size. The graph is traced by torch.export
-with symbolic sizes (here, not inside torch.onnx.export, which would quietly narrow the dynamic sizes of a
-forward that branches on them: here that is one line naming the net_type) and translated by
+whose forward pads or branches on the input size, for a deployment that feeds tiles of one size. The
+graph is traced by torch.export with symbolic sizes (here, not inside torch.onnx.export, which would
+quietly narrow the dynamic sizes of a forward that branches on them: here that is one line naming the
+net_type) and translated by
 `torch.onnx.export(dynamo=True)` (onnxscript). Before anything is written, onnxruntime
 (CPU) runs it on the test set's first input (or a fixed random image), cropped to at most 96 pixels a
 side and at a size other than the trace size (the dynamic height and width are what is checked; with
