@@ -63,13 +63,14 @@ class Architecture:
 
     def build(self, **kwargs: Any) -> nn.Module:
         """spandrel's module for our netG kwargs; a constructor's refusal becomes one line naming netG."""
-        cls = self.load(self.choose(**kwargs) if self.choose is not None else None)
+        name = self.choose(**kwargs) if self.choose is not None else self.cls
+        cls = self.load(name)
         if self.adapter is not None:
             kwargs = self.adapter(**kwargs)
         try:
             return cls(**kwargs)
         except (ValueError, AssertionError, TypeError, KeyError) as e:
-            raise UserError(f'netG ({self.net_type}): spandrel\'s {self.cls} refuses these options: '
+            raise UserError(f'netG ({self.net_type}): spandrel\'s {name} refuses these options: '
                             f'{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}') from None
 
 
@@ -141,12 +142,15 @@ def realcugan_kwargs(*, in_channels: int = 3, out_channels: int = 3, pro: bool =
                      scale: int = 2) -> Dict[str, Any]:
     """Real-CUGAN's keywords with its factor: spandrel has one class per factor (UpCunet2x, 3x, 4x), which
     `scale` picks (`realcugan_class`); `pro` is the "pro" release's variant (an extra output convolution)."""
-    if scale not in REALCUGAN_SCALES:
-        raise UserError(f'netG.scale: realcugan upscales by 2, 3 or 4, got {scale}')
+    realcugan_class(scale=scale)
     return dict(in_channels=in_channels, out_channels=out_channels, pro=pro)
 
 
 def realcugan_class(*, scale: int = 2, **_: Any) -> str:
+    """spandrel's Real-CUGAN class for the factor; another factor is one line (netG.scale inherits the top-level
+    "scale", which is 1 when not given)."""
+    if scale not in REALCUGAN_SCALES:
+        raise UserError(f'netG.scale: realcugan upscales by 2, 3 or 4, got {scale} (set the top-level "scale")')
     return f'UpCunet{scale}x'
 
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, clean_env, need_spandrel
+from conftest import ROOT, clean_env, need_spandrel, run, tiny_options, write_options
 from option_rules import option_rules
 from models.registry import build_network
 from utils.errors import OptionsError, UserError
@@ -92,7 +92,8 @@ def test_a_tiny_spandrel_network_validates_builds_and_trains_a_step(net_type):
 @pytest.mark.parametrize('net_type, key', [('span', 'upscale'), ('plksr', 'upscaling_factor'),
                                            ('realplksr', 'upscaling_factor'), ('safmn', 'upscaling_factor'),
                                            ('omnisr', 'up_scale'), ('moesr', 'scale'), ('seemore', 'scale'),
-                                           ('esrgan', 'scale')])
+                                           ('esrgan', 'scale'), ('swiftsrgan', 'upscale_factor'), ('fdat', 'scale'),
+                                           ('realcugan', 'scale')])
 def test_every_name_of_the_sr_factor_inherits_the_top_level_scale_and_a_contradiction_is_one_line(net_type, key):
     """SwinIR says `upscale`, PLKSR `upscaling_factor`, Omni-SR `up_scale`, MoESR `scale`: whatever the name,
     the network works at the datasets' scale, as KAIR's `upscale` does."""
@@ -135,6 +136,20 @@ def test_options_that_spandrel_refuses_are_one_user_error():
         build_network({'net_type': 'realplksr', 'in_ch': 1})
     with pytest.raises(UserError, match=r'^netG\.upsampler: realplksr takes'):
         build_network({'net_type': 'realplksr', 'upsampler': 'nearest'})
+
+
+def test_real_cugan_builds_the_class_of_its_factor_and_another_factor_is_one_line(tmp_path, demo_images):
+    """spandrel has one Real-CUGAN class per factor; a run without a top-level scale (1) stops at start-up."""
+    need_spandrel()
+    for scale in (2, 3, 4):
+        opt = validate({'task': 't', 'scale': scale, 'netG': {'net_type': 'realcugan'}}, option_rules())
+        assert type(build_network(opt['netG'])).__name__ == f'UpCunet{scale}x'
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images)
+    opt['netG'] = {'net_type': 'realcugan'}
+    res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 2 and res.stderr.count('\n') == 1, res.stderr[-2000:]
+    assert 'netG.scale: realcugan upscales by 2, 3 or 4, got 1 (set the top-level "scale")' in res.stderr
+    assert not (tmp_path / 'exp').exists()
 
 
 def test_without_spandrel_a_spandrel_net_type_is_one_line_naming_the_requirement(monkeypatch):
