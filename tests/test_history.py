@@ -132,6 +132,19 @@ def test_curves_show_lr_steps_as_steps_ssim_on_its_own_labelled_axis_and_close_v
     assert high - low >= 0.5  # 0.04 dB apart is not drawn corner to corner
 
 
+def test_curves_keep_every_point_of_a_negative_loss_on_a_symmetric_log_axis():
+    """The psnr loss is minus a PSNR: a log axis would drop it (and a G_loss it makes negative) from the plot."""
+    from utils.plot import curves_figure
+    rows = [{'kind': 'train', 'iter': it, 'lr': 1e-3, 'G_loss': -20.0 - it / 10, 'l_g_pix': -20.1 - it / 10,
+             'l_g_fft_l1': 0.1} for it in (10, 20, 30)]
+    ax_loss = curves_figure(rows).axes[0]
+    assert ax_loss.get_yscale() == 'symlog'
+    assert sorted(line.get_label() for line in ax_loss.lines) == ['G_loss', 'l_g_fft_l1', 'l_g_pix']
+    assert all(len(line.get_xdata()) == 3 for line in ax_loss.lines)
+    positive = [{**r, 'G_loss': 1.0, 'l_g_pix': 0.5} for r in rows]
+    assert curves_figure(positive).axes[0].get_yscale() == 'log'
+
+
 def test_truncation_keeps_rows_up_to_the_resumed_iteration_and_drops_a_partial_line(tmp_path):
     h = History(str(tmp_path))
     for it in (2, 4, 6):

@@ -8,6 +8,7 @@ command (matplotlib's object API with the Agg canvas; no pyplot, no display), so
 only pays for starting it (bench/bench_curves.py measures both).
 """
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -45,12 +46,20 @@ def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
     FigureCanvasAgg(fig)
     ax_loss, ax_lr, ax_val = fig.subplots(1, 3)
     losses = sorted({k for r in train for k, v in r.items() if k not in _NOT_LOSSES and isinstance(v, (int, float))})
+    values = [r[k] for r in train for k in losses if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+    # a log axis, unless a loss can be negative or zero (the psnr loss is minus a PSNR): then a symmetric log axis
+    # that keeps every point, linear within the smallest magnitude
+    log = all(v > 0 for v in values)
     for key in losses:
-        pts = [(r['iter'], r[key]) for r in train if isinstance(r.get(key), (int, float)) and r[key] > 0]
+        pts = [(r['iter'], r[key]) for r in train if isinstance(r.get(key), (int, float)) and (r[key] > 0 or not log)]
         if pts:
             ax_loss.plot(*zip(*pts), label=key, linewidth=1)
     if losses:
-        ax_loss.set_yscale('log')
+        if log:
+            ax_loss.set_yscale('log')
+        else:
+            nonzero = [abs(v) for v in values if v != 0]
+            ax_loss.set_yscale('symlog', linthresh=min(nonzero) if nonzero else 1.0)
         ax_loss.legend(fontsize=7)
     ax_loss.set_title('training loss')
     lr = [(r['iter'], r['lr']) for r in train if isinstance(r.get('lr'), (int, float))]
