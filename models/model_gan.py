@@ -35,12 +35,12 @@ from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
 from models.init import init_weights
-from models.model_plain import NETWORK_FAILURES, ModelPlain, load_resume_weights
+from models.model_plain import NETWORK_FAILURES, ModelPlain, failure_text, load_resume_weights
 from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
 from utils import dist
-from utils.errors import UserError, first_line
+from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Choice, Key, non_negative
 
@@ -162,7 +162,7 @@ class ModelGAN(ModelPlain):
             except (*NETWORK_FAILURES, UserError) as e:
                 hint = '' if isinstance(e, UserError) else ' (check netD.in_nc against "n_channels")'
                 raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape}{seen} '
-                                f'for a sample of {where}: {first_line(e)[:300]}{hint}') from None
+                                f'for a sample of {where}: {failure_text(e)}{hint}') from None
         if self.perceptual is not None:
             try:
                 with self.probe(self.perceptual):
@@ -172,7 +172,7 @@ class ModelGAN(ModelPlain):
                         'normalisation broadcasts them, as in KAIR; else set F_lossfn_weight to 0)' if shape[0] != 3
                         else '')
                 raise UserError(f'train.F_lossfn_weight: the VGG19 perceptual loss cannot take netG\'s output {shape} '
-                                f'for a sample of {where}: {first_line(e)[:200]}{hint}') from None
+                                f'for a sample of {where}: {failure_text(e)}{hint}') from None
         return out, batch
 
     def network_info(self) -> str:

@@ -36,6 +36,13 @@ AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 NETWORK_FAILURES = (RuntimeError, ValueError, TypeError, IndexError, AssertionError, KeyError)
 
 
+def failure_text(e: BaseException) -> str:
+    """The first line of a NETWORK_FAILURES error, with its kind where the message alone says little (a
+    KeyError's message is only the key)."""
+    text = first_line(e)[:300]
+    return text if isinstance(e, (RuntimeError, ValueError, TypeError, UserError)) else f'{type(e).__name__}: {text}'
+
+
 def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
     """(autocast dtype or None, whether a GradScaler is needed) for `train.amp` on `device`.
 
@@ -270,7 +277,7 @@ class ModelPlain:
         except NETWORK_FAILURES as e:
             shapes = ', '.join(f'{k} {tuple(v.shape[1:])}' for k, v in batch.items() if torch.is_tensor(v))
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) cannot take a sample of {where} ({shapes}): '
-                            f'{first_line(e)[:300]}') from None
+                            f'{failure_text(e)}') from None
         target = batch['H']
         if out.shape != target.shape:
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) turns {where} input {tuple(batch["L"].shape[1:])} '
@@ -282,7 +289,7 @@ class ModelPlain:
                     loss(out, target)
             except NETWORK_FAILURES as e:
                 raise UserError(f'{key} cannot take netG\'s output {tuple(out.shape[1:])} for a sample of {where}: '
-                                f'{first_line(e)[:300]}') from None
+                                f'{failure_text(e)}') from None
         return out, batch
 
     def check_test_sample(self, sample: Dict[str, Any], where: str) -> None:

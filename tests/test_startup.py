@@ -45,8 +45,8 @@ class _Indexes(torch.nn.Module):
         return x * x[:, 3]
 
 
-@pytest.mark.parametrize('fails, reason', [('index', 'index 3 is out of bounds'),
-                                           ('assert', 'the width must be a multiple of 64')])
+@pytest.mark.parametrize('fails, reason', [('index', 'IndexError: index 3 is out of bounds'),
+                                           ('assert', 'AssertionError: the width must be a multiple of 64')])
 def test_a_network_that_indexes_or_asserts_on_a_sample_is_one_line(tmp_path, demo_images, fails, reason):
     from models.model_plain import ModelPlain
     from option_rules import option_rules
