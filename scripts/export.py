@@ -21,7 +21,7 @@ net_type) and translated by
 `torch.onnx.export(dynamo=True)` (onnxscript). Before anything is written, onnxruntime
 (CPU) runs it on the test set's first input (or a fixed random image), cropped to at most 96 pixels a
 side and at a size other than the trace size (the dynamic height and width are what is checked; with
-`--size`, at that size and another batch size), and
+`--size`, at that size, with another batch size than the trace's unless the graph takes batch 1 only), and
 `max|diff|` against PyTorch is printed; above 1e-4 (fp32) or 1e-2 (fp16) nothing is written and the
 exit code is 2. Files are written atomically, and a failure removes the ones this run wrote.
 Exit codes: 0 done, 2 a problem (one line on stderr), 5 a write failed for lack of space.
@@ -126,10 +126,12 @@ def torch_output(net: nn.Module, x: torch.Tensor, net_type: str) -> torch.Tensor
                         f'{first_line(e)[:300]}') from None
 
 
-def check_input(opt: Dict[str, Any], net: nn.Module) -> Tuple[torch.Tensor, str]:
+def check_input(opt: Dict[str, Any], net: nn.Module,
+                size: Optional[Tuple[int, int]] = None) -> Tuple[torch.Tensor, str]:
     """(1xCxHxW float input, what it is): the test set's first input, cropped from its bottom/right to at
-    most CHECK_SIDE a side by multiples of CROP_STEP, or else a fixed random image with the first of
-    `channel_candidates` that the network takes."""
+    most CHECK_SIDE a side by multiples of CROP_STEP (with `size`, to exactly that size, when it is that large),
+    or else a fixed random image (RANDOM_CHECK or `size`) with the first of `channel_candidates` that the
+    network takes."""
     test = opt['datasets']['test'] if 'test' in opt['datasets'] else None
     reason = 'no datasets.test section'
     if test is not None:
@@ -140,20 +142,26 @@ def check_input(opt: Dict[str, Any], net: nn.Module) -> Tuple[torch.Tensor, str]
         except (UserError, OSError) as e:
             L, reason = None, f'datasets.test: {first_line(e)[:160]}'
         if L is not None and L.dim() == 3:
-            h, w = (s - CROP_STEP * max(0, -(-(s - CHECK_SIDE) // CROP_STEP)) for s in L.shape[-2:])
-            return L[None, :, :h, :w].float().contiguous(), f'the first test input, {h}x{w}'
-        if L is not None:
+            if size is None:
+                h, w = (s - CROP_STEP * max(0, -(-(s - CHECK_SIDE) // CROP_STEP)) for s in L.shape[-2:])
+                return L[None, :, :h, :w].float().contiguous(), f'the first test input, {h}x{w}'
+            h, w = size
+            if L.shape[-2] >= h and L.shape[-1] >= w:
+                return L[None, :, :h, :w].float().contiguous(), f'the first test input\'s top-left {h}x{w}'
+            reason = f'the first test input, {L.shape[-2]}x{L.shape[-1]}, is smaller than {h}x{w}'
+        elif L is not None:
             reason = f'datasets.test gives {L.dim()}-d inputs'
+    side = size or RANDOM_CHECK
     candidates = channel_candidates(net, opt)
     for channels in candidates:
-        x = torch.rand(1, channels, *RANDOM_CHECK, generator=torch.Generator().manual_seed(0))
+        x = torch.rand(1, channels, *side, generator=torch.Generator().manual_seed(0))
         try:
             torch_output(net, x, opt['netG']['net_type'])
         except UserError:
             if channels != candidates[-1]:
                 continue
             raise
-        return x, f'a random {RANDOM_CHECK[0]}x{RANDOM_CHECK[1]} image ({reason})'
+        return x, f'a random {side[0]}x{side[1]} image ({reason})'
     raise UserError(f'netG ({opt["netG"]["net_type"]}): no input channel count to check it with; give a datasets.test')
 
 
@@ -164,15 +172,6 @@ def trace_input(x: torch.Tensor, size: Optional[Tuple[int, int]] = None) -> torc
         side = next(s for s in TRACE_SIDES if (s, s) != tuple(x.shape[-2:]))
         size = (side, side)
     return torch.rand(2, x.shape[1], *size, generator=torch.Generator().manual_seed(1))
-
-
-def at_size(x: torch.Tensor, size: Tuple[int, int]) -> Tuple[torch.Tensor, str]:
-    """The check input for a fixed-size graph: its top-left `size` crop when it is that large, else a fixed
-    random image of that size with its channels."""
-    h, w = size
-    if x.shape[-2] >= h and x.shape[-1] >= w:
-        return x[..., :h, :w].contiguous(), f'its top-left {h}x{w}'
-    return torch.rand(1, x.shape[1], h, w, generator=torch.Generator().manual_seed(0)), f'a random {h}x{w} image'
 
 
 @contextlib.contextmanager
@@ -187,6 +186,10 @@ def quiet() -> Any:
             yield
     finally:
         logging.disable(logging.NOTSET)
+
+
+class SizeDependent(UserError):
+    """torch.export found that the forward depends on a size the graph was to leave dynamic."""
 
 
 def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str, fixed: bool = False,
@@ -218,7 +221,7 @@ def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str, fixe
             program = torch.export.export(net, (x,), dynamic_shapes=shapes, strict=False)
         except Exception as e:  # torch.export raises many kinds; a constraint violation is torch's UserError
             if type(e).__name__ == 'UserError' or 'Constraints violated' in str(e):
-                raise UserError(f'{fail}: {export_reason(e)}{hint}') from None
+                raise SizeDependent(f'{fail}: {export_reason(e)}{hint}') from None
             first = e
         if program is None:
             try:
@@ -357,10 +360,8 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
     net_type = opt['netG']['net_type']
     net = build_eval_network(opt['netG'], weights, torch.device('cpu'), '--weights', args.allow_unsafe_load,
                              opt['merge_bn'])
-    x, what = check_input(opt, net)
+    x, what = check_input(opt, net, args.size)
     if args.size is not None:
-        x, where = at_size(x, args.size)
-        what = f'{what}: {where}'
         sizes = f'{args.size[0]}x{args.size[1]} inputs'
     else:
         sizes = f'inputs of at least {min_side(net)}x{min_side(net)} pixels'
@@ -373,10 +374,10 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
         try:
             model = export_onnx(net, traced, args.opset, net_type, fixed=True)
             say('the graph takes any batch size')
-        except UserError:  # a forward that also depends on the batch size: one image at a time
+        except SizeDependent as e:  # a forward that also depends on the batch size: one image at a time
             traced = traced[:1]
             model = export_onnx(net, traced, args.opset, net_type, static=True)
-            say(f'the graph takes one image at a time (batch 1): {net_type} does not trace with a dynamic batch')
+            say(f'the graph takes one image at a time (batch 1): with a dynamic batch, {str(e).split(": ", 2)[-1]}')
     name = os.path.splitext(os.path.basename(weights))[0]
     out_dir = args.out or os.path.join(opt['path']['task'], 'export')
     files = [(os.path.join(out_dir, f'{name}.onnx'), serialize(model, f'{name}.onnx'))]

@@ -254,7 +254,8 @@ def test_size_exports_one_image_at_a_time_a_network_that_also_depends_on_the_bat
     opt_path, opt = make_run(tmp_path, demo_images, netG)
     code, out, err = export_run(capsys, '--opt', opt_path, '--out', tmp_path / 'x', '--size', '32x32')
     assert code == 0, err
-    assert 'the graph takes one image at a time (batch 1): restormer does not trace with a dynamic batch' in out
+    assert 'the graph takes one image at a time (batch 1): with a dynamic batch, its forward depends on' in out
+    assert "on the first test input's top-left 32x32" in out
     assert float(re.findall(DIFF, out)[0]) <= 1e-4 and '(traced at 1x3x32x32)' in out
     dims = onnx.load(str(tmp_path / 'x' / '8_E.onnx')).graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_value for d in dims] == [1, 3, 32, 32]
