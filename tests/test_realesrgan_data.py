@@ -477,6 +477,21 @@ def test_the_model_degrades_on_its_device_in_the_sample_check_and_each_loss_take
     assert not torch.equal(on_device['H_pixel'], on_device['H'])
 
 
+def test_ldl_compares_with_the_plain_gt_while_the_pixel_loss_takes_the_sharpened_one(tmp_path, demo_images,
+                                                                                     monkeypatch):
+    """As LDL's released Real-ESRGAN+LDL model: its artifact map and loss use the plain GT, not l1_gt_usm's."""
+    import models.model_gan as model_gan
+    path = os.path.join(ROOT, 'options', 'realesrgan', 'tiny', 'train_realesrgan_x4plus_ldl.json')
+    model, ds = _tiny_model(path, demo_images, tmp_path)
+    seen = {}
+    real_ldl = model_gan.ldl_loss
+    monkeypatch.setattr(model_gan, 'ldl_loss', lambda E, E_ema, H: real_ldl(E, E_ema, seen.setdefault('ldl', H)))
+    collated = default_collate([ds[TrainKey(i, 20 + i)] for i in range(2)])
+    model.backward([collated])
+    on_device = model.to_device(collated)
+    assert torch.equal(seen['ldl'], on_device['H']) and not torch.equal(seen['ldl'], on_device['H_pixel'])
+
+
 # ---- option files -----------------------------------------------------------------------------------
 
 FILES = sorted(glob.glob(os.path.join(ROOT, 'options', 'realesrgan', '*', '*.json')))
