@@ -189,13 +189,16 @@ def quiet() -> Any:
 
 
 class SizeDependent(UserError):
-    """torch.export found that the forward depends on a size the graph was to leave dynamic."""
+    """torch.export found that the forward depends on a size the graph was to leave dynamic (`reason`: what)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
-def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str, fixed: bool = False,
-                static: bool = False) -> Any:
-    """The onnx.ModelProto of `net` for inputs like `x` with dynamic batch, height and width (`fixed`: dynamic
-    batch, the height and width of `x`; `static`: every size of `x`).
+def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str, dynamic: str = 'any') -> Any:
+    """The onnx.ModelProto of `net` for inputs like `x` with dynamic batch, height and width (`dynamic` 'any'),
+    a dynamic batch at the height and width of `x` ('batch'), or exactly the sizes of `x` ('none').
 
     torch.export traces with symbolic sizes, non-strict first (as torch.onnx does), then strict (dynamo).
     A forward that branches on its input's size violates the dynamic dims: that is one line naming the
@@ -203,25 +206,26 @@ def export_onnx(net: nn.Module, x: torch.Tensor, opset: int, net_type: str, fixe
     such a violation silently narrows the dims to what was traced (a graph wrong at other sizes).
     """
     check_no_self_modification(net, x, net_type)
-    dims: Optional[Dict[int, Any]] = None if static else {0: torch.export.Dim('batch')}
-    hint = ''
-    if static:
+    hint, shapes = '', None
+    if dynamic == 'none':
         fail = f'netG ({net_type}): cannot be exported to ONNX for {shape_text(x)} inputs'
-    elif fixed:
+    elif dynamic == 'batch':
         fail = f'netG ({net_type}): cannot be exported to ONNX at {x.shape[-2]}x{x.shape[-1]} with a dynamic batch'
+        shapes = ({0: torch.export.Dim('batch')},)
     else:
         side = min_side(net)
-        dims.update({2: torch.export.Dim('height', min=side), 3: torch.export.Dim('width', min=side)})
+        shapes = ({0: torch.export.Dim('batch'), 2: torch.export.Dim('height', min=side),
+                   3: torch.export.Dim('width', min=side)},)
         fail = f'netG ({net_type}): cannot be exported to ONNX with dynamic height and width'
         hint = '; --size HxW exports it for one input size'
-    shapes = None if dims is None else (dims,)
     program = None
     with quiet(), torch.no_grad(), size_oblivious():
         try:
             program = torch.export.export(net, (x,), dynamic_shapes=shapes, strict=False)
         except Exception as e:  # torch.export raises many kinds; a constraint violation is torch's UserError
             if type(e).__name__ == 'UserError' or 'Constraints violated' in str(e):
-                raise SizeDependent(f'{fail}: {export_reason(e)}{hint}') from None
+                reason = export_reason(e)
+                raise SizeDependent(f'{fail}: {reason}{hint}', reason) from None
             first = e
         if program is None:
             try:
@@ -372,12 +376,12 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
         say('the graph takes any batch size')
     else:
         try:
-            model = export_onnx(net, traced, args.opset, net_type, fixed=True)
+            model = export_onnx(net, traced, args.opset, net_type, dynamic='batch')
             say('the graph takes any batch size')
         except SizeDependent as e:  # a forward that also depends on the batch size: one image at a time
             traced = traced[:1]
-            model = export_onnx(net, traced, args.opset, net_type, static=True)
-            say(f'the graph takes one image at a time (batch 1): with a dynamic batch, {str(e).split(": ", 2)[-1]}')
+            model = export_onnx(net, traced, args.opset, net_type, dynamic='none')
+            say(f'the graph takes one image at a time (batch 1): with a dynamic batch, {e.reason}')
     name = os.path.splitext(os.path.basename(weights))[0]
     out_dir = args.out or os.path.join(opt['path']['task'], 'export')
     files = [(os.path.join(out_dir, f'{name}.onnx'), serialize(model, f'{name}.onnx'))]

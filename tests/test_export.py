@@ -216,7 +216,7 @@ def test_size_exports_a_network_whose_forward_depends_on_the_input_size_for_that
 
     with pytest.raises(UserError, match=r'; --size HxW exports it for one input size$'):
         export.export_onnx(SizeBranch(), torch.rand(2, 3, 64, 64), 18, 'sizebranch')
-    model = export.export_onnx(SizeBranch(), torch.rand(2, 3, 48, 56), 18, 'sizebranch', fixed=True)
+    model = export.export_onnx(SizeBranch(), torch.rand(2, 3, 48, 56), 18, 'sizebranch', dynamic='batch')
     dims = model.graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_param or d.dim_value for d in dims][1:] == [3, 48, 56] and dims[0].dim_param  # any batch
     x = np.random.default_rng(0).random((3, 3, 48, 56), dtype=np.float32)
