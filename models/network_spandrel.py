@@ -141,8 +141,8 @@ REALCUGAN_SCALES = (2, 3, 4)
 def realcugan_kwargs(*, in_channels: int = 3, out_channels: int = 3, pro: bool = False,
                      scale: int = 2) -> Dict[str, Any]:
     """Real-CUGAN's keywords with its factor: spandrel has one class per factor (UpCunet2x, 3x, 4x), which
-    `scale` picks (`realcugan_class`); `pro` is the "pro" release's variant (an extra output convolution)."""
-    realcugan_class(scale=scale)
+    `scale` picks (`realcugan_class`, which also refuses other factors); `pro` is the "pro" release's variant
+    (an extra output convolution)."""
     return dict(in_channels=in_channels, out_channels=out_channels, pro=pro)
 
 
