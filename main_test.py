@@ -23,9 +23,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from data.demo import ensure_demo_data
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
+from data.synthetic.demo import ensure_demo_data
 from models.evaluation import describe_input, describe_scores, evaluate
 from models.registry import MODELS
 from models.restorer import build_eval_network

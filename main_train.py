@@ -26,10 +26,10 @@ os.environ.setdefault('TORCH_CPP_LOG_LEVEL', 'ERROR')
 
 import torch  # noqa: E402
 
-from data.demo import ensure_demo_data
 from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import build_dataset, training_files
 from data.sampler import TrainKey
+from data.synthetic.demo import ensure_demo_data
 from models.compile import compiled_graphs
 from models.evaluation import describe_input, describe_scores
 from models.interface import TrainingModel

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
 from metrics.registry import METRICS as METRIC_REGISTRY
 from models.evaluation import METRICS
-from models.init import BN_INITS, WEIGHT_INITS
+from models.networks.layers.init import BN_INITS, WEIGHT_INITS
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
 from utils.options import Choice, Rules, apply_overrides, load_options, parse_json_file
@@ -42,7 +42,7 @@ def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """The option file at `path` with `--set` overrides, validated and completed.
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
-    (models/auto_network.py), given to the loader as one more override, and noted for the log.
+    (models/networks/auto.py), given to the loader as one more override, and noted for the log.
     """
     data = parse_json_file(path)
     apply_overrides(data, overrides)
@@ -61,7 +61,7 @@ def resolve_auto_network(data: Dict[str, Any], source: str) -> Any:
     netG = data.get('netG')
     if not isinstance(netG, dict) or netG.get('net_type') != 'auto':
         return None
-    from models.auto_network import resolve_auto_options
+    from models.networks.auto import resolve_auto_options
     try:
         return resolve_auto_options(data)
     except UserError as e:

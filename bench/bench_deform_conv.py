@@ -1,4 +1,4 @@
-"""CPU benchmark: torchvision's deform_conv2d kernel vs the pure-PyTorch path in models/deform_conv.py.
+"""CPU benchmark: torchvision's deform_conv2d kernel vs the pure-PyTorch path in models/networks/layers/deform_conv.py.
 
 Times forward+backward (grads w.r.t. input, offset, mask, weight, bias) for VRT-like DCN shapes,
 alternating the two implementations rep by rep so that machine load affects both alike, and reports
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
-from models.deform_conv import deform_conv2d_autograd, deform_conv2d_torch  # noqa: E402
+from models.networks.layers.deform_conv import deform_conv2d_autograd, deform_conv2d_torch  # noqa: E402
 
 # (label, batch, channels, deformable groups); frames are --size x --size
 SHAPES = [

@@ -31,10 +31,10 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 import main_train  # noqa: E402
-from models.init import init_weights  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
-from option_rules import read_options  # noqa: E402
+from models.networks.layers.init import init_weights  # noqa: E402
 from models.registry import build_network  # noqa: E402
+from option_rules import read_options  # noqa: E402
 from utils import dist  # noqa: E402
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')

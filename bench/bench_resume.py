@@ -72,7 +72,7 @@ def main(argv: Sequence[str] = None) -> None:
     sys.path.insert(0, HERE)
     from bench_loop import machine
     from conftest import clean_env, dataset_options, tiny_options, write_options
-    from data.demo import ensure_demo_data
+    from data.synthetic.demo import ensure_demo_data
     print(machine())
     env = clean_env()
     with tempfile.TemporaryDirectory() as tmp:

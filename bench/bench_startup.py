@@ -109,7 +109,7 @@ def main(argv: Sequence[str] = None) -> None:
     sys.path.insert(0, os.path.join(ROOT, 'tests'))
     from bench_loop import machine
     from conftest import clean_env
-    from data.demo import ensure_demo_data
+    from data.synthetic.demo import ensure_demo_data
     from option_rules import read_options
     print(machine())
     env = clean_env()

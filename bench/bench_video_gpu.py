@@ -109,8 +109,8 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
     """(block, side, MiB kept for backward, ms per forward+backward) for ours and before."""
     import torch
 
-    from models import network_vrt
-    from models.guided_attention import gda_rows, guided_deformable_attention
+    from models.networks import vrt
+    from models.networks.layers.guided_attention import gda_rows, guided_deformable_attention
     torch.manual_seed(0)
     # RVRT 002's GDA call at its 64x64 working size (--quick: 16x16): 2 query frames, 2 key frames each
     size = 16 if quick else 64
@@ -120,7 +120,7 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
     gda = {'ours': lambda: guided_deformable_attention(q, k, v, offset, 12, (3, 3)),
            'before': lambda: gda_rows(q, k, v, offset, 12, (3, 3), 0)}
     # VRT 006's first-stage mutual + self attention: 2x8x8 windows of 96 channels, 6 heads
-    attn = network_vrt.WindowAttention(96, (2, 8, 8), 6, qkv_bias=True, mut_attn=True)
+    attn = vrt.WindowAttention(96, (2, 8, 8), 6, qkv_bias=True, mut_attn=True)
     windows = 8 if quick else 144  # a 1x6x192x192 clip has 1728 of them
     x = torch.randn(windows, 2 * 8 * 8, 96, requires_grad=True)
 
@@ -133,9 +133,9 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
     for block, sides in (('RVRT GDA call', gda), ('VRT attention block', {'ours': lambda: attn(x), 'before': None})):
         for side in ('ours', 'before'):
             fn = sides[side]
-            original = network_vrt.window_attention
+            original = vrt.window_attention
             if fn is None:  # the explicit attention the blocks used before SDPA
-                network_vrt.window_attention = explicit
+                vrt.window_attention = explicit
                 fn = sides['ours']
             try:
                 kept, out = _saved_bytes(fn)
@@ -145,7 +145,7 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
                     fn().float().square().mean().backward()
                     times.append(time.perf_counter() - t0)
             finally:
-                network_vrt.window_attention = original
+                vrt.window_attention = original
             del out
             rows.append((block, side, kept / 2 ** 20, 1e3 * statistics.median(times)))
     return rows

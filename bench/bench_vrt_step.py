@@ -2,7 +2,7 @@
 
 The network is netG of options/vrt/006_train_vrt_videodeblurring_gopro_rgbspike.json (RGB + 4 spike
 channels, random SpyNet: no download), built with seed 0 so every row has the same weights, on one
-1×6×7×64×64 clip. Rows: `models.deform_conv.DEFORM_IMPL` "torch" (the default pure-PyTorch path)
+1×6×7×64×64 clip. Rows: `models.networks.layers.deform_conv.DEFORM_IMPL` "torch" (the default pure-PyTorch path)
 and "torchvision" (its C++ kernel), plus "torch, before" (the pure path as plain autograd through the
 same operations, as it was before it kept only its inputs), each with `use_checkpoint_attn` and
 `use_checkpoint_ffn` off and on. Every row is a fresh process: one warm-up step, then `--reps` timed
@@ -45,7 +45,7 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick
     sys.path.insert(0, ROOT)
     import torch
 
-    import models.deform_conv as dc
+    import models.networks.layers.deform_conv as dc
     from models.registry import build_network
     from option_rules import read_options
     torch.set_num_threads(threads)

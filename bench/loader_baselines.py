@@ -8,8 +8,8 @@ whole frame. That is what bench/bench_loader.py compares the framework's dataset
 reference path tests compare them with.
 
 Exactness: for the same training key `(index, seed)` the baselines draw their random numbers in
-exactly the order the framework's datasets do (data/image_datasets.py `_paired_train`,
-data/video_datasets.py `VideoRecurrentTrainDataset.__getitem__`, data/transforms.py), so their
+exactly the order the framework's datasets do (data/datasets/image.py `_paired_train`,
+data/datasets/video.py `VideoRecurrentTrainDataset.__getitem__`, data/datasets/transforms.py), so their
 float32 tensors are bitwise equal to ours once our uint8 tensors are normalised the way the train
 step does (`t.float().div_(255.)`). Two places where this differs from BasicSR itself, on purpose:
   - `augment` always draws its three numbers (hflip, vflip, rotation), whatever the flags; BasicSR
@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.clips import sample_neighbors
-from data.spike import decode_spike_dat, read_spike_dat, read_spike_npy, spike_to_representation
-from data.video_datasets import REDS_VAL_PARTITIONS
+from data.datasets.clips import sample_neighbors
+from data.datasets.spike import decode_spike_dat, read_spike_dat, read_spike_npy, spike_to_representation
+from data.datasets.video import REDS_VAL_PARTITIONS
 
 __all__ = ['BaselinePairedImages', 'BaselineVideoClips', 'imfrombytes', 'paired_random_crop', 'augment',
            'img2tensor']
@@ -83,7 +83,7 @@ def paired_random_crop(img_gts: List[np.ndarray], img_lqs: List[np.ndarray], gt_
 def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool, rng: random.Random) -> List[np.ndarray]:
     """Horizontal flip, vertical flip, transpose (the 8 dihedral transforms), the same for every image.
 
-    The three numbers are always drawn (as the framework's `data.transforms.augment` does)."""
+    The three numbers are always drawn (as the framework's `data.datasets.transforms.augment` does)."""
     do_h = rng.random() < 0.5
     do_v = rng.random() < 0.5
     do_rot = rng.random() < 0.5

@@ -1,6 +1,6 @@
 """The registry of datasets (`datasets.<phase>.dataset_type`) and the keys each section accepts.
 
-Datasets live in `data/*_datasets.py` and register themselves with `@DATASETS.register(...)`. Each
+Datasets live in `data/datasets/<family>.py` and register themselves with `@DATASETS.register(...)`. Each
 dataset class declares `OPTIONS: dict[str, default]` with the keys it reads (a default of
 `REQUIRED` marks a key the user must give; a `Key(default, types, check)` adds the value's types and
 rules, data/option_checks.py). The options validator uses it, through the entry
@@ -16,7 +16,7 @@ from data.option_checks import at_least
 from utils.options import REQUIRED, Key
 from utils.registry import Registry
 
-DATASETS = Registry('dataset type', 'data', '*_datasets')
+DATASETS = Registry('dataset type', 'data.datasets')
 
 # Keys every dataset section accepts: they configure the loader, not the dataset.
 LOADER_OPTIONS: Dict[str, Any] = {

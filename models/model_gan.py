@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from data import batch_transforms
+from data.degradations import batch_transforms
 from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
-from models.init import init_weights
 from models.model_plain import NETWORK_FAILURES, ModelPlain, failure_text, load_resume_weights
+from models.networks.layers.init import init_weights
 from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
@@ -247,7 +247,7 @@ class ModelGAN(ModelPlain):
         """Pixel (+ extra) + perceptual + LDL + adversarial loss of one of `n` micro-batches, divided by n (the
         iteration's loss is their mean), with D frozen and unwrapped; `parts` sums the divided terms for the
         log. `E_ema`: the EMA generator's output, LDL's reference (when ldl_weight > 0). Each loss compares
-        with its own target (data/batch_transforms.py: H, or e.g. Real-ESRGAN's sharpened H; the extra
+        with its own target (data/degradations/batch_transforms.py: H, or e.g. Real-ESRGAN's sharpened H; the extra
         pixel losses take the pixel loss's). LDL compares with the plain H, as LDL's Real-ESRGAN+LDL model does:
         its artifact map finds where the output strays from the real image, not from a sharpened one."""
         H = batch_transforms.target(batch, 'pixel')

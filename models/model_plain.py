@@ -13,16 +13,16 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from data import batch_transforms
+from data.degradations import batch_transforms
 from losses.registry import LOSSES, build_extra_losses, build_loss, extra_weights
 from models.compile import compile_training_net, eager
 from models.ema import ModelEMA
 from models.evaluation import Evaluation, WriteItem, evaluate
-from models.init import init_weights
 from models.merge_bn import count_foldable, fold_batchnorm
+from models.networks.layers.init import init_weights
 from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
-from models.regularizers import apply_regularizers, regularizers_due
 from models.registry import MODELS
+from models.regularizers import apply_regularizers, regularizers_due
 from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
@@ -227,7 +227,7 @@ class ModelPlain:
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned
         on CUDA, so the copy overlaps the previous step), a quarter of the bytes of float32. Then the
-        dataset's device-side transform, if its items name one (data/batch_transforms.py: Real-ESRGAN's
+        dataset's device-side transform, if its items name one (data/degradations/batch_transforms.py: Real-ESRGAN's
         degradations run here, on the device, in float32 whatever `train.amp` says)."""
         nb = self.device.type == 'cuda'
         out = images_to_float({k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v

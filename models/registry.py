@@ -1,6 +1,7 @@
 """The registries of networks (`netG.net_type`) and models (`model`), and what they require of options.
 
-Networks live in `models/network_<name>.py` and models in `models/model_<name>.py`, each
+Networks live in `models/networks/<family>.py` (their shared layers in `models/networks/layers/`) and models
+in `models/model_<name>.py`, each
 registering itself with `@NETWORKS.register(...)` / `@MODELS.register(...)`: adding one is one new
 file. Network kwargs come straight from the `netG` options: every key except `net_type` and the
 `init_*` keys is passed to the constructor, and the constructor's signature is the list of
@@ -17,7 +18,7 @@ from utils.errors import UserError
 from utils.options import IGNORED, REQUIRED
 from utils.registry import Registry
 
-NETWORKS = Registry('network', 'models', 'network_*')
+NETWORKS = Registry('network', 'models.networks')
 MODELS = Registry('model', 'models', 'model_*')
 
 # netG keys that configure weight initialisation rather than the constructor, with their defaults.

@@ -462,7 +462,7 @@ class VideoRestorer(ImageRestorer):
         return out[..., :h * sf, :w * sf]
 
 
-SCORING_KEYS = ('metric_border', 'metric_round_y')  # a test section's scoring conventions (data/image_datasets.py)
+SCORING_KEYS = ('metric_border', 'metric_round_y')  # a test section's scoring conventions (data/datasets/image.py)
 
 
 def scoring(test: Dict[str, Any], scale: int) -> Tuple[int, bool]:

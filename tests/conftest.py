@@ -182,7 +182,7 @@ def train_two_processes(path: str, root: str, iters: int, extra: Sequence[str] =
 def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Generated demo images shared by the tests (the generator is deterministic and idempotent), in
     `<tmp>/demo_data/{train,test}`: generate_demo writes only inside a folder named demo_data."""
-    from data.demo import ensure_demo_data
+    from data.synthetic.demo import ensure_demo_data
     root = str(tmp_path_factory.mktemp('demo_images') / 'demo_data')
     for name in ('train', 'test'):
         ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(root, name)))

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from data import frame_cache  # noqa: E402
-from data.image_datasets import DatasetDnCNN  # noqa: E402
+from data.datasets.image import DatasetDnCNN  # noqa: E402
 from data.loader import build_train_loader  # noqa: E402
 from tests.conftest import unchecked_section  # noqa: E402
 from utils import dist  # noqa: E402
@@ -103,8 +103,8 @@ def main() -> None:
                 self.buffer = np.empty(total, np.uint8)
                 for path, (offset, shape) in self.index.items():
                     self.buffer[offset:offset + int(np.prod(shape))] = read(path).reshape(-1)
-        import data.image_datasets
-        data.image_datasets.FrameCache = PrivateCopy
+        import data.datasets.image
+        data.datasets.image.FrameCache = PrivateCopy
 
     decoded = []
     real = DatasetDnCNN._decode

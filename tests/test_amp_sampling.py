@@ -9,9 +9,9 @@ The probe is a row alternating 0 / 1: sampled 0.3 px to the right, every pixel r
 import pytest
 import torch
 
-from models import deform_conv
-from models.guided_attention import guided_deformable_attention
-from models.network_vrt import flow_warp
+from models.networks.layers import deform_conv
+from models.networks.layers.guided_attention import guided_deformable_attention
+from models.networks.vrt import flow_warp
 
 WIDTH = 320  # positions up to 319: beyond 256, where bf16 cannot hold x + 0.3
 SHIFT = 0.3

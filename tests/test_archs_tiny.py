@@ -15,7 +15,7 @@ OURS = ('esrgan', 'rcan', 'edsr', 'restormer')  # written here; the rest are bui
 
 
 def test_every_new_net_type_has_a_tiny_option_file():
-    from models.network_spandrel import ARCHITECTURES
+    from models.networks.spandrel import ARCHITECTURES
     names = {os.path.basename(p)[len('train_'):-len('_tiny.json')] for p in ARCHS}
     assert names == {a.net_type for a in ARCHITECTURES} | set(OURS)
 

@@ -4,10 +4,10 @@ relative position bias; the networks' parameters are the same as before, only th
 import pytest
 import torch
 
-from models.attention import window_attention
-from models.network_swinir import WindowAttention as SwinIRAttention
-from models.network_swinir import shifted_window_mask
-from models.network_vrt import WindowAttention as VRTAttention
+from models.networks.layers.window_attention import window_attention
+from models.networks.swinir import WindowAttention as SwinIRAttention
+from models.networks.swinir import shifted_window_mask
+from models.networks.vrt import WindowAttention as VRTAttention
 
 
 def explicit(q, k, v, scale, bias=None, mask=None):

@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import dataset_options, unchecked_section
-from data.blindsr_datasets import DatasetBlindSR
+from data.datasets.blindsr import DatasetBlindSR
 from data.loader import build_train_loader
 from data.registry import build_dataset
 from utils.errors import UserError

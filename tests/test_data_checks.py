@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from data import checks
-from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
+from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.registry import build_dataset
 from tests.conftest import dataset_options, run, tiny_options, unchecked_section, write_options
 from utils.errors import UserError

@@ -16,7 +16,7 @@ import torch
 import main_train
 from conftest import dataset_options
 from data.registry import build_dataset
-from data.synthetic_gopro import make_gopro_spike
+from data.synthetic.gopro import make_gopro_spike
 from models.model_plain import ModelPlain
 from utils.image import images_to_float, imwrite, to_float_image
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torchvision
 
-import models.deform_conv as dc
-from models.deform_conv import deform_conv2d, deform_conv2d_torch
+import models.networks.layers.deform_conv as dc
+from models.networks.layers.deform_conv import deform_conv2d, deform_conv2d_torch
 
 # (batch, c_in, c_out, weight groups, offset groups, H, W, kernel, stride, padding, dilation, use_mask)
 CASES = [

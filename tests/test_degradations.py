@@ -1,4 +1,4 @@
-"""Blur kernels (data/kernels.py) and BSRGAN's degradation pipelines (data/degradations.py)."""
+"""Blur kernels (data/degradations/kernels.py) and BSRGAN's degradation pipelines (data/degradations/bsrgan.py)."""
 import math
 import random
 
@@ -6,9 +6,9 @@ import cv2
 import numpy as np
 import pytest
 
-from data import degradations as dg
-from data import kernels as kn
 from conftest import assert_frequencies
+from data.degradations import bsrgan as dg
+from data.degradations import kernels as kn
 
 
 def _rng(seed: int = 0) -> np.random.Generator:

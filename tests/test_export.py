@@ -276,7 +276,7 @@ def test_a_network_that_replaces_its_own_weights_in_forward_is_one_line_naming_i
 
 def test_window_attention_under_export_is_the_explicit_form_of_sdpa(monkeypatch):
     """What the exported graph computes (softmax(scale·q·kᵀ + bias + mask)·v written out) equals SDPA's result."""
-    from models.attention import window_attention
+    from models.networks.layers.window_attention import window_attention
     q, k, v = (torch.randn(4, 2, 16, 8) for _ in range(3))
     bias, mask = torch.randn(2, 16, 16), torch.randn(2, 16, 16)
     eager = window_attention(q, k, v, 0.3, bias, mask)
@@ -315,7 +315,7 @@ def test_missing_onnx_packages_are_one_line_saying_what_to_install(tmp_path, dem
 
 def test_a_safetensors_file_loads_as_a_state_dict_and_a_mismatch_is_one_line(tmp_path):
     from safetensors.torch import save_file
-    from models.network_dncnn import DnCNN
+    from models.networks.dncnn import DnCNN
     net = DnCNN(in_nc=3, out_nc=3, nc=8, nb=3, act_mode='R')
     save_file(net.state_dict(), str(tmp_path / 'w.st'))        # recognised by its content, not its name
     state = load(str(tmp_path / 'w.st'))

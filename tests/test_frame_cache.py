@@ -22,12 +22,12 @@ import torch
 
 from conftest import ROOT, clean_env, damage_pixels, free_port, run, tiny_options, unchecked_section, write_options
 from data import frame_cache
+from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
+from data.datasets.video import VideoRecurrentTrainDataset
 from data.frame_cache import FrameCache
-from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.lmdb_util import decode_frame, encode_raw_frame, make_lmdb_from_folder
 from data.loader import build_train_loader
-from data.synthetic_gopro import make_gopro_spike
-from data.video_datasets import VideoRecurrentTrainDataset
+from data.synthetic.gopro import make_gopro_spike
 from frame_cache_worker import mapping_of
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite

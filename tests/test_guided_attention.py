@@ -4,8 +4,8 @@ the same outputs and gradients as plain autograd through the same operations, a 
 import pytest
 import torch
 
-from models import guided_attention
-from models.guided_attention import gda_rows, guided_deformable_attention
+from models.networks.layers import guided_attention
+from models.networks.layers.guided_attention import gda_rows, guided_deformable_attention
 
 HEADS, WINDOW = 2, (3, 3)
 

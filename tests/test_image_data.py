@@ -11,14 +11,14 @@ import torch
 from torch.utils.data import Dataset
 
 from conftest import ROOT, run, unchecked_section
-from data.demo import COMPLETE_MARKER, ensure_demo_data
-from data.image_datasets import DatasetDnCNN, DatasetPlain, DatasetSR
+from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
+from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.loader import build_train_loader, build_val_loader
 from data.registry import DATASETS
-from data.transforms import augment, paired_random_crop, random_crop
+from data.synthetic.demo import COMPLETE_MARKER, ensure_demo_data
 from utils.errors import UserError
-from utils.logger import get_logger
 from utils.image import imread_uint, imresize_bicubic, imwrite, list_images, tensor2uint, uint2tensor
+from utils.logger import get_logger
 
 
 def _rand(shape, seed=0):

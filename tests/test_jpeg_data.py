@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import dataset_options
-from data.jpeg_datasets import DatasetJPEG, jpeg_roundtrip
+from data.datasets.jpeg import DatasetJPEG
+from data.degradations.jpeg import jpeg_roundtrip
 from metrics.fidelity import rgb2y
 from utils.errors import UserError
 from utils.image import imread_uint, tensor2uint

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from conftest import dataset_options
-from data.demo import ensure_demo_data
 from data.registry import DATASETS, build_dataset
 from data.registry import dataset_options as section_keys
-from option_rules import read_options
+from data.synthetic.demo import ensure_demo_data
 from models.registry import MODELS, model_options
+from option_rules import read_options
 from utils.image import images_to_float, imread_uint
 from utils.options import DYNAMIC_SECTIONS, SCHEMA
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from conftest import dataset_options, run, unchecked_section, write_options
-from data.kernel_datasets import DatasetSRMD, DatasetUSRNet, circular_blur, load_pca, srmd_pca_basis, step_scales
+from data.datasets.kernel import DatasetSRMD, DatasetUSRNet, circular_blur, load_pca, srmd_pca_basis, step_scales
 from data.loader import build_train_loader
 from data.sampler import ResumableDistributedSampler
-from models.network_usrnet import downsample, p2o
+from models.networks.usrnet import downsample, p2o
 from models.restorer import KernelRestorer
 from utils.errors import UserError
 
@@ -145,7 +145,7 @@ def test_the_srmd_pca_basis_is_orthonormal_and_captures_its_kernels():
     p = srmd_pca_basis(15, 15)
     assert p.shape == (15, 225) and np.allclose(p @ p.T, np.eye(15), atol=1e-10)
     assert np.array_equal(p, srmd_pca_basis.__wrapped__(15, 15))  # recomputed: identical
-    from data.kernel_datasets import srmd_kernel
+    from data.datasets.kernel import srmd_kernel
     k = srmd_kernel(np.random.default_rng(123), 3).reshape(-1)
     assert np.linalg.norm(p.T @ (p @ k) - k) < 0.05 * np.linalg.norm(k)
 

@@ -6,7 +6,7 @@ import torch
 
 from conftest import clean_env, run, tiny_options, write_options
 from models.merge_bn import count_foldable, fold_batchnorm
-from models.network_dncnn import DnCNN
+from models.networks.dncnn import DnCNN
 from tests.test_resume import _assert_same_run_state, _models
 
 PY = sys.executable

@@ -10,16 +10,16 @@ import pytest
 import torch
 from torch import nn
 
-from data.spike import representation_channels
-from data.synthetic_gopro import make_gopro_spike
+from data.datasets.spike import representation_channels
+from data.synthetic.gopro import make_gopro_spike
 from models.evaluation import evaluate
 from models.model_vrt import ModelVRT
 from models.registry import build_network
 from models.restorer import VideoRestorer, item_metrics
 from tests.conftest import ROOT, run, tiny_options, write_options
+from option_rules import option_rules, read_options
 from utils.errors import OptionsError, UserError
 from utils.options import validate
-from option_rules import option_rules, read_options
 
 PY = sys.executable
 FULL = os.path.join(ROOT, 'options', 'vrt', '006_train_vrt_videodeblurring_gopro_rgbspike.json')

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.blocks import ResBlock, ShortcutBlock, conv, downsampler, sequential
+from models.networks.layers.kair import ResBlock, ShortcutBlock, conv, downsampler, sequential
 from models.registry import build_network
 from utils.errors import UserError
 

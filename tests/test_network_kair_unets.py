@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from option_rules import option_rules
-from models.network_drunet import ResUNet
-from models.network_rrdbnet import RRDBNet
-from models.network_usrnet import DataStep, Spectra, USRNet, downsample, p2o, splits, upsample
+from models.networks.drunet import ResUNet
+from models.networks.rrdbnet import RRDBNet
+from models.networks.usrnet import DataStep, Spectra, USRNet, downsample, p2o, splits, upsample
 from models.registry import build_network
+from option_rules import option_rules
 from utils.errors import UserError
 from utils.options import validate
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.guided_attention import guided_deformable_attention
-from models.network_rvrt import RVRT, GuidedDeformAttention
-from models.network_vrt import SpyNet, flow_warp
+from models.networks.layers.guided_attention import guided_deformable_attention
+from models.networks.rvrt import RVRT, GuidedDeformAttention
+from models.networks.vrt import SpyNet, flow_warp
 from models.registry import build_network
 from utils.errors import UserError
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.network_swinir import (RGB_MEAN, SwinIR, SwinTransformerBlock, relative_position_index,
+from models.networks.swinir import (RGB_MEAN, SwinIR, SwinTransformerBlock, relative_position_index,
                                    shifted_window_mask, window_partition, window_reverse)
 from models.registry import build_network
 from utils.errors import UserError

@@ -9,7 +9,7 @@ import torch
 
 import torch.nn.functional as F
 
-from models.network_vrt import TMSA, VRT, DCNv2PackFlowGuided, FrameConv3d, Rearrange, SpyNet, flow_warp
+from models.networks.vrt import TMSA, VRT, DCNv2PackFlowGuided, FrameConv3d, Rearrange, SpyNet, flow_warp
 from models.registry import build_network
 from utils.errors import UserError
 
@@ -204,7 +204,7 @@ def test_no_checkpoint_blocks_exempt_the_listed_stages():
 
 
 def test_a_checkpoint_preset_replaces_kairs_keys_for_every_stage_and_keeps_the_state_dict():
-    from models.network_rvrt import RVRT
+    from models.networks.rvrt import RVRT
     from utils.errors import UserError
     kair = tiny(use_checkpoint_attn=True, use_checkpoint_ffn=False, no_checkpoint_attn_blocks=[0])
     with torch.device('meta'):

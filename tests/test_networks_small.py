@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from models.init import init_weights
-from models.network_dncnn import DnCNN
-from models.network_msrresnet import MSRResNet
+from models.networks.dncnn import DnCNN
+from models.networks.layers.init import init_weights
+from models.networks.msrresnet import MSRResNet
 from models.registry import build_network
 from utils.errors import UserError
 

@@ -4,10 +4,10 @@ import torch
 from torch import nn
 
 from conftest import dataset_options, tiny_options
-from data.noise_level_datasets import DatasetFDnCNN, DatasetFFDNet
-from option_rules import option_rules
+from data.datasets.noise_level import DatasetFDnCNN, DatasetFFDNet
 from models.model_plain2 import ModelPlain2
 from models.registry import NETWORKS
+from option_rules import option_rules
 from utils.errors import UserError
 from utils.options import validate
 
@@ -86,8 +86,8 @@ def test_plain2_feeds_L_and_C_to_the_network_in_training_and_validation(tmp_path
 
 
 def test_dpsr_adds_noise_to_the_bicubic_low_resolution_image_and_appends_its_level_map(demo_images):
-    from data.noise_level_datasets import DatasetDPSR
-    from data.image_datasets import DatasetSR
+    from data.datasets.image import DatasetSR
+    from data.datasets.noise_level import DatasetDPSR
     common = dict(dataroot_H=f'{demo_images}/test', scale=4)
     noisy = DatasetDPSR(dataset_options('dpsr', 'test', sigma_test=10, **common))[3]
     clean = DatasetSR(dataset_options('sr', 'test', **common))[3]

@@ -1,5 +1,5 @@
 """Real-ESRGAN's degradations: the `realesrgan` dataset draws every choice on the CPU from the sample's seed,
-the model's device step (data/batch_transforms.py) runs them; the kernels and the torch JPEG they use."""
+the model's device step (data/degradations/batch_transforms.py) runs them; the kernels and the torch JPEG they use."""
 import glob
 import json
 import math
@@ -12,12 +12,12 @@ import torch
 from torch.utils.data import default_collate
 
 from conftest import ROOT, assert_frequencies, dataset_options, train_two_processes
-from data import batch_transforms
-from data import kernels as kn
-from data import realesrgan_degradations as rd
-from data.degradations import usm_sharpen as usm_sharpen_cv2
-from data.diffjpeg import CHROMA_TABLE, LUMA_TABLE, dct_matrix, jpeg, scaled_table
-from data.realesrgan_datasets import DatasetRealESRGAN
+from data.datasets.realesrgan import DatasetRealESRGAN
+from data.degradations import batch_transforms
+from data.degradations import kernels as kn
+from data.degradations import realesrgan as rd
+from data.degradations.bsrgan import usm_sharpen as usm_sharpen_cv2
+from data.degradations.diffjpeg import CHROMA_TABLE, LUMA_TABLE, dct_matrix, jpeg, scaled_table
 from data.registry import build_dataset
 from data.sampler import ResumableDistributedSampler, TrainKey
 from utils.errors import UserError

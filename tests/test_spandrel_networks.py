@@ -1,4 +1,4 @@
-"""The architectures spandrel builds (models/network_spandrel.py): one net_type each, netG keys checked
+"""The architectures spandrel builds (models/networks/spandrel.py): one net_type each, netG keys checked
 against the constructor's signature, spandrel imported only when one of them is used."""
 import subprocess
 import sys
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import ROOT, clean_env, need_spandrel, run, tiny_options, write_options
-from option_rules import option_rules
 from models.registry import build_network
+from option_rules import option_rules
 from utils.errors import OptionsError, UserError
 from utils.options import validate
 
@@ -55,7 +55,7 @@ SAME_SIZE = ('nafnet', 'scunet', 'fftformer', 'uformer', 'kbnet_s', 'kbnet_l', '
 
 
 def spandrel_net_types():
-    from models.network_spandrel import ARCHITECTURES
+    from models.networks.spandrel import ARCHITECTURES
     return [a.net_type for a in ARCHITECTURES]
 
 

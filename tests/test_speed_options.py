@@ -10,8 +10,8 @@ import torch
 
 from conftest import clean_env, run, tiny_options, write_options
 from main_train import micro_batches
-from option_rules import option_rules
 from models.model_plain import ModelPlain, amp_setup
+from option_rules import option_rules
 from utils.errors import OptionsError, UserError
 from utils.options import validate
 
@@ -156,7 +156,7 @@ SWINIR = {'net_type': 'swinir', 'upscale': 1, 'in_chans': 3, 'img_size': 16, 'wi
 
 
 def test_a_network_with_repeated_blocks_is_compiled_block_by_block_in_place(tmp_path):
-    from models.network_swinir import SwinTransformerBlock
+    from models.networks.swinir import SwinTransformerBlock
     plain = ModelPlain(_opt(tmp_path, net=SWINIR), CPU)
     model = ModelPlain(_opt(tmp_path, net=SWINIR, compile=True, compile_mode='max-autotune'), CPU)
     blocks = [m for m in model.net_g.modules() if isinstance(m, SwinTransformerBlock)]

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from data.spike import (read_spike_dat, read_spike_npy, representation_channels, spike_to_representation,
+from data.datasets.spike import (read_spike_dat, read_spike_npy, representation_channels, spike_to_representation,
                         write_spike_dat)
-from data.synthetic_gopro import integrate_and_fire
+from data.synthetic.gopro import integrate_and_fire
 from utils.errors import UserError
 
 

@@ -61,6 +61,23 @@ def test_layers_only_import_downwards(package, forbidden):
     assert {f: m for f, m in upward.items() if m} == {}
 
 
+@pytest.mark.parametrize('folder, allowed, forbidden', [
+    # the networks know nothing of what trains them: only their registry and each other
+    ('models/networks', ('models.networks', 'models.registry'), ('models',)),
+    # degradations are pure functions of images and seeds; datasets use them, never the reverse
+    ('data/degradations', (), ('data.datasets', 'data.synthetic')),
+    ('data/datasets', (), ('data.synthetic',)),
+])
+def test_rooms_inside_a_package_only_import_downwards(folder, allowed, forbidden):
+    def refused(module: str) -> bool:
+        inside = lambda prefixes: any(module == p or module.startswith(p + '.') for p in prefixes)
+        return inside(forbidden) and not inside(allowed)
+    files = package_files(folder)
+    assert files
+    upward = {os.path.relpath(p, ROOT): sorted(m for m in imported_modules(p) if refused(m)) for p in files}
+    assert {f: m for f, m in upward.items() if m} == {}
+
+
 PROJECT_PACKAGES = ('models', 'data', 'utils', 'losses', 'metrics', 'bench', 'scripts')
 ENTRY_POINTS = ('main_train', 'main_test')
 
@@ -287,7 +304,8 @@ def test_a_dataset_defined_in_a_test_module_trains_and_validates_with_its_typed_
 
 
 def _zoo(tmp_path, monkeypatch) -> Registry:
-    """A package `zoo` with a registry whose members live in `zoo/network_*.py`, as models/ does it."""
+    """A package `zoo` with a registry whose members live in `zoo/network_*.py`, and a subfolder `zoo/layers/`
+    that is no member (as models/networks/layers/ is not)."""
     pkg = tmp_path / 'zoo'
     pkg.mkdir()
     (pkg / '__init__.py').write_text('')
@@ -305,6 +323,8 @@ def _zoo(tmp_path, monkeypatch) -> Registry:
             pass
     """))
     (pkg / 'helpers.py').write_text('raise RuntimeError("not a member module: never imported")\n')
+    (pkg / 'network_layers').mkdir()
+    (pkg / 'network_layers' / '__init__.py').write_text('raise RuntimeError("a subfolder: never imported")\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == 'zoo' or m.startswith('zoo.')]:
         monkeypatch.delitem(sys.modules, name)
@@ -322,7 +342,7 @@ def test_a_member_registered_under_another_file_name_is_found_by_scanning_the_me
     nets = _zoo(tmp_path, monkeypatch)
     assert nets.get('family_b', 'netG.net_type').__name__ == 'Family'
     assert nets.names() == ['family_a', 'family_b', 'small']
-    assert 'zoo.helpers' not in sys.modules
+    assert 'zoo.helpers' not in sys.modules and 'zoo.network_layers' not in sys.modules
 
 
 def test_an_unknown_name_is_one_line_naming_the_key_with_a_suggestion_and_the_known_names(tmp_path, monkeypatch):
@@ -333,6 +353,9 @@ def test_an_unknown_name_is_one_line_naming_the_key_with_a_suggestion_and_the_kn
                             'known: family_a, family_b, small')
     with pytest.raises(UserError, match='unknown network "../x"'):
         nets.get('../x', 'netG.net_type')
+    with pytest.raises(UserError, match='unknown network "layers"'):
+        nets.get('layers', 'netG.net_type')
+    assert 'zoo.network_layers' not in sys.modules
 
 
 def test_registering_another_object_under_a_taken_name_is_a_programming_error():

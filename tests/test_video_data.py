@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from conftest import dataset_options, unchecked_section
-from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data import lmdb_util
+from data.datasets.spike import read_spike_npy, spike_to_representation
+from data.datasets.video import VideoRecurrentTestDataset, VideoRecurrentTrainDataset
 from data.lmdb_util import make_lmdb_from_folder
 from data.registry import build_dataset
-from data.spike import read_spike_npy, spike_to_representation
-from data.synthetic_gopro import luminance, make_gopro_spike, sharp_frames
-from data.video_datasets import VideoRecurrentTestDataset, VideoRecurrentTrainDataset
+from data.synthetic.demo import COMPLETE_MARKER, ensure_demo_data
+from data.synthetic.gopro import luminance, make_gopro_spike, sharp_frames
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite, to_float_image
 
@@ -405,7 +405,7 @@ def test_test_clips_are_checked_for_ssim_and_a_whole_lq_to_gt_factor(tmp_path):
 
 
 def test_spike_dat_files_are_checked_from_their_length(pattern_root):
-    from data.spike import write_spike_dat
+    from data.datasets.spike import write_spike_dat
     for clip, n in CLIPS.items():
         for i in range(n):
             write_spike_dat(pattern_root / 'spike' / clip / f'{i:08d}.dat', pattern_spikes())

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from conftest import ROOT, clean_env, dataset_options
-from data.demo import COMPLETE_MARKER, ensure_demo_data
+from data.datasets.video_denoising import (VideoRecurrentTestNonblindDenoisingDataset,
+                                           VideoRecurrentTrainNonblindDenoisingDataset, add_noise)
 from data.loader import build_train_loader, build_val_loader
 from data.registry import build_dataset
-from data.synthetic_davis import clip_frames, make_davis
-from data.video_denoising_datasets import (VideoRecurrentTestNonblindDenoisingDataset,
-                                           VideoRecurrentTrainNonblindDenoisingDataset, add_noise)
+from data.synthetic.davis import clip_frames, make_davis
+from data.synthetic.demo import COMPLETE_MARKER, ensure_demo_data
 from option_rules import option_rules
 from utils.errors import UserError
 from utils.image import imread_uint

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import ROOT, clean_env, dataset_options
-from data.demo import COMPLETE_MARKER, ensure_demo_data
 from data.loader import build_train_loader
 from data.registry import build_dataset
-from data.synthetic_vimeo import SPLITS, bd_downsample, make_vimeo, septuplet
+from data.synthetic.demo import COMPLETE_MARKER, ensure_demo_data
+from data.synthetic.vimeo import SPLITS, bd_downsample, make_vimeo, septuplet
 from utils.errors import UserError
 from utils.image import images_to_float, imread_uint, imresize_bicubic, to_float_image
 
@@ -260,7 +260,7 @@ def test_frame_interpolation_test_sets_give_the_known_frames_and_the_middle_one(
 
 
 def test_frame_interpolation_items_have_the_shapes_of_vrt_s_interpolation_network(vimeo_root):
-    from models.network_vrt import VRT
+    from models.networks.vrt import VRT
     torch.manual_seed(0)
     net = VRT(upscale=1, img_size=[4, 64, 64], window_size=[4, 8, 8], depths=[1] * 8, indep_reconsts=[],
               embed_dims=[8] * 8, num_heads=[1] * 8, pa_frames=0, drop_path_rate=0.).eval()

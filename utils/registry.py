@@ -3,11 +3,12 @@ demo data, losses, optimizers, schedulers, weight initialisers.
 
 A registry maps names to objects. Objects register themselves with `@REGISTRY.register(name)` in
 the module that defines them, so adding one is one new file. Registries whose members live in
-their own modules find them by a module naming convention (`models/network_*.py` for networks):
-a lookup imports `<package>.<prefix><name>` when that module exists, else every module of the
-package whose name matches the pattern, so that a name registered under another file name (and
-every name, for the did-you-mean) is found. Only what is needed is imported: building one network
-does not import the others (VRT's module pulls in torchvision).
+their own modules find them in one folder (`models/networks/` for networks): a lookup imports
+`<package>.<name>` (the module named by the pattern) when that module exists, else every module of
+the folder whose name matches the pattern, so that a name registered under another file name (and
+every name, for the did-you-mean) is found. Subfolders (the networks' shared `layers/`) hold no
+members. Only what is needed is imported: building one network does not import the others (VRT's
+module pulls in torchvision).
 
 A member declares the option keys it reads where it is defined: `register(name, options={key: Key or
 default})`, or an `OPTIONS` attribute on the class or function. Members chosen by a type key read them
@@ -53,13 +54,14 @@ class Registry:
         return deco
 
     def _import_conventional(self, name: str) -> None:
-        """Import `<package>.<pattern with name>` if that module exists (e.g. models.network_vrt)."""
+        """Import `<package>.<pattern with name>` if that module exists (e.g. models.networks.vrt)."""
         if self.package is None or '*' not in self.pattern:
             return
         if not name.isidentifier():
             return
         module = f'{self.package}.{self.pattern.replace("*", name, 1)}'
-        if importlib.util.find_spec(module) is not None:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is None:  # a module, not a subfolder
             importlib.import_module(module)
 
     def _import_all(self) -> None:
@@ -67,7 +69,7 @@ class Registry:
             return
         package = importlib.import_module(self.package)
         for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-            if fnmatch.fnmatchcase(info.name, self.pattern):
+            if not info.ispkg and fnmatch.fnmatchcase(info.name, self.pattern):
                 importlib.import_module(f'{self.package}.{info.name}')
         self._scanned = True
 

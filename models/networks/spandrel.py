@@ -1,0 +1,231 @@
+"""Today's architectures (HAT, DAT, SPAN, PLKSR, Real-ESRGAN's compact net, NAFNet, ...) built by spandrel.
+
+spandrel (MIT, https://github.com/chaiNNer-org/spandrel) maintains these architectures as plain
+`nn.Module`s built from the official constructor arguments; re-writing forty of them would only add
+bugs. Each is registered here as a `net_type` whose netG keys are the spandrel constructor's keyword
+arguments (validated by signature like our own networks), except `realplksr`, which takes the
+official RealPLKSR class's (see `realplksr_kwargs`).
+
+spandrel is imported only when a spandrel net_type is validated or built: importing this module (the
+registry scans every module of models/networks/ for names) must work where spandrel is not installed, and
+importing spandrel costs seconds.
+"""
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from torch import nn
+
+from models.registry import NETWORKS
+from utils.errors import UserError
+
+SPANDREL_REQUIREMENT = 'spandrel==0.4.2'
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Where spandrel keeps one architecture, and what the README says of it."""
+    net_type: str
+    package: str  # spandrel.architectures.<package>
+    cls: str  # the class in that package
+    paper: str
+    licence: str  # of the original code
+    # our kwargs → spandrel's; None: the same keywords (the signature is spandrel's)
+    adapter: Optional[Callable[..., Dict[str, Any]]] = None
+    # our kwargs → the class to build, where spandrel has one class per variant (Real-CUGAN's per scale)
+    choose: Optional[Callable[..., str]] = None
+    variants: Tuple[str, ...] = ()  # every class `choose` can pick (`cls` is the first)
+
+    def load(self, cls: Optional[str] = None) -> type:
+        """spandrel's class `cls` (default: `self.cls`), importing spandrel; a UserError when spandrel is not
+        installed."""
+        try:
+            module = importlib.import_module(f'spandrel.architectures.{self.package}')
+        except ImportError as e:
+            raise UserError(f'netG.net_type: "{self.net_type}" is built by spandrel, which is not installed here '
+                            f'({e}); pip install {SPANDREL_REQUIREMENT}') from None
+        return getattr(module, cls or self.cls)
+
+    def builds(self, model: nn.Module) -> bool:
+        """Whether `model` is one of the classes this net_type builds (for net_type "auto")."""
+        return type(model) in [self.load(name) for name in (self.cls, *self.variants)]
+
+    def signature(self) -> inspect.Signature:
+        """The keys netG takes: spandrel's constructor (or the adapter's) without the parameters whose
+        defaults are classes or functions (norm layers, activations): an option file cannot name those."""
+        source = self.adapter if self.adapter is not None else self.load().__init__
+        params = [p for p in inspect.signature(source).parameters.values()
+                  if p.name != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                  and (p.default is p.empty or not callable(p.default))]
+        return inspect.Signature([inspect.Parameter('self', inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+                                 + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
+
+    def build(self, **kwargs: Any) -> nn.Module:
+        """spandrel's module for our netG kwargs; a constructor's refusal becomes one line naming netG."""
+        name = self.choose(**kwargs) if self.choose is not None else self.cls
+        cls = self.load(name)
+        if self.adapter is not None:
+            kwargs = self.adapter(**kwargs)
+        try:
+            return cls(**kwargs)
+        except (ValueError, AssertionError, TypeError, KeyError) as e:
+            raise UserError(f'netG ({self.net_type}): spandrel\'s {name} refuses these options: '
+                            f'{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}') from None
+
+
+class LazySignature:
+    """The `__init__` of a spandrel net_type as the options validator sees it (`network_options` reads
+    `inspect.signature(cls.__init__)`): its signature is read from spandrel only when asked for."""
+
+    def __init__(self, arch: Architecture):
+        self.arch = arch
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return self.arch.signature()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError('a spandrel network is built by __new__')
+
+
+def spandrel_network(arch: Architecture) -> type:
+    """A class for the registry: calling it returns spandrel's module (so the state_dict is spandrel's,
+    unwrapped); its `__init__` carries the constructor's signature, lazily."""
+    def __new__(cls: type, **kwargs: Any) -> nn.Module:
+        return arch.build(**kwargs)
+    name = arch.cls if arch.cls.isidentifier() else arch.net_type
+    cls = type(name, (), {'__new__': __new__, '__init__': LazySignature(arch), 'architecture': arch,
+                          '__doc__': f'{arch.paper} (spandrel\'s {arch.package}.{arch.cls}; original code: '
+                                     f'{arch.licence}).', '__module__': __name__})
+    return NETWORKS.register(arch.net_type)(cls)
+
+
+def realplksr_kwargs(*, in_ch: int = 3, out_ch: int = 3, dim: int = 64, n_blocks: int = 28,
+                     upscaling_factor: int = 4, kernel_size: int = 17, split_ratio: float = 0.25,
+                     use_ea: bool = True, norm_groups: int = 4, dropout: float = 0,
+                     upsampler: str = 'pixelshuffle', layer_norm: bool = True) -> Dict[str, Any]:
+    """The official RealPLKSR class's keywords (traiNNer-redux; its registry function `realplksr()`
+    calls `upscaling_factor` `scale`: write `upscaling_factor` here) as spandrel's: spandrel builds 3
+    channels in and out and says `dysample` for upsampler "dysample". The default norm is the
+    official one (LayerNorm); `layer_norm: false` is the older GroupNorm variant."""
+    if (in_ch, out_ch) != (3, 3):
+        raise UserError(f'netG (realplksr): in_ch and out_ch must be 3 (spandrel builds RGB only), got '
+                        f'{in_ch} and {out_ch}')
+    if upsampler not in ('pixelshuffle', 'dysample'):
+        raise UserError(f'netG.upsampler: realplksr takes "pixelshuffle" or "dysample", got "{upsampler}"')
+    return dict(dim=dim, n_blocks=n_blocks, upscaling_factor=upscaling_factor, kernel_size=kernel_size,
+                split_ratio=split_ratio, use_ea=use_ea, norm_groups=norm_groups, dropout=dropout,
+                dysample=upsampler == 'dysample', layer_norm=layer_norm)
+
+
+def realplksr_from_spandrel(hyperparameters: Dict[str, Any]) -> Dict[str, Any]:
+    """The inverse of `realplksr_kwargs` (for netG blocks written from a detected checkpoint)."""
+    h = dict(hyperparameters)
+    h['upsampler'] = 'dysample' if h.pop('dysample', False) else 'pixelshuffle'
+    return h
+
+
+def kbnet_s_kwargs(*, img_channel: int = 3, width: int = 64, middle_blk_num: int = 12,
+                   enc_blk_nums: List[int] = [2, 2, 4, 8], dec_blk_nums: List[int] = [2, 2, 2, 2],
+                   lightweight: bool = False, ffn_scale: float = 2.0) -> Dict[str, Any]:
+    """KBNet_s's keywords, with `ffn_scale` a number: spandrel's default is the integer 2, but the released
+    SIDD model uses 1.5."""
+    return dict(img_channel=img_channel, width=width, middle_blk_num=middle_blk_num, enc_blk_nums=list(enc_blk_nums),
+                dec_blk_nums=list(dec_blk_nums), lightweight=lightweight, ffn_scale=ffn_scale)
+
+
+REALCUGAN_SCALES = (2, 3, 4)
+
+
+def realcugan_kwargs(*, in_channels: int = 3, out_channels: int = 3, pro: bool = False,
+                     scale: int = 2) -> Dict[str, Any]:
+    """Real-CUGAN's keywords with its factor: spandrel has one class per factor (UpCunet2x, 3x, 4x), which
+    `scale` picks (`realcugan_class`, which also refuses other factors); `pro` is the "pro" release's variant
+    (an extra output convolution)."""
+    return dict(in_channels=in_channels, out_channels=out_channels, pro=pro)
+
+
+def realcugan_class(*, scale: int = 2, **_: Any) -> str:
+    """spandrel's Real-CUGAN class for the factor; another factor is one line (netG.scale inherits the top-level
+    "scale", which is 1 when not given)."""
+    if scale not in REALCUGAN_SCALES:
+        raise UserError(f'netG.scale: realcugan upscales by 2, 3 or 4, got {scale} (set the top-level "scale")')
+    return f'UpCunet{scale}x'
+
+
+APACHE = 'Apache-2.0'
+# Read second-hand: neosr's table of the licences of the code it took in; the repositories hold no licence file.
+NEOSR_APACHE = 'Apache-2.0 (as neosr\'s licence table lists it; no licence file in the repository)'
+# No licence file and no licence statement by the authors: ask them before using the code commercially.
+NO_LICENCE = 'not stated (no licence file or statement in the repository)'
+ARCHITECTURES: List[Architecture] = [
+    Architecture('hat', 'HAT', 'HAT', 'Chen et al., Activating More Pixels in Image Super-Resolution Transformer, '
+                 'CVPR 2023', APACHE),
+    Architecture('dat', 'DAT', 'DAT', 'Chen et al., Dual Aggregation Transformer for Image Super-Resolution, '
+                 'ICCV 2023', APACHE),
+    Architecture('span', 'SPAN', 'SPAN', 'Wan et al., Swift Parameter-free Attention Network for Efficient '
+                 'Super-Resolution, CVPRW 2024', APACHE),
+    Architecture('plksr', 'PLKSR', 'PLKSR', 'Lee et al., Partial Large Kernel CNNs for Efficient '
+                 'Super-Resolution, arXiv 2024', 'MIT'),
+    Architecture('realplksr', 'PLKSR', 'RealPLKSR', 'RealPLKSR (community variant of PLKSR, neosr / '
+                 'traiNNer-redux; no paper)', APACHE, realplksr_kwargs),
+    Architecture('srvggnet', 'Compact', 'Compact', 'Wang et al., Real-ESRGAN (compact SRVGGNet), ICCVW 2021',
+                 'BSD-3-Clause'),
+    Architecture('nafnet', 'NAFNet', 'NAFNet', 'Chen et al., Simple Baselines for Image Restoration, ECCV 2022',
+                 'MIT'),
+    Architecture('omnisr', 'OmniSR', 'OmniSR', 'Wang et al., Omni Aggregation Networks for Lightweight Image '
+                 'Super-Resolution, CVPR 2023', 'MIT'),
+    Architecture('atd', 'ATD', 'ATD', 'Zhang et al., Transcending the Limit of Local Window: Advanced '
+                 'Super-Resolution Transformer with Adaptive Token Dictionary, CVPR 2024', APACHE),
+    Architecture('drct', 'DRCT', 'DRCT', 'Hsu et al., DRCT: Saving Image Super-Resolution away from '
+                 'Information Bottleneck, CVPRW 2024', 'MIT'),
+    Architecture('safmn', 'SAFMN', 'SAFMN', 'Sun et al., Spatially-Adaptive Feature Modulation for Efficient '
+                 'Image Super-Resolution, ICCV 2023', NO_LICENCE),
+    Architecture('scunet', 'SCUNet', 'SCUNet', 'Zhang et al., Practical Blind Image Denoising via Swin-Conv-UNet '
+                 'and Data Synthesis, MIR 2023', APACHE),
+    Architecture('swin2sr', 'Swin2SR', 'Swin2SR', 'Conde et al., Swin2SR: SwinV2 Transformer for Compressed '
+                 'Image Super-Resolution and Restoration, ECCVW 2022', APACHE),
+    Architecture('rgt', 'RGT', 'RGT', 'Chen et al., Recursive Generalization Transformer for Image '
+                 'Super-Resolution, ICLR 2024', APACHE),
+    Architecture('grl', 'GRL', 'GRL', 'Li et al., Efficient and Explicit Modelling of Image Hierarchies for '
+                 'Image Restoration, CVPR 2023', 'MIT'),
+    Architecture('mosr', 'MoSR', 'MoSR', 'MoSR (community architecture, umzi2; no paper)', NO_LICENCE),
+    Architecture('moesr', 'MoESR', 'MoESR', 'MoESR (community architecture, umzi2; no paper)', NO_LICENCE),
+    Architecture('seemore', 'SeemoRe', 'SeemoRe', 'Zamfir et al., See More Details: Efficient Image '
+                 'Super-Resolution by Experts Mining, ICML 2024', NO_LICENCE),
+    Architecture('craft', 'CRAFT', 'CRAFT', 'Li et al., Feature Modulation Transformer: Cross-Refinement and '
+                 'Spatial-Frequency Modulation for Lightweight SR (CRAFT), ICCV 2023', NEOSR_APACHE),
+    Architecture('dctlsa', 'DCTLSA', 'DCTLSA', 'Zeng et al., Densely Connected Transformer with Linear '
+                 'Self-Attention for Lightweight Image Super-Resolution, TIM 2023', NEOSR_APACHE),
+    Architecture('ditn', 'DITN', 'DITN', 'Liu et al., Unfolding Once is Enough: A Deployment-Friendly '
+                 'Transformer Unit for Super-Resolution, ACM MM 2023', NEOSR_APACHE),
+    Architecture('fftformer', 'FFTformer', 'FFTformer', 'Kong et al., Efficient Frequency Domain-based '
+                 'Transformers for High-Quality Image Deblurring, CVPR 2023', 'MIT'),
+    Architecture('uformer', 'Uformer', 'Uformer', 'Wang et al., Uformer: A General U-Shaped Transformer for '
+                 'Image Restoration, CVPR 2022', 'MIT'),
+    Architecture('fdat', 'FDAT', 'FDAT', 'FDAT (community architecture, a lighter DAT; traiNNer-redux; no paper)',
+                 NO_LICENCE),
+    Architecture('realcugan', 'RealCUGAN', 'UpCunet2x', 'Real-CUGAN (bilibili AI Lab, anime super-resolution; '
+                 'no paper)', 'MIT', realcugan_kwargs, realcugan_class, ('UpCunet3x', 'UpCunet4x')),
+    Architecture('swiftsrgan', 'SwiftSRGAN', 'SwiftSRGAN', 'Krishnan & Krishnan, SwiftSRGAN: Rethinking '
+                 'Super-Resolution for Efficient and Real-time Inference, arXiv 2021', 'CC0-1.0'),
+    Architecture('kbnet_s', 'KBNet', 'KBNet_s', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '
+                 'arXiv 2023 (the NAFNet-based variant)', NO_LICENCE, kbnet_s_kwargs),
+    Architecture('kbnet_l', 'KBNet', 'KBNet_l', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '
+                 'arXiv 2023 (the Restormer-based variant)', NO_LICENCE),
+    Architecture('retinexformer', 'RetinexFormer', 'RetinexFormer', 'Cai et al., Retinexformer: One-stage '
+                 'Retinex-based Transformer for Low-light Image Enhancement, ICCV 2023', 'MIT'),
+    Architecture('mixdehazenet', 'MixDehazeNet', 'MixDehazeNet', 'Lu et al., MixDehazeNet: Mix Structure Block for '
+                 'Image Dehazing Network, arXiv 2023', 'MIT'),
+    Architecture('hvicidnet', 'HVICIDNet', 'HVICIDNet', 'Yan et al., HVI: A New Color Space for Low-light Image '
+                 'Enhancement (CIDNet), CVPR 2025', 'MIT'),
+]
+
+for _arch in ARCHITECTURES:
+    spandrel_network(_arch)
+
+
+def spandrel_architecture(net_type: str) -> Optional[Architecture]:
+    """The spandrel architecture registered as `net_type`, or None for a network of our own."""
+    return next((a for a in ARCHITECTURES if a.net_type == net_type), None)
