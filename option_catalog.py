@@ -231,7 +231,8 @@ def grouped(registry: Registry) -> List[Tuple[str, Tuple[str, ...], Any]]:
     for name in names:
         obj = registry.get(name, registry.kind)
         key = id(obj)
-        if obj is not None and key in seen and registry.options(name, name) == registry.options(out[seen[key]][0], name):
+        same_keys = key in seen and registry.options(name, name) == registry.options(out[seen[key]][0], name)
+        if obj is not None and same_keys:
             out[seen[key]][1].append(name)
             continue
         seen[key] = len(out)
@@ -448,8 +449,9 @@ def member_text(m: Member) -> str:
         for s in others:
             lines.append(f'  at {s.words()} the same keys are written {s.prefix}<key>')
     if m.kind == 'network':
+        own = {x.key for x in m.keys}
         lines.append(f'  netG also takes {", ".join(INIT_OPTIONS)}; KAIR\'s shared keys it does not take are '
-                     f'accepted and ignored: {", ".join(k for k in KAIR_SHARED_KEYS if k not in {x.key for x in m.keys})}')
+                     f'accepted and ignored: {", ".join(k for k in KAIR_SHARED_KEYS if k not in own)}')
     if m.kind == 'dataset':
         lines.append(f'  every datasets.<phase> section also takes the loader keys: {", ".join(LOADER_OPTIONS)}')
     return '\n'.join(lines)

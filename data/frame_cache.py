@@ -57,8 +57,9 @@ def _cache_choice(v: object) -> Optional[str]:
     return None if v in (True, False, 'auto') else 'must be true, false or "auto"'
 
 
-CACHE_DATA = Key(False, (bool, str), _cache_choice, 'decode every image once into RAM, one copy per node shared by its '
-                                                          'processes; "auto": when it takes at most half the free memory')  # the `cache_data` key of the datasets that take it
+# the `cache_data` key of the datasets that take it
+CACHE_DATA = Key(False, (bool, str), _cache_choice, 'decode every image once into RAM, one copy per node shared by '
+                                                    'its processes; "auto": when it takes at most half the free memory')
 
 
 

@@ -118,7 +118,8 @@ class ModelPlain:
     PATH_OPTIONS: Dict[str, Any] = {
         'pretrained_netG': Key(None, (str, type(None)), help='weights netG starts from (.pth or .safetensors; '
                                                              'null: initialised)'),
-        'pretrained_netE': Key(None, (str, type(None)), help='weights the EMA netE starts from, with E_decay > 0 (null: netG\'s)')}
+        'pretrained_netE': Key(None, (str, type(None)), help='weights the EMA netE starts from, with E_decay > 0 '
+                                                             '(null: netG\'s)')}
     # Type keys choosing a registered member, which reads its own keys as `<prefix><key>` (models/optim.py)
     CHOICES: Dict[str, Choice] = {'G_lossfn_type': Choice(LOSSES, 'G_'), 'G_extra_losses': Choice(LOSSES, 'G_'),
                                   'G_optimizer_type': Choice(OPTIMIZERS, 'G_optimizer_'),

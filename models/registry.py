@@ -37,7 +37,8 @@ KAIR_SHARED_KEYS = ('in_nc', 'out_nc', 'nc', 'nf', 'nb', 'gc', 'ng', 'reduction'
 # --describe (a constructor's signature carries no help text; a network's docstring may say more).
 NETWORK_KEY_HELP: Dict[str, str] = {
     'in_nc': 'input channels', 'out_nc': 'output channels',
-    'nc': 'feature channels (a list: per level)', 'nf': 'feature channels', 'base_nc': 'feature channels of the first layer',
+    'nc': 'feature channels (a list: per level)', 'nf': 'feature channels',
+    'base_nc': 'feature channels of the first layer',
     'nb': 'number of blocks (or layers; the unit is the network\'s)', 'gc': 'growth channels of a dense block',
     'ng': 'number of residual groups', 'reduction': 'channel-attention reduction ratio',
     'act_mode': 'KAIR\'s layer letters after a convolution: an optional norm (B, I), then R (ReLU) or L (LeakyReLU)',
