@@ -276,8 +276,13 @@ def network_help(cls: Any) -> Dict[str, str]:
 
 
 def network_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
-    options = network_options(name, 'describe')
-    params = inspect.signature(cls.__init__).parameters
+    sites = (Site('netG', 'net_type'), Site('netD', 'net_type', models=models_with_netd()))
+    try:
+        options = network_options(name, 'describe')
+        params = inspect.signature(cls.__init__).parameters
+    except UserError as e:  # a spandrel net_type where spandrel is not installed: its signature is spandrel's
+        return Member('network', name, summary_of(cls), sites, (), aliases, (f'keys unknown here: {e}',),
+                      class_names(cls))
     from_doc = network_help(cls)
     scale_key = next((k for k in NETWORK_SCALE_KEYS if k in options), None)
     keys = []
@@ -290,7 +295,6 @@ def network_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
         p = params.get(key)
         type_text = '' if p is None or inferred_types(spec) else annotation_words(p.annotation)
         keys.append(key_info(key, spec, help_text, type_text))
-    sites = (Site('netG', 'net_type'), Site('netD', 'net_type', models=models_with_netd()))
     return Member('network', name, summary_of(cls), sites, tuple(keys), aliases, classes=class_names(cls))
 
 
@@ -439,7 +443,8 @@ def member_text(m: Member) -> str:
     for site in m.sites[:1]:
         keys = m.written(site)
         if not keys:
-            lines.append('  keys: none of its own')
+            if not any(e.startswith('keys unknown') for e in m.extra):
+                lines.append('  keys: none of its own')
             continue
         where = site.section if m.kind != 'model' else 'train'
         prefix = f' (written {site.prefix}<key>)' if site.prefix else ''

@@ -1,7 +1,6 @@
 """The option reference (docs/options.md), the JSON Schema (options/schema.json) and `--describe` are generated
 from the options' rules: they are up to date, every shipped option file validates against the schema, the
 schema refuses the mistakes the loader refuses, and every registered name can be described."""
-import copy
 import glob
 import importlib.util
 import json
