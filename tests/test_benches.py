@@ -46,10 +46,10 @@ EXPECTED: Dict[str, Expected] = {
     'bench_data_prep.py': Expected([
         r'^== bench_data_prep.py \(quick\): ',
         r'^sr x4, 192² patches from 4 HR PNGs of 512x384 ',
-        *[rf'^  {row} +(-|{NUM} s) +(-|{NUM} MB) +(-|{NUM} MB) +{NUM} +{NUM}$' for row in (
+        *[rf'^  {row} +(-|{NUM} s) +(-|[\d.]+ MB) +(-|[\d.]+ MB) +{NUM} +{NUM}$' for row in (
             'PNG folders, as downloaded', 'extract_subimages 240/120', 'cache_data: true')],
         r'^clips of 6 frames, 192² patches, 320x256 frames ',
-        *[rf'^  {row} +(-|{NUM} s) +(-|{NUM} MB) +(-|{NUM} MB) +{NUM} +{NUM}$' for row in (
+        *[rf'^  {row} +(-|{NUM} s) +(-|[\d.]+ MB) +(-|[\d.]+ MB) +{NUM} +{NUM}$' for row in (
             'PNG frame folders', 'make_lmdb --compress fast', 'make_lmdb --compress raw', 'cache_data: true')],
         r'^== done \d\d:\d\d:\d\d$',
     ], slow=True),
