@@ -1,6 +1,7 @@
 """Train any registered model from a JSON option file: one loop for every model and launch mode.
 
     python main_train.py --opt options/train_dncnn_demo.json [--set train.total_iter=100 ...]
+    python main_train.py --describe hat     # the keys a network, dataset, loss, ... takes, and exit
 
 Launch modes (detected, never configured): plain process, torchrun / platform-injected env
 (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
@@ -54,7 +55,11 @@ DATA_WAIT_HINT = 0.25  # share of an iteration spent waiting for data above whic
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--opt', required=True, help='path to the JSON option file')
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument('--opt', help='path to the JSON option file')
+    what.add_argument('--describe', metavar='NAME',
+                      help='print the option keys of a registered network, dataset, loss, optimizer, scheduler, '
+                           'metric, model or initialiser (type, default, meaning) and exit')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                    help='override an option (value parsed as JSON, else a string); repeatable')
     p.add_argument('--fresh', action='store_true',
@@ -774,10 +779,25 @@ def one_line(message: str) -> str:
     return message
 
 
+def describe(name: str) -> int:
+    """`--describe NAME`: the keys that member reads (option_catalog.py, as docs/options.md shows them)."""
+    from option_catalog import describe as describe_member  # every member module is imported: only when asked
+    try:
+        print(describe_member(name), flush=True)
+    except UserError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return EXIT_USER_ERROR
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parent_watch.install()  # first: the parent pid it records must be the launcher's
     signals = stop.install()  # already there when run as a script (see the top of this file)
     args = parse_args(argv)
+    if args.describe is not None:
+        return describe(args.describe)
     try:
         opt = read_options(args.opt, args.set)
         state = dist.detect()

@@ -48,6 +48,9 @@ echo
 echo "== bench_loader.py: loader samples/s, ours vs KAIR/BasicSR-style baseline (images, clips, lmdb, spikes)"
 python bench/bench_loader.py "${ARGS[@]}"
 echo
+echo "== bench_data_prep.py: which data preparation (extract_subimages, make_lmdb, cache_data): loader samples/s per worker"
+python bench/bench_data_prep.py "${ARGS[@]}"
+echo
 echo "== bench_gpu.py: KAIR configurations on a CUDA GPU, main_train.py option rows vs a bare loop (CUDA only; --quick anywhere)"
 python bench/bench_gpu.py "${ARGS[@]}"
 echo

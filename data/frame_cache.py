@@ -42,7 +42,7 @@ from utils.dist import agree_any, gather_objects, get_rank, is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.memory import available_memory, gib
-from utils.options import Key
+from utils.options import Key, rule
 from utils.progress import progress
 
 Shape = Tuple[int, int, int]
@@ -52,11 +52,14 @@ ROUND_S = 2.0  # seconds a leader decodes between two agreements: far below any 
 AUTO_SHARE = 0.5  # cache_data "auto": the largest share of a node's available memory the cache may take
 
 
+@rule('true, false or "auto"', enum=[True, False, 'auto'])
 def _cache_choice(v: object) -> Optional[str]:
     return None if v in (True, False, 'auto') else 'must be true, false or "auto"'
 
 
-CACHE_DATA = Key(False, (bool, str), _cache_choice)  # the `cache_data` key of the datasets that take it
+# the `cache_data` key of the datasets that take it
+CACHE_DATA = Key(False, (bool, str), _cache_choice, 'decode every image once into RAM, one copy per node shared by '
+                                                    'its processes; "auto": when it takes at most half the free memory')
 
 
 

@@ -20,15 +20,45 @@ DATASETS = Registry('dataset type', 'data.datasets')
 
 # Keys every dataset section accepts: they configure the loader, not the dataset.
 LOADER_OPTIONS: Dict[str, Any] = {
-    'name': '',
-    'dataset_type': REQUIRED,
-    'dataloader_shuffle': True,
-    'dataloader_num_workers': Key(0, (int,), at_least(0)),
+    'name': Key('', (str,), help='the data set\'s name in logs and result folders'),
+    'dataset_type': Key(REQUIRED, (str,), help='the dataset class: a dataset of data/datasets/'),
+    'dataloader_shuffle': Key(True, (bool,), help='shuffle the training set each epoch'),
+    'dataloader_num_workers': Key(0, (int,), at_least(0), 'loader worker processes, per training process'),
     # per process: the effective batch is this × world size × accumulation
-    'dataloader_batch_size': Key(1, (int,), at_least(1)),
-    'dataloader_prefetch_factor': Key(2, (int,), at_least(1)),
-    'dataloader_persistent_workers': True,
-    'generate_demo': None,             # a synthetic data set to generate under the data roots if missing (inside demo_data/ only)
+    'dataloader_batch_size': Key(1, (int,), at_least(1), 'batch size per process (the effective batch is this '
+                                                         '× world size × accumulate_steps)'),
+    'dataloader_prefetch_factor': Key(2, (int,), at_least(1), 'batches each worker keeps ready'),
+    'dataloader_persistent_workers': Key(True, (bool,), help='keep the workers alive between epochs'),
+    # a synthetic data set to generate under the data roots if missing (inside demo_data/ only)
+    'generate_demo': Key(None, (str, type(None)), help='a demo data generator that fills missing data roots '
+                                                       'inside demo_data/ (null: none)'),
+}
+
+
+# What the usual dataset keys (KAIR's and BasicSR's names) mean, for the option reference and --describe where a
+# dataset's own `Key` carries no help text.
+DATASET_KEY_HELP: Dict[str, str] = {
+    'dataroot_gt': 'folder (or LMDB) of the ground-truth frames', 'dataroot_lq': 'folder (or LMDB) of the input frames',
+    'dataroot_L': 'folder of the low-quality inputs, paired with dataroot_H in sorted order',
+    'dataroot_spike': 'folder of the spike streams, one file per frame (null: none)',
+    'meta_info_file': 'text file listing the clips (BasicSR\'s meta info format)',
+    'io_backend': 'where frames are read from: {"type": "disk"} or {"type": "lmdb"}',
+    'num_frame': 'frames per clip', 'gt_size': 'training patch size of the ground truth, in pixels',
+    'interval_list': 'frame steps a training clip is drawn with', 'random_reverse': 'training: reverse clips at random',
+    'use_hflip': 'training: random horizontal flips', 'use_rot': 'training: random vertical flips and 90° rotations',
+    'filename_tmpl': 'format of the frame number in file names', 'filename_ext': 'frame file extension, without the dot',
+    'test_mode': 'keep only the val_partition clips', 'val_partition': 'REDS clips held out for validation',
+    'cache_data': 'decode every frame once into RAM, one copy per node shared by its processes',
+    'n_channels': '1 for gray, 3 for colour images', 'scale': 'high-quality images are this many times the low-quality ones',
+    'sigma': 'noise level(s) on the 0..255 scale', 'sigma_test': 'evaluation noise level on the 0..255 scale',
+    'is_color': 'colour (true) or gray (false) images',
+    'quality_factor': 'JPEG quality of the training inputs', 'quality_factor_test': 'JPEG quality of the evaluation inputs',
+    'spike_format': 'spike file format', 'spike_size': '[H, W] of .dat spike planes (null: the input frame size)',
+    'spike_repr': 'how spike planes become input channels', 'spike_repr_params': 'parameters of spike_repr (e.g. '
+                                                                                 '{"num_bins": 4})',
+    'pad_sequence': 'repeat the last frame once (VRT: 7 → 8 frames)',
+    'mirror_sequence': 'append the clip\'s reversal (RVRT: 7 → 14 frames)',
+    'temporal_scale': 'frame interpolation: input frames this far apart, the centre frame the target (1: restoration)',
 }
 
 

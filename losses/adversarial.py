@@ -6,11 +6,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.errors import UserError
-from utils.options import Key
+from utils.options import Key, rule
 
 GAN_TYPES = ('gan', 'ragan', 'lsgan', 'wgan', 'softplusgan', 'hinge')
 
 
+@rule(f'one of {", ".join(GAN_TYPES)}', enum=list(GAN_TYPES))
 def _gan_type(v: Any) -> Optional[str]:
     return None if v in GAN_TYPES else f'must be one of {", ".join(GAN_TYPES)}'
 
@@ -25,7 +26,7 @@ class GANLoss(nn.Module):
     the other types are the same for both).
     """
 
-    OPTIONS: Dict[str, Key] = {'gan_type': Key('gan', (str,), _gan_type)}  # the `train` key it is built from
+    OPTIONS: Dict[str, Key] = {'gan_type': Key('gan', (str,), _gan_type, 'adversarial loss form')}  # the `train` key it is built from
 
     def __init__(self, gan_type: str):
         super().__init__()

@@ -22,18 +22,22 @@ import torch
 from torch import nn
 
 from losses.registry import LOSSES
-from utils.options import Key, non_negative
+from utils.options import Key, non_negative, rule
 
 
+@rule('>= 1', minimum=1)
 def _patch_factor(v: Any) -> Optional[str]:
     return None if v >= 1 else 'must be >= 1 (the image is cut into patch_factor x patch_factor patches)'
 
 
-@LOSSES.register('fft', options={'fft_alpha': Key(1.0, (int, float), non_negative),
-                                 'fft_patch_factor': Key(1, (int,), _patch_factor),
-                                 'fft_ave_spectrum': Key(False, (bool,)),
-                                 'fft_log_matrix': Key(False, (bool,)),
-                                 'fft_batch_matrix': Key(False, (bool,))})
+@LOSSES.register('fft', options={
+    'fft_alpha': Key(1.0, (int, float), non_negative, 'exponent of the spectrum weight |F_pred - F_target|^alpha (0: '
+                                                      'frequency L2)'),
+    'fft_patch_factor': Key(1, (int,), _patch_factor, 'cut the image into patch_factor x patch_factor patches'),
+    'fft_ave_spectrum': Key(False, (bool,), help='compare the batch\'s average spectra'),
+    'fft_log_matrix': Key(False, (bool,), help='weight by log(1 + |difference|^alpha)'),
+    'fft_batch_matrix': Key(False, (bool,), help='scale the weights by the batch\'s maximum (else per image, patch '
+                                                 'and channel)')})
 class FocalFrequencyLoss(nn.Module):
     """The focal frequency loss with the paper's hyper-parameters: `alpha` (the focusing exponent),
     `patch_factor` (the DFT of each of patch_factor^2 non-overlapping patches), `ave_spectrum` (compare

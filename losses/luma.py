@@ -44,7 +44,8 @@ def l1_y() -> nn.Module:
 
 
 # the same key as `charbonnier` (G_charbonnier_eps): both read it when both are chosen
-@LOSSES.register('charbonnier_y', options={'charbonnier_eps': Key(1e-9, (int, float), positive)})
+@LOSSES.register('charbonnier_y', options={'charbonnier_eps': Key(1e-9, (int, float), positive,
+                                                                    'eps in sqrt(diff^2 + eps)')})
 def charbonnier_y(charbonnier_eps: float) -> nn.Module:
     """mean(sqrt((Y_x - Y_y)^2 + eps)), charbonnier's formula on the lumas."""
     return LumaLoss(CharbonnierLoss(float(charbonnier_eps)))

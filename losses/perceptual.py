@@ -12,12 +12,14 @@ from torch import nn
 
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
-from utils.options import Key
+from utils.options import Key, rule
 from utils.weights import default_path, weights_path
 
 RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tiny smoke files and tests)
 
 
+@rule('a VGG19 layer index >= 0 or a non-empty list of them',
+      anyOf=[{'type': 'integer', 'minimum': 0}, {'type': 'array', 'minItems': 1, 'items': {'type': 'integer', 'minimum': 0}}])
 def _layers(v: Any) -> Optional[str]:
     layers = [v] if isinstance(v, int) and not isinstance(v, bool) else v
     if isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
@@ -85,12 +87,14 @@ class PerceptualLoss(nn.Module):
     # The `train` keys it is built from (KAIR's names and defaults); its weight in the total,
     # `F_lossfn_weight`, belongs to the model that adds it.
     OPTIONS: Dict[str, Key] = {
-        'F_lossfn_type': Key('l1', (str,)),
-        'F_feature_layer': Key(34, (int, list), _layers),
-        'F_weights': Key(1.0, (int, float, list)),
-        'F_use_input_norm': Key(True, (bool,)),
-        'F_use_range_norm': Key(False, (bool,)),
-        'F_pretrained_path': Key(None, (str, type(None))),  # null: torchvision's cache file; "random": smoke runs
+        'F_lossfn_type': Key('l1', (str,), help='distance between the VGG features (KAIR: l1, l2, ...)'),
+        'F_feature_layer': Key(34, (int, list), _layers, 'VGG19 layer index(es) whose features are compared'),
+        'F_weights': Key(1.0, (int, float, list), help='weight of each feature layer (one number: the same for all)'),
+        'F_use_input_norm': Key(True, (bool,), help='normalise inputs with ImageNet\'s mean and std'),
+        'F_use_range_norm': Key(False, (bool,), help='map inputs from [-1, 1] to [0, 1] first'),
+        # null: torchvision's cache file; "random": smoke runs
+        'F_pretrained_path': Key(None, (str, type(None)), help='VGG19 weights (null: torchvision\'s cache file; '
+                                                               '"random": a smoke run)'),
     }
 
     def __init__(self, layers: Union[int, Sequence[int]], weights: Union[float, Sequence[float]], lossfn_type: str,

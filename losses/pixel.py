@@ -72,7 +72,8 @@ def l2sum() -> nn.Module:
     return nn.MSELoss(reduction='sum')
 
 
-@LOSSES.register('charbonnier', options={'charbonnier_eps': Key(1e-9, (int, float), positive)})
+@LOSSES.register('charbonnier', options={'charbonnier_eps': Key(1e-9, (int, float), positive,
+                                                                  'eps in sqrt(diff^2 + eps)')})
 def charbonnier(charbonnier_eps: float) -> nn.Module:
     """CharbonnierLoss with KAIR's `G_charbonnier_eps`."""
     return CharbonnierLoss(float(charbonnier_eps))

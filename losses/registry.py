@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 import torch
 from torch import nn
 
+from utils.options import rule
 from utils.registry import Registry
 
 LOSSES = Registry('loss', 'losses', '*')
@@ -36,6 +37,7 @@ def build_loss(train_opt: Dict[str, Any], prefix: str = 'G_') -> nn.Module:
     return WeightedLoss(base, train_opt[f'{prefix}lossfn_weight'])
 
 
+@rule('{loss name: weight >= 0}', additionalProperties={'type': 'number', 'minimum': 0})
 def extra_weights(v: Dict[str, Any]) -> Optional[str]:
     """The check of `train.G_extra_losses` ({loss name: weight}); the names are the registry's business."""
     for name, weight in v.items():

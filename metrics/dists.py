@@ -36,8 +36,9 @@ STD = (0.229, 0.224, 0.225)
 
 def dists_options() -> Dict[str, Key]:
     """The keys DISTS reads (`val.dists_*` as a metric, `train.G_dists_*` as a loss)."""
-    return {'dists_path': Key(None, (str, type(None))),  # alpha/beta; null: default path; "random"
-            'dists_backbone_path': Key(None, (str, type(None)))}  # torchvision's VGG16; null: default; "random"
+    return {'dists_path': Key(None, (str, type(None)), help='DISTS alpha/beta weights (null: the default path)'),
+            'dists_backbone_path': Key(None, (str, type(None)), help='torchvision\'s VGG16 weights (null: the '
+                                                                    'default path)')}
 
 
 class L2Pool(nn.Module):

@@ -40,9 +40,12 @@ EPS = 1e-10  # added to the feature norms
 
 def lpips_options(net: str) -> Dict[str, Key]:
     """The keys LPIPS reads (`val.lpips_*` as a metric, `train.G_lpips_*` as a loss), `net` the default."""
-    return {'lpips_net': Key(net, (str,), one_of(*NETS)),
-            'lpips_path': Key(None, (str, type(None))),  # linear layers; null: default path; "random"
-            'lpips_backbone_path': Key(None, (str, type(None)))}  # torchvision's file; null: default; "random"
+    return {'lpips_net': Key(net, (str,), one_of(*NETS), 'LPIPS backbone'),
+            # linear layers; null: default path; "random"
+            'lpips_path': Key(None, (str, type(None)), help='LPIPS linear-layer weights (null: the default path)'),
+            # torchvision's file; null: default; "random"
+            'lpips_backbone_path': Key(None, (str, type(None)), help='the backbone\'s torchvision weights (null: '
+                                                                    'the default path)')}
 
 
 class LPIPSNet(nn.Module):

@@ -138,9 +138,9 @@ class NIQE:
     higher_is_better = False
     needs_reference = False
     OPTIONS = {
-        'niqe_crop_border': Key(0, (int,), non_negative),  # pixels cropped at each side (BasicSR's crop_border)
-        'niqe_convert_to': Key('y', (str,), one_of('y', 'gray')),  # BT.601 luma as BasicSR, or gray (0.299 R ...)
-        'niqe_params_path': Key(None, (str, type(None))),  # null: utils/weights.py's default path; "random"
+        'niqe_crop_border': Key(0, (int,), non_negative, 'pixels cropped at each side (BasicSR\'s crop_border)'),
+        'niqe_convert_to': Key('y', (str,), one_of('y', 'gray'), 'score the BT.601 luma (BasicSR) or gray'),
+        'niqe_params_path': Key(None, (str, type(None)), help='NIQE model parameters (null: the default path)'),
     }
 
     def __init__(self, device: object, niqe_crop_border: int, niqe_convert_to: str, niqe_params_path: Optional[str]):

@@ -42,9 +42,10 @@ from models.restorer import build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Choice, Key, non_negative
+from utils.options import Choice, Key, learning_rate, non_negative, rule
 
 
+@rule('>= 1', minimum=1)
 def _positive_int(v: Any) -> Optional[str]:
     return None if v >= 1 else 'must be >= 1'
 
@@ -86,23 +87,29 @@ class ModelGAN(ModelPlain):
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,
         **PerceptualLoss.OPTIONS,
-        'F_lossfn_weight': Key(1.0, (int, float), non_negative),
+        'F_lossfn_weight': Key(1.0, (int, float), non_negative, 'weight of the VGG perceptual loss (0: none)'),
         **GANLoss.OPTIONS,
-        'D_lossfn_weight': Key(0.1, (int, float), non_negative),
-        'D_update_ratio': Key(1, (int,), _positive_int),
-        'D_init_iters': Key(0, (int,), non_negative),
-        'D_optimizer_type': Key('adam', (str,)),
-        'D_optimizer_lr': Key(1e-4, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]'),
-        'D_optimizer_reuse': Key(True, (bool,)),
-        'D_scheduler_type': Key('MultiStepLR', (str, type(None))),
-        'D_scheduler_warmup_iter': Key(0, (int,), non_negative),
-        'D_param_strict': Key(True, (bool,)),
-        'D_num_scales': Key(1, (int,), _positive_int),  # pix2pixHD's multi-scale discrimination: copies of netD
-        'ldl_weight': Key(0.0, (int, float), non_negative),  # LDL's artifact loss (Liang et al. 2022); 0: off
+        'D_lossfn_weight': Key(0.1, (int, float), non_negative, 'weight of the adversarial loss in netG\'s total'),
+        'D_update_ratio': Key(1, (int,), _positive_int, 'netG is updated every this many iterations'),
+        'D_init_iters': Key(0, (int,), non_negative, 'iterations that train netD alone first'),
+        'D_optimizer_type': Key('adam', (str,), help='netD\'s optimizer: adam or adamw'),
+        'D_optimizer_lr': Key(1e-4, (int, float), learning_rate, 'netD\'s learning rate'),
+        'D_optimizer_reuse': Key(True, (bool,), help='on resume, load netD\'s saved optimizer state'),
+        'D_scheduler_type': Key('MultiStepLR', (str, type(None)), help='netD\'s learning-rate schedule (null: '
+                                                                       'constant)'),
+        'D_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear warm-up of netD\'s learning rate'),
+        'D_param_strict': Key(True, (bool,), help='path.pretrained_netD must match netD key for key'),
+        # pix2pixHD's multi-scale discrimination: copies of netD
+        'D_num_scales': Key(1, (int,), _positive_int, 'copies of netD, copy k judging the image halved k times '
+                                                      '(pix2pixHD)'),
+        # LDL's artifact loss (Liang et al. 2022); 0: off
+        'ldl_weight': Key(0.0, (int, float), non_negative, 'weight of LDL\'s artifact loss (needs E_decay > 0); '
+                                                           '0: off'),
     }
     CHOICES: Dict[str, Choice] = {**ModelPlain.CHOICES, 'D_optimizer_type': Choice(OPTIMIZERS, 'D_optimizer_'),
                                   'D_scheduler_type': Choice(SCHEDULERS, 'D_scheduler_')}
-    PATH_OPTIONS: Dict[str, Any] = {**ModelPlain.PATH_OPTIONS, 'pretrained_netD': Key(None, (str, type(None)))}
+    PATH_OPTIONS: Dict[str, Any] = {**ModelPlain.PATH_OPTIONS, 'pretrained_netD': Key(
+        None, (str, type(None)), help='weights netD starts from (null: initialised)')}
     HAS_NETD = True  # the options need a `netD` section
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):

@@ -28,7 +28,7 @@ from utils import dist
 from utils.errors import UserError, first_line
 from utils.image import images_to_float, tensor2uint
 from utils.logger import get_logger
-from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, unit_interval
+from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, rule, unit_interval
 
 AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # What a network or loss raises on an input it cannot take, caught by the start-up checks to become one line:
@@ -68,6 +68,12 @@ def tf32_setup(tf32: Optional[bool], device: torch.device) -> Optional[str]:
     return f'TensorFloat-32 matmuls and convolutions {"on" if on else "off"} ({how}; train.tf32 sets it)'
 
 
+@rule('"default", "max-autotune", "reduce-overhead" or null', enum=[None, 'default', 'max-autotune', 'reduce-overhead'])
+def _compile_mode(v: Any) -> Optional[str]:
+    return None if v in (None, 'default', 'max-autotune', 'reduce-overhead') else \
+        'must be one of default, max-autotune, reduce-overhead (or null)'
+
+
 @MODELS.register('plain')
 class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
@@ -76,32 +82,44 @@ class ModelPlain:
 
     # The `train` keys this model reads beside the loop's (utils/options.py SCHEMA), KAIR's names and defaults.
     TRAIN_OPTIONS: Dict[str, Any] = {
-        'G_lossfn_type': Key('l1', (str,)),
-        'G_lossfn_weight': Key(1.0, (int, float)),
+        'G_lossfn_type': Key('l1', (str,), help='netG\'s loss: a loss of losses/ (l1, l2, charbonnier, ssim, ...)'),
+        'G_lossfn_weight': Key(1.0, (int, float), help='weight of G_lossfn_type\'s loss'),
         # more losses added to G_lossfn_type's, {loss name: weight}, each reading its own G_<key> options
-        'G_extra_losses': Key({}, (dict,), extra_weights),
-        'E_decay': Key(0.0, (int, float), unit_interval),
-        'G_optimizer_type': Key('adam', (str,)),
-        'G_optimizer_lr': Key(1e-4, (int, float), learning_rate),
-        'G_optimizer_clipgrad': Key(None, (int, float, type(None)), positive),
-        'G_optimizer_reuse': Key(True, (bool,)),
-        'G_scheduler_type': Key('MultiStepLR', (str, type(None))),
-        'G_scheduler_warmup_iter': Key(0, (int,), non_negative),
-        'G_regularizer_orthstep': Key(None, (int, type(None)), positive),
-        'G_regularizer_clipstep': Key(None, (int, type(None)), positive),
-        'G_param_strict': Key(True, (bool,)),
-        'E_param_strict': Key(True, (bool,)),
-        'amp': Key('none', (str,), one_of('none', 'bf16', 'fp16')),
-        'tf32': Key(None, (bool, type(None))),  # null: TensorFloat-32 matmuls/convs on CUDA GPUs that have it
-        'channels_last': Key(False, (bool,)),
-        'compile_mode': Key(None, (str, type(None)), lambda v: None if v in (None, 'default', 'max-autotune',
-                                                                             'reduce-overhead')
-                            else 'must be one of default, max-autotune, reduce-overhead (or null)'),
+        'G_extra_losses': Key({}, (dict,), extra_weights, 'more losses added to G_lossfn_type\'s: {loss name: '
+                                                          'weight}, each reading its own G_<key> keys'),
+        'E_decay': Key(0.0, (int, float), unit_interval, 'decay of the weights\' moving average netE (EMA); 0: '
+                                                         'no EMA'),
+        'G_optimizer_type': Key('adam', (str,), help='netG\'s optimizer: adam or adamw'),
+        'G_optimizer_lr': Key(1e-4, (int, float), learning_rate, 'netG\'s learning rate'),
+        'G_optimizer_clipgrad': Key(None, (int, float, type(None)), positive,
+                                    'clip netG\'s total gradient norm at this value (null: no clipping)'),
+        'G_optimizer_reuse': Key(True, (bool,), help='on resume, load the saved optimizer state (moments); false: '
+                                                     'start it afresh'),
+        'G_scheduler_type': Key('MultiStepLR', (str, type(None)),
+                                help='learning-rate schedule: a scheduler of models/optim.py (null: constant)'),
+        'G_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear learning-rate warm-up over this many '
+                                                                'iterations'),
+        'G_regularizer_orthstep': Key(None, (int, type(None)), positive,
+                                      'KAIR\'s orthogonal regulariser every this many iterations (null: off)'),
+        'G_regularizer_clipstep': Key(None, (int, type(None)), positive,
+                                      'KAIR\'s weight-clipping regulariser every this many iterations (null: off)'),
+        'G_param_strict': Key(True, (bool,), help='path.pretrained_netG must match netG key for key'),
+        'E_param_strict': Key(True, (bool,), help='path.pretrained_netE must match netE key for key'),
+        'amp': Key('none', (str,), one_of('none', 'bf16', 'fp16'), 'mixed precision: none, bf16, or fp16 (CUDA '
+                                                                    'only, with loss scaling)'),
+        'tf32': Key(None, (bool, type(None)), help='TensorFloat-32 matmuls and convolutions on CUDA (null: on GPUs '
+                                                    'that have it)'),
+        'channels_last': Key(False, (bool,), help='channels-last memory format for the network and its inputs'),
+        'compile_mode': Key(None, (str, type(None)), _compile_mode,
+                            'torch.compile mode with train.compile (reduce-overhead: CUDA graphs); null: default'),
         # KAIR's video keys (models/model_vrt.py), which its image models ignore
         'fix_iter': IGNORED, 'fix_lr_mul': IGNORED, 'fix_keys': IGNORED,
     }
-    PATH_OPTIONS: Dict[str, Any] = {'pretrained_netG': Key(None, (str, type(None))),
-                                    'pretrained_netE': Key(None, (str, type(None)))}
+    PATH_OPTIONS: Dict[str, Any] = {
+        'pretrained_netG': Key(None, (str, type(None)), help='weights netG starts from (.pth or .safetensors; '
+                                                             'null: initialised)'),
+        'pretrained_netE': Key(None, (str, type(None)), help='weights the EMA netE starts from, with E_decay > 0 '
+                                                             '(null: netG\'s)')}
     # Type keys choosing a registered member, which reads its own keys as `<prefix><key>` (models/optim.py)
     CHOICES: Dict[str, Choice] = {'G_lossfn_type': Choice(LOSSES, 'G_'), 'G_extra_losses': Choice(LOSSES, 'G_'),
                                   'G_optimizer_type': Choice(OPTIMIZERS, 'G_optimizer_'),

@@ -5,7 +5,7 @@
 2. Validation with VideoRestorer (models/restorer.py): whole clips in temporal chunks and spatial
    tiles (options from `val`), and per-clip metrics.
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn
@@ -15,7 +15,12 @@ from models.registry import MODELS
 from models.restorer import VideoRestorer
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Key, non_negative
+from utils.options import Key, non_negative, rule
+
+
+@rule('>= 0, or -1 (never frozen)', minimum=-1)
+def _fix_iter(v: int) -> Optional[str]:
+    return None if v >= -1 else 'must be >= 0, or -1 (never fix, as KAIR)'
 
 
 @MODELS.register('vrt')
@@ -49,9 +54,11 @@ class ModelVRT(ModelPlain):
 
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,
-        'fix_iter': Key(0, (int,), lambda v: None if v >= -1 else 'must be >= 0, or -1 (never fix, as KAIR)'),
-        'fix_lr_mul': Key(1.0, (int, float), non_negative),
-        'fix_keys': Key([], (list,)),
+        'fix_iter': Key(0, (int,), _fix_iter, 'iterations the fix_keys parameters stay frozen (0: none; -1: never '
+                                              'frozen, as KAIR)'),
+        'fix_lr_mul': Key(1.0, (int, float), non_negative, 'learning-rate multiplier of the fix_keys parameters'),
+        'fix_keys': Key([], (list,), help='parameter-name fragments frozen for fix_iter iterations (e.g. "spynet", '
+                                          '"deform")'),
     }
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):

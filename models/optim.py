@@ -17,13 +17,13 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from utils.errors import UserError
-from utils.options import REQUIRED, Key, betas, non_negative, positive
+from utils.options import REQUIRED, Key, betas, non_negative, positive, rule
 from utils.registry import Registry
 
 # Adam and AdamW read `<net>_optimizer_betas`, `_wd` and `_fused` (null: fused on CUDA, see `use_fused`).
-ADAM_OPTIONS: Dict[str, Key] = {'betas': Key([0.9, 0.999], (list,), betas),
-                                'wd': Key(0.0, (int, float), non_negative),
-                                'fused': Key(None, (bool, type(None)))}
+ADAM_OPTIONS: Dict[str, Key] = {'betas': Key([0.9, 0.999], (list,), betas, 'Adam\'s moment decays [beta1, beta2]'),
+                                'wd': Key(0.0, (int, float), non_negative, 'weight decay (AdamW: decoupled)'),
+                                'fused': Key(None, (bool, type(None)), help='the fused kernel (null: on CUDA)')}
 OPTIMIZERS = Registry('optimizer')
 OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(torch.optim.Adam)
 OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(torch.optim.AdamW)
@@ -216,11 +216,15 @@ def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], re
     return notes
 
 
+@rule('a list of integers >= 0', items={'type': 'integer', 'minimum': 0})
 def _int_list(v: Any) -> Optional[str]:
     return None if all(isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in v) else \
         'must be a list of non-negative integers'
 
 
+@rule('an integer > 0 or a non-empty list of them',
+      anyOf=[{'type': 'integer', 'exclusiveMinimum': 0},
+             {'type': 'array', 'minItems': 1, 'items': {'type': 'integer', 'exclusiveMinimum': 0}}])
 def _periods(v: Any) -> Optional[str]:
     if isinstance(v, int) and v > 0 or isinstance(v, list) and v and all(
             isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in v):
@@ -237,24 +241,31 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any],
     return IterationLR(optimizer, warmup_iter=train_opt[f'{net}_scheduler_warmup_iter'], net=net, **kwargs)
 
 
-@SCHEDULERS.register('MultiStepLR', 'multistep', options={'milestones': Key([], (list,), _int_list),
-                                                          'gamma': Key(0.5, (int, float), positive)})
+@SCHEDULERS.register('MultiStepLR', 'multistep', options={
+    'milestones': Key([], (list,), _int_list, 'iterations at which the learning rate is multiplied by gamma'),
+    'gamma': Key(0.5, (int, float), positive, 'the factor at each milestone')})
 def _multistep(where: str, milestones: List[int], gamma: float) -> Dict[str, Any]:
+    """Step decay: the learning rate is multiplied by gamma at each milestone (torch's MultiStepLR)."""
     return {'kind': 'multistep', 'gamma': gamma, 'milestones': list(milestones)}
 
 
 @SCHEDULERS.register('none')
 def _constant(where: str) -> Dict[str, Any]:
+    """A constant learning rate (after any warm-up); also what `G_scheduler_type: null` gives."""
     return {'kind': 'constant'}
 
 
 @SCHEDULERS.register('CosineAnnealingWarmRestarts', 'cosine_restart', options={
-    'periods': Key(REQUIRED, (int, list), _periods),
-    'restart_weights': Key(None, (int, float, list, type(None))),
-    'eta_min': Key(0.0, (int, float), non_negative)})
+    'periods': Key(REQUIRED, (int, list), _periods, 'cosine cycle lengths in iterations (one integer: restart '
+                                                    'every that many)'),
+    'restart_weights': Key(None, (int, float, list, type(None)), help='peak of each cycle relative to the base '
+                                                                      'learning rate (null: 1 each)'),
+    'eta_min': Key(0.0, (int, float), non_negative, 'the learning rate at the bottom of each cycle')})
 def _cosine(where: str, periods: Union[int, List[int]], restart_weights: Union[None, float, List[float]],
             eta_min: float) -> Dict[str, Any]:
-    """`where` is the keys' prefix ("train.G_scheduler_") for the errors about two keys together."""
+    """Cosine annealing with restarts (BasicSR's CosineAnnealingRestartLR, torch's CosineAnnealingWarmRestarts).
+
+    `where` is the keys' prefix ("train.G_scheduler_") for the errors about two keys together."""
     weights = restart_weights
     if isinstance(periods, int):
         # KAIR passes restart_weights to torch as T_mult; only T_mult=1 (a plain repeat) is supported.

@@ -15,19 +15,55 @@ import torch
 from torch import nn
 
 from utils.errors import UserError
-from utils.options import IGNORED, REQUIRED
+from utils.options import IGNORED, REQUIRED, Key
 from utils.registry import Registry
 
 NETWORKS = Registry('network', 'models.networks')
 MODELS = Registry('model', 'models', 'model_*')
 
 # netG keys that configure weight initialisation rather than the constructor, with their defaults.
-INIT_OPTIONS: Dict[str, Any] = {'init_type': 'default', 'init_bn_type': 'uniform', 'init_gain': 1.0}
+INIT_OPTIONS: Dict[str, Any] = {
+    'init_type': Key('default', (str,), help='re-initialise conv/linear weights (KAIR\'s init_weights); "default": '
+                                             'keep the network\'s own'),
+    'init_bn_type': Key('uniform', (str,), help='BatchNorm scales with init_type: uniform or constant'),
+    'init_gain': Key(1.0, (int, float), help='gain of init_type\'s initialisation')}
 
 # netG keys KAIR's option files write for every convolutional network; KAIR's builder passes each
 # network only the ones it takes. A network whose constructor lacks one accepts it with a warning.
 KAIR_SHARED_KEYS = ('in_nc', 'out_nc', 'nc', 'nf', 'nb', 'gc', 'ng', 'reduction', 'act_mode', 'upsample_mode',
                     'downsample_mode', 'bias')
+
+# What KAIR's shared netG/netD keys and the super-resolution factor keys mean, for the option reference and
+# --describe (a constructor's signature carries no help text; a network's docstring may say more).
+NETWORK_KEY_HELP: Dict[str, str] = {
+    'in_nc': 'input channels', 'out_nc': 'output channels',
+    'nc': 'feature channels (a list: per level)', 'nf': 'feature channels',
+    'base_nc': 'feature channels of the first layer',
+    'nb': 'number of blocks (or layers; the unit is the network\'s)', 'gc': 'growth channels of a dense block',
+    'ng': 'number of residual groups', 'reduction': 'channel-attention reduction ratio',
+    'act_mode': 'KAIR\'s layer letters after a convolution: an optional norm (B, I), then R (ReLU) or L (LeakyReLU)',
+    'upsample_mode': 'upsampling layer (KAIR: upconv, pixelshuffle or convtranspose)',
+    'downsample_mode': 'downsampling layer (KAIR: avgpool, maxpool or strideconv)',
+    'bias': 'convolutions with a bias',
+    'n_layers': 'number of layers', 'norm_type': 'normalisation layer',
+    # the usual names of today's architectures (SwinIR and the transformers after it, spandrel's constructors)
+    **{k: 'input channels' for k in ('in_chans', 'in_ch', 'num_in_ch', 'in_channels', 'inp_channels')},
+    **{k: 'output channels' for k in ('out_ch', 'num_out_ch', 'out_channels', 'out_chans')},
+    'img_channel': 'image channels (in and out)',
+    'embed_dim': 'feature (embedding) channels', 'num_feat': 'feature channels', 'dim': 'feature channels',
+    'num_block': 'number of blocks', 'n_blocks': 'number of blocks',
+    'depths': 'blocks per stage (one entry per stage)', 'num_heads': 'attention heads (per stage)',
+    'window_size': 'attention window size', 'mlp_ratio': 'feed-forward hidden width / feature channels',
+    'img_size': 'input size the network is built for (the training patch)',
+    'img_range': 'pixel range the network works in (inputs are multiplied by it)',
+    'upsampler': 'reconstruction head (upsampling layer)', 'qkv_bias': 'bias in the attention\'s q, k, v projections',
+    'qk_scale': 'attention scale (null: head dimension ** -0.5)', 'drop_rate': 'dropout rate',
+    'attn_drop_rate': 'attention dropout rate', 'drop_path_rate': 'stochastic depth rate',
+    'use_checkpoint': 'activation checkpointing (less memory, more compute)',
+    'ape': 'absolute position embedding', 'patch_norm': 'normalise after the patch embedding',
+    'resi_connection': 'convolution(s) closing each residual group ("1conv" or "3conv")',
+    **{k: 'super-resolution factor' for k in ('upscale', 'upscaling_factor', 'up_scale', 'upscale_factor', 'scale')},
+}
 
 
 def network_kwargs(netG: Dict[str, Any]) -> Dict[str, Any]:

@@ -53,6 +53,7 @@ from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights  # 
 from utils.diskspace import NoSpaceLeft  # noqa: E402
 from utils.errors import UserError, first_line  # noqa: E402
 from utils.image import to_float_image  # noqa: E402
+from utils.progress import Steps  # noqa: E402
 
 FP32_TOLERANCE = 1e-4   # max|ONNX - PyTorch| of the fp32 file: float rounding only
 FP16_TOLERANCE = 1e-2   # the fp16 file against PyTorch fp32: 1% of the [0, 1] range, about 2.5 of 255 levels
@@ -314,14 +315,14 @@ def shape_text(x: Any) -> str:
 
 
 def compare(name: str, out: np.ndarray, ref: torch.Tensor, tolerance: float, x: torch.Tensor,
-            traced: torch.Tensor) -> float:
-    """max|ONNX - PyTorch|, printed; a different shape or a difference above `tolerance` is a UserError."""
+            traced: torch.Tensor, say: Callable[[str], None] = print) -> float:
+    """max|ONNX - PyTorch|, said; a different shape or a difference above `tolerance` is a UserError."""
     if tuple(out.shape) != tuple(ref.shape):
         raise UserError(f'{name}: onnxruntime gives a {shape_text(out)} output for the {shape_text(x)} input, '
                         f'PyTorch {shape_text(ref)} (a size fixed at the trace size {shape_text(traced)}?)')
     diff = float(np.abs(out.astype(np.float64) - ref.double().numpy()).max()) if out.size else 0.0
-    print(f'{name}: max|diff| = {diff:.3g} against PyTorch (tolerance {tolerance:g}) on a {shape_text(x)} input '
-          f'(traced at {shape_text(traced)})')
+    say(f'{name}: max|diff| = {diff:.3g} against PyTorch (tolerance {tolerance:g}) on a {shape_text(x)} input '
+        f'(traced at {shape_text(traced)})')
     if not diff <= tolerance:  # NaN fails too
         raise UserError(f'{name}: max|diff| = {diff:.3g} against PyTorch exceeds {tolerance:g}; nothing written')
     return diff
@@ -356,21 +357,30 @@ def write_all(files: List[Tuple[str, bytes]]) -> None:
         raise
 
 
-def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str], None] = print) -> List[str]:
-    """Build, export, check, write; returns the paths written."""
+def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Optional[Callable[[str], None]] = None) -> List[str]:
+    """Build, export, check, write; returns the paths written. Progress: a bar of these steps on a terminal
+    (utils/progress.py `Steps`), and the lines given to `say` (default: printed above the bar)."""
+    with Steps(3 + args.fp16 + (not args.no_check), 'export', enabled=say is None) as steps:
+        return export_steps(opt, args, say or steps.say, steps)
+
+
+def export_steps(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str], None], steps: Steps) -> List[str]:
     import_onnx_tools(not args.no_check, args.fp16)
     check_model_type(opt)
     weights = args.weights or newest_weights(opt['path']['models'])
     net_type = opt['netG']['net_type']
+    steps.start(f'building {net_type}')
     net = build_eval_network(opt['netG'], weights, torch.device('cpu'), '--weights', args.allow_unsafe_load,
                              opt['merge_bn'])
     x, what = check_input(opt, net, args.size)
+    steps.done()
     if args.size is not None:
         sizes = f'{args.size[0]}x{args.size[1]} inputs'
     else:
         sizes = f'inputs of at least {min_side(net)}x{min_side(net)} pixels'
     traced = trace_input(x, args.size)
     say(f'exporting {net_type} from {weights} (opset {args.opset}, {sizes})')
+    steps.start('tracing and translating to ONNX')
     if args.size is None:
         model = export_onnx(net, traced, args.opset, net_type)
         say('the graph takes any batch size')
@@ -385,15 +395,22 @@ def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str
     name = os.path.splitext(os.path.basename(weights))[0]
     out_dir = args.out or os.path.join(opt['path']['task'], 'export')
     files = [(os.path.join(out_dir, f'{name}.onnx'), serialize(model, f'{name}.onnx'))]
+    steps.done()
     if args.fp16:
+        steps.start('converting to fp16')
         files.append((os.path.join(out_dir, f'{name}_fp16.onnx'), serialize(to_fp16(model), f'{name}_fp16.onnx')))
+        steps.done()
     if not args.no_check:
         say(f'checking with onnxruntime on {what}')
+        steps.start('checking with onnxruntime')
         ref = torch_output(net, x, net_type)
         for (path, data), tol in zip(files, (FP32_TOLERANCE, FP16_TOLERANCE)):
-            compare(os.path.basename(path), onnx_output(data, x, os.path.basename(path)), ref, tol, x, traced)
+            compare(os.path.basename(path), onnx_output(data, x, os.path.basename(path)), ref, tol, x, traced, say)
+        steps.done()
+    steps.start('writing')
     files.append((os.path.join(out_dir, f'{name}.safetensors'), safetensors_bytes(net, opt['netG'], weights)))
     write_all(files)
+    steps.done()
     for path, data in files:
         say(f'wrote {path} ({len(data) / 1e6:.2f} MB)')
     return [path for path, _ in files]

@@ -17,7 +17,8 @@ row filters and inflate either way), or `raw`: the decoded pixels themselves (da
 `--meta-info` keeps only the clips/sequences named by the first field of that file's lines.
 
 The LMDB is written into `<output>.tmp-<pid>` and renamed into place, so an interrupted run leaves
-no LMDB that looks complete. Progress: a tqdm bar when tqdm is installed, else a line per 10%.
+no LMDB that looks complete. Progress: a tqdm bar on a terminal, else a line per 10% (no bar redraws in
+a batch job's log).
 Exit codes: 0 done, 2 a problem with the arguments or the input (one line on stderr).
 """
 import argparse
@@ -37,6 +38,7 @@ import cv2  # noqa: E402
 from data.lmdb_util import encode_raw_frame, import_lmdb  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.image import imread_uint, is_image_file  # noqa: E402
+from utils.progress import progress as show_progress  # noqa: E402
 
 LAYOUT_DEPTH = {'vimeo': 3, 'reds': 2}   # path components below --input: clip/seq/frame, clip/frame
 COMPRESS_LEVEL = {'none': 0, 'fast': 1, 'raw': None}  # PNG level; None: raw pixels
@@ -80,23 +82,13 @@ def read_selection(path: str) -> Set[str]:
     return names
 
 
-def progress(items: Sequence[T], desc: str, stream=None) -> Iterator[T]:
-    """A tqdm bar if tqdm is installed, else a plain line at every 10% (and at the end)."""
-    stream = stream or sys.stderr
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is not None:
-        yield from tqdm(items, desc=desc, unit='frame', file=stream, dynamic_ncols=True)
-        return
-    total, start, shown = len(items), time.monotonic(), 0
-    for i, item in enumerate(items, 1):
-        yield item
-        tenth = i * 10 // total   # integer tenths: no float drift skipping a line
-        if tenth > shown or i == total:
-            print(f'{desc}: {i}/{total} frames ({time.monotonic() - start:.1f} s)', file=stream, flush=True)
-            shown = tenth
+def progress(items: Sequence[T], desc: str) -> Iterator[T]:
+    """A tqdm bar on a terminal, else a line at every 10% with the time so far (utils/progress.py)."""
+    start = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f'{text} frames ({time.monotonic() - start:.1f} s)', file=sys.stderr, flush=True)
+    yield from show_progress(items, len(items), desc, every=0.1, say=say, unit='frame')
 
 
 def encode_frame(path: Path, level: Optional[int]) -> Tuple[bytes, Tuple[int, int, int]]:

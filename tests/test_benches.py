@@ -43,6 +43,16 @@ EXPECTED: Dict[str, Expected] = {
         rf'^data wait, demo config, workers={w}\b.*: steady state \(4 iters\): data wait +{NUM} % of step time'
         for w in (1, 0, 2)
     ], slow=False),
+    'bench_data_prep.py': Expected([
+        r'^== bench_data_prep.py \(quick\): ',
+        r'^sr x4, 192² patches from 4 HR PNGs of 512x384 ',
+        *[rf'^  {row} +(-|{NUM} s) +(-|[\d.]+ MB) +(-|[\d.]+ MB) +{NUM} +{NUM}$' for row in (
+            'PNG folders, as downloaded', 'extract_subimages 240/120', 'cache_data: true')],
+        r'^clips of 6 frames, 192² patches, 320x256 frames ',
+        *[rf'^  {row} +(-|{NUM} s) +(-|[\d.]+ MB) +(-|[\d.]+ MB) +{NUM} +{NUM}$' for row in (
+            'PNG frame folders', 'make_lmdb --compress fast', 'make_lmdb --compress raw', 'cache_data: true')],
+        r'^== done \d\d:\d\d:\d\d$',
+    ], slow=True),
     'bench_ddp.py': Expected([
         rf'^DDP 2 proc x 1 thread / 1 proc x 2 threads \(samples/s\) +2x1 +{NUM} \| 1x2 +{NUM} \| ratio +{NUM}',
     ], slow=False),

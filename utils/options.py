@@ -44,13 +44,30 @@ IGNORED = _Ignored()
 
 @dataclass(frozen=True)
 class Key:
-    """Schema entry: default value, accepted types (inferred from a non-None default) and a check.
+    """Schema entry: default value, accepted types (inferred from a non-None default), a check and a meaning.
 
-    `check` returns an error text for an impossible value, or None when the value is fine.
+    `check` returns an error text for an impossible value, or None when the value is fine; `help` is the
+    key's meaning in one line, for the generated option reference (docs/options.md) and `--describe`.
     """
     default: Any
     types: Optional[Tuple[type, ...]] = None
     check: Optional[Callable[[Any], Optional[str]]] = None
+    help: str = ''
+
+
+Check = Callable[[Any], Optional[str]]
+
+
+def rule(allowed: str, **schema: Any) -> Callable[[Check], Check]:
+    """Label a check with what it allows: `allowed` in words ("> 0") for the option reference and
+    `--describe`, and `schema`, the same rule as JSON Schema keywords (`exclusiveMinimum=0`) for
+    options/schema.json. A check the schema cannot express fully gets the keywords of what it can (never
+    stricter than the check); an unlabelled check is described by its docstring and not in the schema."""
+    def label(check: Check) -> Check:
+        check.allowed = allowed  # type: ignore[attr-defined]
+        check.schema = schema  # type: ignore[attr-defined]
+        return check
+    return label
 
 
 @dataclass(frozen=True)
@@ -62,18 +79,22 @@ class Choice:
     prefix: str
 
 
+@rule('> 0', exclusiveMinimum=0)
 def positive(v: Any) -> Optional[str]:
     return None if v is None or v > 0 else 'must be > 0'
 
 
+@rule('>= 0', minimum=0)
 def non_negative(v: Any) -> Optional[str]:
     return None if v is None or v >= 0 else 'must be >= 0'
 
 
+@rule('in [0, 1)', minimum=0, exclusiveMaximum=1)
 def unit_interval(v: Any) -> Optional[str]:
     return None if 0 <= v < 1 else 'must be in [0, 1)'
 
 
+@rule('0 to 4294967295 (2**32 - 1), or null for a random seed', minimum=0, maximum=2**32 - 1)
 def _seed(v: Any) -> Optional[str]:
     return None if v is None or 0 <= v < 2**32 else 'must be in [0, 2**32): 0 to 4294967295 (or null for a random seed)'
 
@@ -81,6 +102,7 @@ def _seed(v: Any) -> Optional[str]:
 MAX_DIST_TIMEOUT = 7 * 24 * 3600
 
 
+@rule(f'> 0 and at most {MAX_DIST_TIMEOUT} seconds (7 days)', exclusiveMinimum=0, maximum=MAX_DIST_TIMEOUT)
 def _timeout(v: Any) -> Optional[str]:
     if 0 < v <= MAX_DIST_TIMEOUT:
         return None
@@ -91,6 +113,8 @@ _TASK_CHARS = re.compile(r'[A-Za-z0-9._+-]+')
 MAX_TASK_BYTES = 255
 
 
+@rule(f'one folder name of letters, digits and . _ + - (not "." or ".."), at most {MAX_TASK_BYTES} bytes',
+      pattern=r'^[A-Za-z0-9._+-]+$', maxLength=MAX_TASK_BYTES, **{'not': {'enum': ['.', '..']}})
 def _task_name(v: str) -> Optional[str]:
     """A task names the run folder `<path.root>/<task>`: exactly one safe path component."""
     rule = 'the task names the run folder under path.root: use one folder name of letters, digits and . _ + -'
@@ -108,6 +132,7 @@ def _task_name(v: str) -> Optional[str]:
     return None
 
 
+@rule('a non-empty path', minLength=1)
 def _non_empty(v: str) -> Optional[str]:
     if v == '':
         return 'must not be empty (it is the folder that holds the run folders)'
@@ -117,6 +142,7 @@ def _non_empty(v: str) -> Optional[str]:
 
 
 def one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
+    @rule(f'one of {", ".join(json.dumps(c) for c in choices)}', enum=list(choices))
     def check(v: Any) -> Optional[str]:
         if v in choices:
             return None
@@ -124,6 +150,7 @@ def one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     return check
 
 
+@rule('in (0, 1]', exclusiveMinimum=0, maximum=1)
 def learning_rate(v: Any) -> Optional[str]:
     return None if 0 < v <= 1 else 'must be in (0, 1]: Adam/AdamW with a learning rate above 1 diverge at once'
 
@@ -131,21 +158,26 @@ def learning_rate(v: Any) -> Optional[str]:
 MAX_ITERATIONS = 10 ** 10
 
 
+@rule(f'1 to {MAX_ITERATIONS}', minimum=1, maximum=MAX_ITERATIONS)
 def _iterations(v: Any) -> Optional[str]:
     return None if 0 < v <= MAX_ITERATIONS else f'must be in [1, {MAX_ITERATIONS}] (a number of iterations)'
 
 
+@rule('a list of GPU indices (integers >= 0), or null', items={'type': 'integer', 'minimum': 0})
 def _gpu_ids(v: Any) -> Optional[str]:
     if v is None or all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in v):
         return None
     return 'must be a list of GPU indices (integers >= 0), e.g. [0, 1]'
 
 
+@rule('no name twice', uniqueItems=True)
 def _distinct_names(v: List[Any]) -> Optional[str]:
     twice = sorted({n for n in v if isinstance(n, str) and v.count(n) > 1})
     return f'names {twice[0]} twice' if twice else None
 
 
+@rule('two numbers in [0, 1)', minItems=2, maxItems=2,
+      items={'type': 'number', 'minimum': 0, 'exclusiveMaximum': 1})
 def betas(v: List[Any]) -> Optional[str]:
     if len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
         return None
@@ -158,66 +190,84 @@ _OPT_LIST = (list, type(None))
 _OPT_NUM = (int, float, type(None))
 
 SCHEMA: Dict[str, Any] = {
-    'task': Key(REQUIRED, (str,), _task_name),
-    'model': Key('plain', (str,)),
-    'gpu_ids': Key(None, _OPT_LIST, _gpu_ids),
-    'dist': Key(False, (bool,)),
-    'n_channels': Key(3, (int,), positive),
-    'scale': Key(1, (int,), positive),
+    'task': Key(REQUIRED, (str,), _task_name, 'the run\'s name: its folder is <path.root>/<task>'),
+    'model': Key('plain', (str,), help='what trains netG: a model of models/ (plain, plain2, plain4, gan, vrt)'),
+    'gpu_ids': Key(None, _OPT_LIST, _gpu_ids, 'GPUs of a single-process start: 2+ relaunch as one DDP process '
+                                                'each; ignored under a launcher or a cluster (null: all visible)'),
+    'dist': Key(False, (bool,), help='KAIR\'s flag; the launch mode is detected, and a different value is noted'),
+    'n_channels': Key(3, (int,), positive, '1 for gray, 3 for colour images; fills the dataset sections that '
+                                          'take it'),
+    'scale': Key(1, (int,), positive, 'super-resolution factor; fills netG\'s factor key and every dataset\'s '
+                                      'scale'),
     # KAIR's top-level noise levels and colour flag: given here, they fill the dataset sections that take them
-    'sigma': Key(None, (int, float, list, type(None))),
-    'sigma_test': Key(None, _OPT_NUM),
-    'is_color': Key(None, (bool, type(None))),
+    'sigma': Key(None, (int, float, list, type(None)), help='training noise level(s) on the 0..255 scale; fills '
+                                                            'the dataset sections that take it'),
+    'sigma_test': Key(None, _OPT_NUM, help='evaluation noise level (0..255); fills the dataset sections that '
+                                           'take it'),
+    'is_color': Key(None, (bool, type(None)), help='colour (true) or gray (false) JPEG data; fills the dataset '
+                                                   'sections that take it'),
     # KAIR's BatchNorm folding: after iteration merge_bn_startpoint, BN is folded into the convolutions
-    'merge_bn': Key(False, (bool,)),
-    'merge_bn_startpoint': Key(0, (int,), non_negative),
-    'find_unused_parameters': Key(False, (bool,)),
-    'use_static_graph': Key(False, (bool,)),
-    'broadcast_buffers': Key(True, (bool,)),
-    'gradient_as_bucket_view': Key(False, (bool,)),
-    'dist_timeout': Key(600, (int, float), _timeout),
+    'merge_bn': Key(False, (bool,), help='fold every BatchNorm after a convolution into it (KAIR\'s DnCNN '
+                                         'weights format)'),
+    'merge_bn_startpoint': Key(0, (int,), non_negative, 'the iteration after which merge_bn folds'),
+    'find_unused_parameters': Key(False, (bool,), help='DDP: allow parameters that get no gradient in a step'),
+    'use_static_graph': Key(False, (bool,), help='DDP static_graph: the same parameters are used every step'),
+    'broadcast_buffers': Key(True, (bool,), help='DDP: copy rank 0\'s buffers (BatchNorm statistics) to every '
+                                                 'rank at each forward'),
+    'gradient_as_bucket_view': Key(False, (bool,), help='DDP: gradients live in the all-reduce buckets (one '
+                                                        'gradient copy less memory)'),
+    'dist_timeout': Key(600, (int, float), _timeout, 'seconds a rank waits for the others in a collective '
+                                                     'before the run fails'),
     'path': {  # the model adds the weights it starts from (pretrained_netG, ...)
-        'root': Key('experiments', (str,), _non_empty),
-        'resume_state': Key(None, _OPT_STR),
+        'root': Key('experiments', (str,), _non_empty, 'the folder that holds the run folders'),
+        'resume_state': Key(None, _OPT_STR, help='an {iter}_state.pth to resume from (null: the newest good save '
+                                                 'of the run)'),
     },
     # What the training loop itself reads; the model adds its own keys (models/model_plain.py) and those of
     # the loss, optimizer and schedule its type keys choose (`Choice`).
     'train': {
-        'manual_seed': Key(None, _OPT_INT, _seed),
-        'total_iter': Key(1_000_000, (int,), _iterations),
-        'accumulate_steps': Key(1, (int,), positive),
-        'checkpoint_test': Key(5000, (int,), positive),
-        'checkpoint_save': Key(5000, (int,), positive),
-        'checkpoint_print': Key(200, (int,), positive),
-        'checkpoint_keep_last': Key(3, (int,), non_negative),
-        'save_failure': Key('stop', (str,), one_of('stop', 'warn')),
-        'nan_policy': Key('stop', (str,), one_of('stop', 'skip', 'off')),
-        'nan_skip_limit': Key(10, (int,), positive),
-        'compile': Key(False, (bool,)),
+        'manual_seed': Key(None, _OPT_INT, _seed, 'random seed, the same on every rank (null: drawn once and '
+                                                  'saved with the run)'),
+        'total_iter': Key(1_000_000, (int,), _iterations, 'iterations (optimizer steps) to train'),
+        'accumulate_steps': Key(1, (int,), positive, 'micro-batches per optimizer step (gradient accumulation)'),
+        'checkpoint_test': Key(5000, (int,), positive, 'validate every this many iterations'),
+        'checkpoint_save': Key(5000, (int,), positive, 'save a checkpoint every this many iterations'),
+        'checkpoint_print': Key(200, (int,), positive, 'log losses and speed every this many iterations'),
+        'checkpoint_keep_last': Key(3, (int,), non_negative, 'checkpoints kept (older ones pruned); 0: all'),
+        'save_failure': Key('stop', (str,), one_of('stop', 'warn'), 'a failed checkpoint write stops the run '
+                                                                      '(exit 5) or is logged and training goes on'),
+        'nan_policy': Key('stop', (str,), one_of('stop', 'skip', 'off'),
+                          'a non-finite loss or gradient stops the run (exit 4), skips the step, or is not checked'),
+        'nan_skip_limit': Key(10, (int,), positive, 'with nan_policy "skip": this many skipped steps in a row stop '
+                                                    'the run'),
+        'compile': Key(False, (bool,), help='torch.compile the network (repeated blocks one at a time)'),
     },
     'val': {
-        'save_img': Key(False, (bool,)),
-        'tb_images': Key(4, (int,), non_negative),
-        'pad_seq': Key(False, (bool,)),
-        'flip_seq': Key(False, (bool,)),
-        'center_frame_only': Key(False, (bool,)),
-        'num_frame_testing': Key(0, (int,), non_negative),
-        'num_frame_overlapping': Key(2, (int,), non_negative),
-        'size_patch_testing': Key(0, (int,), non_negative),
-        'tile': Key(0, (int,), non_negative),            # images: restore in tiles of this size (0: whole)
-        'tile_overlap': Key(32, (int,), non_negative),
-        'self_ensemble': Key(False, (bool,)),              # images: average the 8 flips/rotations (x8)
+        'save_img': Key(False, (bool,), help='write every restored validation image to <run>/images/'),
+        'tb_images': Key(4, (int,), non_negative, 'validation images shown in TensorBoard/W&B'),
+        'pad_seq': Key(False, (bool,), help='video: repeat the last frame once before testing, drop its output'),
+        'flip_seq': Key(False, (bool,), help='video: average the clip\'s output with its time reversal\'s'),
+        'center_frame_only': Key(False, (bool,), help='video: restore and score only the centre frame'),
+        'num_frame_testing': Key(0, (int,), non_negative, 'video: test in chunks of this many frames (0: whole '
+                                                          'clip)'),
+        'num_frame_overlapping': Key(2, (int,), non_negative, 'video: frames two chunks overlap by'),
+        'size_patch_testing': Key(0, (int,), non_negative, 'video: test in spatial tiles of this size (0: whole '
+                                                           'frames)'),
+        'tile': Key(0, (int,), non_negative, 'images: restore in tiles of this size (0: whole images)'),
+        'tile_overlap': Key(32, (int,), non_negative, 'images: pixels two tiles overlap by'),
+        'self_ensemble': Key(False, (bool,), help='images: average the 8 flips/rotations (x8)'),
         # metrics scored next to PSNR/SSIM (names of the metric registry; each reads its own `val` keys), and the
         # score that picks best_G.pth: psnr, ssim, psnr_y, ssim_y or one of `metrics` (the rules check which)
-        'metrics': Key([], (list,), _distinct_names),
-        'best_metric': Key('psnr', (str,)),
+        'metrics': Key([], (list,), _distinct_names, 'metrics scored beside PSNR/SSIM (names of metrics/)'),
+        'best_metric': Key('psnr', (str,), help='the score that picks best_G.pth: psnr, ssim, psnr_y, ssim_y or '
+                                                'one of metrics'),
     },
     'logging': {
-        'use_tensorboard': Key(True, (bool,)),
-        'use_wandb': Key(False, (bool,)),
-        'wandb_project': Key('restoration', (str,)),
-        'wandb_name': Key(None, _OPT_STR),
-        'wandb_entity': Key(None, _OPT_STR),
+        'use_tensorboard': Key(True, (bool,), help='write TensorBoard scalars and images to <run>/tb_logger/'),
+        'use_wandb': Key(False, (bool,), help='log to Weights & Biases (the key comes from the environment)'),
+        'wandb_project': Key('restoration', (str,), help='W&B project'),
+        'wandb_name': Key(None, _OPT_STR, help='W&B run name (null: the task)'),
+        'wandb_entity': Key(None, _OPT_STR, help='W&B entity (user or team; null: the default)'),
     },
 }
 
@@ -231,6 +281,9 @@ NETWORK_SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'upscale_factor
 
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG', 'netD')
+# An editor's pointer to the options' JSON Schema (`"$schema": "../schema.json"`, options/schema.json), so that
+# it completes and checks keys: accepted at the top level and ignored.
+SCHEMA_POINTER = '$schema'
 _TOP_LEVEL_KEYS = tuple(SCHEMA) + DYNAMIC_SECTIONS
 
 _SECRET_KEY = re.compile(r'(api[_-]?key|token|secret|password|passwd|credential)', re.I)
@@ -640,6 +693,11 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     bad = _check_values(data)
     if bad:
         v.fail(*bad)
+    if SCHEMA_POINTER in data:
+        if not isinstance(data[SCHEMA_POINTER], str):
+            v.fail(SCHEMA_POINTER, f'expected a string (the path or URL of options/schema.json), got '
+                                   f'{_show(data[SCHEMA_POINTER])}')
+        data = {k: value for k, value in data.items() if k != SCHEMA_POINTER}
     for key in data:
         if key not in _TOP_LEVEL_KEYS:
             v.unknown('', key, _TOP_LEVEL_KEYS)

@@ -53,25 +53,29 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
 
 # Keys every image dataset takes beside its own: its folders, augmentation, scoring conventions, cache_data.
 IMAGE_OPTIONS: Dict[str, Any] = {
-    'dataroot_H': Key(REQUIRED, (str,)),
-    'dataroot_L': Key(None, (str, type(None))),
-    'use_hflip': True,
-    'use_rot': True,
-    'metric_border': Key(None, (int, type(None)), at_least(0)),
-    'metric_round_y': Key(None, (bool, type(None))),
+    'dataroot_H': Key(REQUIRED, (str,), help='folder of the high-quality (target) images'),
+    'dataroot_L': Key(None, (str, type(None)), help='folder of the low-quality inputs, paired with dataroot_H in '
+                                                     'sorted order (null: made from H)'),
+    'use_hflip': Key(True, (bool,), help='training: random horizontal flips'),
+    'use_rot': Key(True, (bool,), help='training: random vertical flips and 90° rotations'),
+    'metric_border': Key(None, (int, type(None)), at_least(0), 'evaluation: pixels cropped at each border before '
+                                                               'PSNR/SSIM (null: the scale for SR, else 0)'),
+    'metric_round_y': Key(None, (bool, type(None)), help='evaluation: round Y to integers before the Y scores '
+                                                         '(null: true for SR)'),
     'cache_data': CACHE_DATA,
 }
-CHANNELS = Key(3, (int,), one_of(1, 3))  # `n_channels`: gray or colour images
+CHANNELS = Key(3, (int,), one_of(1, 3), '1 for gray, 3 for colour images')  # `n_channels`: gray or colour images
 
 
 def patch_size(default: Optional[int]) -> Key:
     """The `H_size` key: the training patch (of the high-quality image), in pixels."""
-    return Key(default, (int,) if default is not None else (int, type(None)), at_least(1))
+    return Key(default, (int,) if default is not None else (int, type(None)), at_least(1),
+               'training patch size of the high-quality image, in pixels')
 
 
 def scale(default: int) -> Key:
     """The `scale` key: high-quality images are `scale` times the low-quality ones."""
-    return Key(default, (int,), at_least(1))
+    return Key(default, (int,), at_least(1), 'high-quality images are this many times the low-quality ones')
 
 
 class ImageDataset(Dataset):

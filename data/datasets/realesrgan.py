@@ -34,7 +34,7 @@ from data.option_checks import Check, at_least, between, only
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, uint8_tensor
-from utils.options import Key
+from utils.options import Key, rule
 
 PROBABILITY = between(0, 1, 'a probability')
 
@@ -45,6 +45,8 @@ def _number(v: Any) -> bool:
 
 def value_range(low: float, high: float, what: str) -> Check:
     """[min, max] with low <= min <= max <= high."""
+    @rule(f'[min, max] with {low} <= min <= max <= {high} ({what})', minItems=2, maxItems=2,
+          items={'type': 'number', 'minimum': low, 'maximum': high})
     def check(v: Any) -> Optional[str]:
         if len(v) == 2 and all(_number(x) for x in v) and low <= v[0] <= v[1] <= high:
             return None
@@ -52,6 +54,7 @@ def value_range(low: float, high: float, what: str) -> Check:
     return check
 
 
+@rule('[min, max] with 0 < min <= 1 <= max', minItems=2, maxItems=2, items={'type': 'number', 'exclusiveMinimum': 0})
 def around_one(v: Any) -> Optional[str]:
     """A resize range: [min, max] with 0 < min <= 1 <= max (down-scales come from [min, 1], up from [1, max])."""
     if len(v) == 2 and all(_number(x) for x in v) and 0 < v[0] <= 1 <= v[1]:
@@ -61,6 +64,8 @@ def around_one(v: Any) -> Optional[str]:
 
 def probabilities(n: Optional[int], what: str) -> Check:
     """A list of probabilities that sum to 1 (`n` of them, when fixed)."""
+    @rule(f'{n if n is not None else "a list of"} probabilities >= 0 that sum to 1 ({what})', minItems=n or 1,
+          **({'maxItems': n} if n is not None else {}), items={'type': 'number', 'minimum': 0})
     def check(v: Any) -> Optional[str]:
         if (n is None or len(v) == n) and v and all(_number(p) and p >= 0 for p in v) and abs(sum(v) - 1) < 1e-6:
             return None
@@ -69,12 +74,15 @@ def probabilities(n: Optional[int], what: str) -> Check:
     return check
 
 
+@rule(f'distinct kernel kinds from {", ".join(KERNEL_KINDS)}', minItems=1, uniqueItems=True,
+      items={'enum': list(KERNEL_KINDS)})
 def kernel_names(v: Any) -> Optional[str]:
     if v and all(k in KERNEL_KINDS for k in v) and len(set(v)) == len(v):
         return None
     return f'must be a list of distinct kernel kinds from {", ".join(KERNEL_KINDS)}'
 
 
+@rule(f'an odd size >= {MIN_KERNEL_SIZE}', minimum=MIN_KERNEL_SIZE, **{'not': {'multipleOf': 2}})
 def odd_size(v: Any) -> Optional[str]:
     return None if v >= MIN_KERNEL_SIZE and v % 2 else f'must be an odd size >= {MIN_KERNEL_SIZE}'
 
@@ -82,27 +90,41 @@ def odd_size(v: Any) -> Optional[str]:
 def _stage_keys(suffix: str, sigma: list, noise: list, poisson: list, resize_prob: list, resize_range: list
                 ) -> Dict[str, Key]:
     """The keys of one degradation stage (suffix '' or '2'), BasicSR's defaults for it."""
+    stage = 'first' if suffix == '' else 'second'
     return {
-        f'blur_kernel_size{suffix}': Key(21, (int,), odd_size),
-        f'kernel_list{suffix}': Key(list(KERNEL_KINDS), (list,), kernel_names),
+        f'blur_kernel_size{suffix}': Key(21, (int,), odd_size, f'size of the {stage} stage\'s blur kernels'),
+        f'kernel_list{suffix}': Key(list(KERNEL_KINDS), (list,), kernel_names, f'kernel kinds of the {stage} blur'),
         f'kernel_prob{suffix}': Key([0.45, 0.25, 0.12, 0.03, 0.12, 0.03], (list,),
-                                    probabilities(None, f'one per kernel_list{suffix} entry')),
-        f'sinc_prob{suffix}': Key(0.1, (int, float), PROBABILITY),
-        f'blur_sigma{suffix}': Key(sigma, (list,), value_range(0.01, 100, 'kernel widths in pixels')),
-        f'betag_range{suffix}': Key([0.5, 4], (list,), value_range(0.01, 100, 'generalized gaussian shapes')),
-        f'betap_range{suffix}': Key([1, 2], (list,), value_range(0.01, 100, 'plateau shapes')),
-        f'resize_prob{suffix}': Key(resize_prob, (list,), probabilities(3, 'up, down, keep')),
-        f'resize_range{suffix}': Key(resize_range, (list,), around_one),
-        f'gaussian_noise_prob{suffix}': Key(0.5, (int, float), PROBABILITY),
-        f'noise_range{suffix}': Key(noise, (list,), value_range(0, 255, 'noise std on the 0..255 scale')),
-        f'poisson_scale_range{suffix}': Key(poisson, (list,), value_range(0, 100, 'poisson noise scales')),
-        f'gray_noise_prob{suffix}': Key(0.4, (int, float), PROBABILITY),
-        f'jpeg_range{suffix}': Key([30, 95], (list,), value_range(1, 100, 'JPEG qualities')),
+                                    probabilities(None, f'one per kernel_list{suffix} entry'),
+                                    f'probability of each kernel_list{suffix} kind'),
+        f'sinc_prob{suffix}': Key(0.1, (int, float), PROBABILITY, f'probability of a sinc (ringing) kernel in the '
+                                                                   f'{stage} blur instead'),
+        f'blur_sigma{suffix}': Key(sigma, (list,), value_range(0.01, 100, 'kernel widths in pixels'),
+                                   'gaussian kernel widths [min, max]'),
+        f'betag_range{suffix}': Key([0.5, 4], (list,), value_range(0.01, 100, 'generalized gaussian shapes'),
+                                    'shape beta of generalized gaussian kernels [min, max]'),
+        f'betap_range{suffix}': Key([1, 2], (list,), value_range(0.01, 100, 'plateau shapes'),
+                                    'shape beta of plateau kernels [min, max]'),
+        f'resize_prob{suffix}': Key(resize_prob, (list,), probabilities(3, 'up, down, keep'),
+                                    f'probabilities of the {stage} resize going up, down or keeping the size'),
+        f'resize_range{suffix}': Key(resize_range, (list,), around_one, f'scale factors of the {stage} resize'),
+        f'gaussian_noise_prob{suffix}': Key(0.5, (int, float), PROBABILITY, 'probability of gaussian (else poisson) '
+                                                                            'noise'),
+        f'noise_range{suffix}': Key(noise, (list,), value_range(0, 255, 'noise std on the 0..255 scale'),
+                                    'gaussian noise std [min, max]'),
+        f'poisson_scale_range{suffix}': Key(poisson, (list,), value_range(0, 100, 'poisson noise scales'),
+                                            'poisson noise scale [min, max]'),
+        f'gray_noise_prob{suffix}': Key(0.4, (int, float), PROBABILITY, 'probability that the noise is the same on '
+                                                                        'every channel'),
+        f'jpeg_range{suffix}': Key([30, 95], (list,), value_range(1, 100, 'JPEG qualities'),
+                                   f'JPEG quality of the {stage} stage [min, max]'),
     }
 
 
 @DATASETS.register('realesrgan')
 class DatasetRealESRGAN(ImageDataset):
+    """Real-ESRGAN's training data: GT patches and a random second-order degradation plan, applied on the device."""
+
     OPTIONS = {
         **IMAGE_OPTIONS,
         'dataroot_L': Key(None, (str, type(None)), only(None, 'realesrgan makes L from H on the device; validate on '
@@ -110,16 +132,18 @@ class DatasetRealESRGAN(ImageDataset):
         'n_channels': Key(3, (int,), only(3, 'the Real-ESRGAN degradations are colour')),
         'scale': scale(4),
         'use_rot': False,  # BasicSR's Real-ESRGAN files: flips only
-        'gt_size': Key(256, (int,), at_least(1)),
-        'crop_pad_size': Key(400, (int,), at_least(1)),
+        'gt_size': Key(256, (int,), at_least(1), 'training patch size of the GT, in pixels'),
+        'crop_pad_size': Key(400, (int,), at_least(1), 'the GT is padded to at least and cropped to this square '
+                                                       'before degradation'),
         **_stage_keys('', [0.2, 3], [1, 30], [0.05, 3], [0.2, 0.7, 0.1], [0.15, 1.5]),
         **_stage_keys('2', [0.2, 1.5], [1, 25], [0.05, 2.5], [0.3, 0.4, 0.3], [0.3, 1.2]),
-        'second_blur_prob': Key(0.8, (int, float), PROBABILITY),
-        'final_sinc_prob': Key(0.8, (int, float), PROBABILITY),
-        'gt_usm': True,         # the degradations start from the USM-sharpened GT (Real-ESRGAN; Real-ESRNet's key)
-        'l1_gt_usm': True,      # the pixel loss compares with the USM-sharpened GT
-        'percep_gt_usm': True,  # the perceptual loss too
-        'gan_gt_usm': False,    # the discriminator's real images stay unsharpened
+        'second_blur_prob': Key(0.8, (int, float), PROBABILITY, 'probability of the second stage\'s blur'),
+        'final_sinc_prob': Key(0.8, (int, float), PROBABILITY, 'probability of the final sinc filter'),
+        # the degradations start from the USM-sharpened GT (Real-ESRGAN; Real-ESRNet's key)
+        'gt_usm': Key(True, (bool,), help='degrade the USM-sharpened GT'),
+        'l1_gt_usm': Key(True, (bool,), help='the pixel loss compares with the USM-sharpened GT'),
+        'percep_gt_usm': Key(True, (bool,), help='the perceptual loss compares with the USM-sharpened GT'),
+        'gan_gt_usm': Key(False, (bool,), help='the discriminator\'s real images are the USM-sharpened GT'),
     }
 
     device_transform = staticmethod(degrade_batch)

@@ -236,7 +236,8 @@ class VideoRecurrentTestDataset(WholeClips):
         'dataroot_lq': REQUIRED,
         'io_backend': IO_BACKEND_DISK,
         'num_frame': Key(-1, (int,), all_or_first('clips')),
-        'cache_data': False,
+        'cache_data': Key(False, (bool,), help='accepted for KAIR option files and ignored: test clips are read '
+                                               'when asked for'),
         'sigma': NOISE_STD,            # KAIR's non-blind denoising test (VRT 008): L = GT + noise + level map
         **SPIKE_OPTIONS,
     }

@@ -119,7 +119,8 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
         'io_backend': IO_BACKEND_DISK,
         'num_frame': Key(-1, (int,), all_or_first('clips')),
         'sigma': SIGMA,                # noise std on the 0..255 scale
-        'cache_data': False,
+        'cache_data': Key(False, (bool,), help='accepted for KAIR option files and ignored: test clips are read '
+                                               'when asked for'),
     }
 
     def __init__(self, opt: Dict[str, Any]):
