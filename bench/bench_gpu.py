@@ -22,6 +22,10 @@ trains tiny versions of the same networks on a few small images for a few iterat
 compile row: a smoke test of every code path, not a measurement.
 
     python bench/bench_gpu.py [--quick] [--out DIR] [--iters 200] [--warmup 50] [--images 800] [--workers 8]
+
+`--row CONFIG ROW --out DIR [same arguments]` measures one row of the table (`bare` or a row name) in this
+process and prints `RESULT {json}` (ms, data_ms, mem_gib and flops, the forward+backward FLOPs of one
+iteration); bench/gpu_check.py runs each row so, in a process of its own with its own timeout.
 """
 import argparse
 import json
@@ -39,6 +43,7 @@ sys.path.insert(0, ROOT)
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from common import entry  # noqa: E402
 
 # name: (option file, KAIR's batch, patch, overrides for --quick: tiny networks)
 CONFIGS: Dict[str, Tuple[str, int, int, Dict[str, Any]]] = {
@@ -214,21 +219,65 @@ def run_bare(config: str, quick: bool, data: str, iters: int, warmup: int, worke
     return {'ms': 1e3 * elapsed / measured, 'data_ms': 1e3 * data_s / measured, 'mem_gib': mem}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def add_size_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments that size a run, shared by the whole table and `--row`."""
     p.add_argument('--quick', action='store_true', help='tiny networks, a few small images and iterations (any device)')
-    p.add_argument('--out', default=None, help='logs and data here (default: a temporary folder, removed)')
     p.add_argument('--iters', type=int, default=None, help='iterations per run (default 200; --quick 6)')
     p.add_argument('--warmup', type=int, default=None, help='iterations left out of the timings (default 50; --quick 2)')
     p.add_argument('--images', type=int, default=None, help='training images (default 800 of 480x480; --quick 8 of 112)')
     p.add_argument('--workers', type=int, default=None, help='loader workers of every run (default 8; --quick 1)')
+
+
+def sizes(args: argparse.Namespace) -> Tuple[int, int, int, int]:
+    """(iterations, warm-up iterations, images, workers) as given, else the defaults of the mode."""
+    quick = args.quick
+    return (args.iters or (6 if quick else 200), args.warmup if args.warmup is not None else (2 if quick else 50),
+            args.images or (8 if quick else 800), args.workers if args.workers is not None else (1 if quick else 8))
+
+
+def prepare_data(out: str, images: int, quick: bool) -> str:
+    """The generated training and test images under `out`/data (kept there once complete)."""
+    data = os.path.join(out, 'data')
+    make_images(os.path.join(data, 'train'), images, 112 if quick else 480)
+    make_images(os.path.join(data, 'test'), 2, 112 if quick else 480)
+    return data
+
+
+def measure(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int, workers: int,
+            device: torch.device) -> Dict[str, float]:
+    """One row of the table: the bare loop in this process, or a main_train.py run with the row's options."""
+    if row == 'bare':
+        return run_bare(config, quick, data, iters, warmup, workers, device)
+    return run_ours(config, row, quick, data, out, iters, warmup, workers)
+
+
+def row_main(argv: List[str]) -> int:
+    """`--row CONFIG ROW`: one row, measured in this process; prints `RESULT {json}` with the iteration's FLOPs."""
+    p = argparse.ArgumentParser(description='one row of bench_gpu.py\'s table')
+    p.add_argument('config', choices=list(CONFIGS))
+    p.add_argument('row', choices=['bare', *ROWS])
+    p.add_argument('--out', required=True, help='data and runs here (the images are generated once, then kept)')
+    add_size_arguments(p)
+    args = p.parse_args(argv)
+    iters, warmup, images, workers = sizes(args)
+    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    os.makedirs(args.out, exist_ok=True)
+    data = prepare_data(args.out, images, args.quick)
+    result = measure(args.config, args.row, args.quick, data, args.out, iters, warmup, workers, device)
+    opt, _ = _options(args.config, args.quick, data, {})
+    result['flops'] = flops_per_iteration(opt, device)
+    print('RESULT ' + json.dumps(result), flush=True)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    add_size_arguments(p)
+    p.add_argument('--out', default=None, help='logs and data here (default: a temporary folder, removed)')
     p.add_argument('--only', nargs='+', default=list(CONFIGS), choices=list(CONFIGS))
     args = p.parse_args()
     quick = args.quick
-    iters = args.iters or (6 if quick else 200)
-    warmup = args.warmup if args.warmup is not None else (2 if quick else 50)
-    images = args.images or (8 if quick else 800)
-    workers = args.workers if args.workers is not None else (1 if quick else 8)
+    iters, warmup, images, workers = sizes(args)
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     if device.type != 'cuda' and not quick:
         print('bench_gpu.py: no CUDA GPU here, nothing measured (--quick runs its smoke test on any device)')
@@ -236,9 +285,7 @@ def main() -> int:
     out = args.out or tempfile.mkdtemp(prefix='bench_gpu_')
     os.makedirs(out, exist_ok=True)
     try:
-        data = os.path.join(out, 'data')
-        make_images(os.path.join(data, 'train'), images, 112 if quick else 480)
-        make_images(os.path.join(data, 'test'), 2, 112 if quick else 480)
+        data = prepare_data(out, images, quick)
         peak = matmul_tflops(device, 512 if quick else 8192)
         name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'
         print(f'== bench_gpu.py{" (quick)" if quick else ""}: {name}, torch {torch.__version__}, {iters} iterations '
@@ -247,12 +294,12 @@ def main() -> int:
         for config in args.only:
             opt, _ = _options(config, quick, data, {})
             flops = flops_per_iteration(opt, device)
-            results = {'bare': run_bare(config, quick, data, iters, warmup, workers, device)}
+            results = {'bare': measure(config, 'bare', quick, data, out, iters, warmup, workers, device)}
             print(f'{config}: bare {results["bare"]["ms"]:.1f} ms/iter', flush=True)
             for row in CONFIG_ROWS[config]:
                 if quick and row == 'compile':
                     continue
-                results[f'ours {row}'] = run_ours(config, row, quick, data, out, iters, warmup, workers)
+                results[f'ours {row}'] = measure(config, row, quick, data, out, iters, warmup, workers, device)
                 print(f'{config}: ours {row} {results[f"ours {row}"]["ms"]:.1f} ms/iter', flush=True)
             for row, r in results.items():
                 tflops = flops / (r['ms'] / 1e3) / 1e12
@@ -270,4 +317,4 @@ def main() -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    entry(main, row=row_main)
