@@ -24,8 +24,9 @@ compile row: a smoke test of every code path, not a measurement.
     python bench/bench_gpu.py [--quick] [--out DIR] [--iters 200] [--warmup 50] [--images 800] [--workers 8]
 
 `--row CONFIG ROW --out DIR [same arguments]` measures one row of the table (`bare` or a row name) in this
-process and prints `RESULT {json}` (ms, data_ms, mem_gib and flops, the forward+backward FLOPs of one
-iteration); bench/gpu_check.py runs each row so, in a process of its own with its own timeout.
+process and prints `RESULT {json}` (ms, data_ms, mem_gib; the bare row adds flops, the forward+backward
+FLOPs of one iteration); `--data DIR` only generates the images. bench/gpu_check.py runs the bare row so
+and the other rows' main_train.py commands (`ours_command`) directly, each in a process of its own.
 """
 import argparse
 import json
@@ -124,22 +125,27 @@ def flops_per_iteration(opt: Dict[str, Any], device: torch.device) -> float:
     return float(counter.get_total_flops())
 
 
-def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
-             workers: int) -> Dict[str, float]:
-    """A main_train.py process with the row's options; timings from its history.jsonl after `warmup`."""
-    opt, sets = _options(config, quick, data, {**ROWS[row], 'datasets.train.dataloader_num_workers': workers})
-    task = f'{config}_{row}'
+def ours_task(config: str, row: str) -> str:
+    """The task name of a main_train.py row: its run is <out>/runs/<task>."""
+    return f'{config}_{row}'
+
+
+def ours_command(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
+                 workers: int) -> Tuple[List[str], str]:
+    """The main_train.py command of a row (run it from any folder) and its task: the run is `out`/runs/<task>."""
+    _, sets = _options(config, quick, data, {**ROWS[row], 'datasets.train.dataloader_num_workers': workers})
+    task = ours_task(config, row)
     sets += [f'path.root={json.dumps(os.path.join(out, "runs"))}', f'task={json.dumps(task)}',
              f'train.total_iter={iters}', f'train.checkpoint_print={max(1, min(10, warmup))}',
              'train.checkpoint_save=1000000000', 'train.checkpoint_test=1000000000', 'train.E_decay=0.999',
              'logging.use_tensorboard=false', 'train.manual_seed=1']
     cmd = [sys.executable, os.path.join(ROOT, 'main_train.py'), '--opt', os.path.join(ROOT, CONFIGS[config][0]),
            '--fresh'] + [a for s in sets for a in ('--set', s)]
-    log = os.path.join(out, f'{task}.log')
-    with open(log, 'w') as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
-    if proc.returncode:
-        raise RuntimeError(f'{task}: main_train.py exited {proc.returncode}; see {log}')
+    return cmd, task
+
+
+def ours_numbers(out: str, task: str, warmup: int) -> Dict[str, float]:
+    """ms and data wait per iteration after `warmup`, and the peak GPU memory, from a run's history.jsonl."""
     rows = [json.loads(line) for line in open(os.path.join(out, 'runs', task, 'history.jsonl'))]
     steady = [r for r in rows if r.get('kind') == 'train' and r['iter'] > warmup] or \
         [r for r in rows if r.get('kind') == 'train']
@@ -147,6 +153,18 @@ def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int
             'data_ms': 1e3 * float(np.mean([r['data_time'] for r in steady])),
             'mem_gib': max((r.get('gpu_mem_gib', float('nan')) for r in rows if r.get('kind') == 'train'),
                            default=float('nan'))}
+
+
+def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
+             workers: int) -> Dict[str, float]:
+    """A main_train.py process with the row's options; timings from its history.jsonl after `warmup`."""
+    cmd, task = ours_command(config, row, quick, data, out, iters, warmup, workers)
+    log = os.path.join(out, f'{task}.log')
+    with open(log, 'w') as f:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
+    if proc.returncode:
+        raise RuntimeError(f'{task}: main_train.py exited {proc.returncode}; see {log}')
+    return ours_numbers(out, task, warmup)
 
 
 class BareImages(torch.utils.data.Dataset):
@@ -251,22 +269,38 @@ def measure(config: str, row: str, quick: bool, data: str, out: str, iters: int,
     return run_ours(config, row, quick, data, out, iters, warmup, workers)
 
 
-def row_main(argv: List[str]) -> int:
-    """`--row CONFIG ROW`: one row, measured in this process; prints `RESULT {json}` with the iteration's FLOPs."""
+def row_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description='one row of bench_gpu.py\'s table')
     p.add_argument('config', choices=list(CONFIGS))
     p.add_argument('row', choices=['bare', *ROWS])
     p.add_argument('--out', required=True, help='data and runs here (the images are generated once, then kept)')
     add_size_arguments(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def row_main(argv: List[str]) -> int:
+    """`--row CONFIG ROW`: one row, measured in this process; prints `RESULT {json}` (with the FLOPs of one
+    iteration for the bare row)."""
+    args = row_parser().parse_args(argv)
     iters, warmup, images, workers = sizes(args)
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     os.makedirs(args.out, exist_ok=True)
     data = prepare_data(args.out, images, args.quick)
     result = measure(args.config, args.row, args.quick, data, args.out, iters, warmup, workers, device)
-    opt, _ = _options(args.config, args.quick, data, {})
-    result['flops'] = flops_per_iteration(opt, device)
+    if args.row == 'bare':
+        opt, _ = _options(args.config, args.quick, data, {})
+        result['flops'] = flops_per_iteration(opt, device)
     print('RESULT ' + json.dumps(result), flush=True)
+    return 0
+
+
+def data_main(argv: List[str]) -> int:
+    """`--data OUT [--images N] [--quick]`: only generate the images of `--row` (kept once complete)."""
+    p = argparse.ArgumentParser(description='the images of bench_gpu.py')
+    p.add_argument('out')
+    add_size_arguments(p)
+    args = p.parse_args(argv)
+    prepare_data(args.out, sizes(args)[2], args.quick)
     return 0
 
 
@@ -317,4 +351,4 @@ def main() -> int:
 
 
 if __name__ == '__main__':
-    entry(main, row=row_main)
+    entry(main, row=row_main, data=data_main)

@@ -25,12 +25,14 @@ machine: their rows say `skipped: not installed` unless their wheels are carried
     python bench/gpu_check.py --quick     # all three parts on the CPU, tiny sizes, a smoke test (~1-2 min)
 
 The rows are a list (`plan()`); each says what it runs, what its log must show, what it needs (modules,
-CUDA, rows before it), and its estimated and longest time on the GPU. They run in that order, the most
-important first: the card, the demo's paths and launches, SwinIR's speed, the memory rows, DnCNN's and
-MSRResNet's speed, then every tiny option file. Rows of part 1 run side by side (`--jobs`, default
-cores - 2, at most 12); timed rows run alone. A row whose estimate no longer fits the budget is not
-started (`skipped: time budget`); one that runs past its own limit or the budget is stopped and fails.
-`--only 'demo/*' 'speed/swinir*'` reruns some rows (with the rows they need).
+CUDA, rows before it), and its estimated and longest time on the GPU; another branch adds a row with one
+line there (a memory row: one line in bench_video_gpu.py's ROWS). They start in that order, the most
+important first: the card; part 1 side by side (`--jobs`, default cores - 2, at most 12; the demo's
+paths and launches first, the compile rows first of all, then every tiny option file in their shadow);
+then the timed rows, each alone: SwinIR's speed, the memory rows, DnCNN's and MSRResNet's speed. A row
+whose estimate no longer fits the budget is not started (`skipped: time budget`); one that runs past its
+own limit or the budget is stopped with its processes and fails. `--only 'demo/*' 'speed/swinir*'` reruns
+some rows (with the rows they need); `--list` shows the plan without running it.
 
 Outputs go under `--out`, else `$OUT` when set, else a new temporary folder, and are rewritten after
 every row, so a run cut short still leaves what it did: `gpu_check.txt` (the table, with the failed rows'
@@ -110,14 +112,14 @@ COMPILE_NOTES = ((r'train\.compile: the first iteration took ([\d.]+) s, compila
                   'first iteration {0} s ({1} graphs)'),
                  (r'train\.compile: (\d+) more graph\(s\) compiled at iteration (\d+)', 'RECOMPILED {0} at {1}'))
 # the speed rows' sizes (bench_gpu.py's defaults of 200 iterations on 800 images take ~8 minutes alone)
-SPEED = {'iters': 100, 'warmup': 30, 'images': 400}
-MEMORY = {'reps': 3, 'warmup': 2}
+SPEED = {'iters': 80, 'warmup': 20, 'images': 300}
+MEMORY = {'reps': 3, 'warmup': 1}
 SPEED_ORDER = ('swinir', 'dncnn', 'msrresnet')  # SwinIR first: the target furthest from reach
 TAIL = (('zoo', 'options/zoo/*_tiny.json'), ('gan', 'options/gan/*_tiny.json'), ('vrt', 'options/vrt/*_tiny.json'),
         ('rvrt', 'options/rvrt/*_tiny.json'), ('realesrgan', 'options/realesrgan/tiny/*.json'),
         ('archs', 'options/archs/*_tiny.json'))
 OUTPUTS = ('gpu_check.txt', 'gpu_check.json', 'gpu_check_logs.tar.gz')
-NOTE_WIDTH = 58  # of the printed table (the file keeps whole notes): ~75 rows stay inside 12,000 characters
+NOTE_WIDTH = 50  # of the printed table's notes (the file keeps them whole): ~95 rows stay inside 12,000 characters
 
 
 # ------------------------------------------------------------------------------------------------ rows
@@ -141,6 +143,7 @@ class Result:
     tflops: float = NAN
     share: float = NAN
     ratio: float = NAN
+    flops: float = NAN  # speed rows: forward + backward FLOPs of one iteration (measured by the bare row)
     seconds: float = NAN
     log: str = ''
 
@@ -457,39 +460,58 @@ class CardRow(Row):
 
     def check(self, ctx: Ctx, out: Dict[str, str]) -> Result:
         r = result_line(out['card'])
-        where = (f'{r["device"]} ({r["capability"]}, {r["sms"]} SMs, {r["memory_gib"]:.1f} GiB)' if r['cuda']
-                 else f'CPU ({r["cores"]} cores)')
-        return Result('ok', f'{where}, torch {r["torch"]}, CUDA {r["cuda_version"]}; bf16 matmul {r["n"]}^3',
-                      tflops=r['bf16_tflops'])
+        note = (f'{r["device"]}, {r["capability"]}, {r["sms"]} SMs, {r["memory_gib"]:.1f} GiB' if r['cuda']
+                else f'CPU, {r["cores"]} cores')
+        return Result('ok', note, tflops=r['bf16_tflops'])
 
 
 @dataclass(frozen=True, kw_only=True)
 class SpeedRow(Row):
-    """One row of bench_gpu.py's table in a process of its own (`bench_gpu.py --row`)."""
+    """One row of bench_gpu.py's table, in a process of its own: the bare loop as `bench_gpu.py --row` (which
+    generates the images and counts the FLOPs of one iteration), the others as main_train.py itself."""
     config: str
     variant: str  # 'bare' or a row of bench_gpu.ROWS
 
     def needs_cuda(self, ctx: Ctx) -> bool:
         return self.cuda_only or not ctx.quick
 
+    def sizes(self, ctx: Ctx) -> Tuple[int, int, int, int]:
+        """(iterations, warm-up, images, workers): bench_gpu.py's --quick ones, else this check's."""
+        given = {} if ctx.quick else dict(ctx.speed)
+        return bench_gpu.sizes(argparse.Namespace(quick=ctx.quick, workers=None, **{k: given.get(k) for k in SPEED}))
+
     def steps(self, ctx: Ctx) -> List[List[Step]]:
-        sizes = () if ctx.quick else ('--iters', str(ctx.speed['iters']), '--warmup', str(ctx.speed['warmup']),
-                                      '--images', str(ctx.speed['images']))
-        quick = ('--quick',) if ctx.quick else ()
-        return [[Step('bench', (script('bench', 'bench_gpu.py'), '--row', self.config, self.variant,
-                                '--out', os.path.join(ctx.work, 'speed'), *sizes, *quick))]]
+        iters, warmup, images, workers = self.sizes(ctx)
+        out = os.path.join(ctx.work, 'speed')
+        args = ('--out', out, '--iters', str(iters), '--warmup', str(warmup), '--images', str(images),
+                '--workers', str(workers), *(('--quick',) if ctx.quick else ()))
+        if self.variant == 'bare':
+            return [[Step('bench', (script('bench', 'bench_gpu.py'), '--row', self.config, 'bare', *args))]]
+        data = os.path.join(out, 'data')
+        cmd, _ = bench_gpu.ours_command(self.config, self.variant, ctx.quick, data, out, iters, warmup, workers)
+        make = ([] if all(os.path.exists(os.path.join(data, d, '.complete')) for d in ('train', 'test')) else
+                [[Step('images', (script('bench', 'bench_gpu.py'), '--data', out, '--images', str(images),
+                                  *(('--quick',) if ctx.quick else ())))]])
+        return make + [[Step('train', tuple(cmd[1:]))]]
 
     def check(self, ctx: Ctx, out: Dict[str, str]) -> Result:
-        r = result_line(out['bench'])
-        tflops = r['flops'] / (r['ms'] / 1e3) / 1e12
+        if self.variant == 'bare':
+            r = result_line(out['bench'])
+            flops = r['flops']
+        else:
+            task = bench_gpu.ours_task(self.config, self.variant)
+            r = bench_gpu.ours_numbers(os.path.join(ctx.work, 'speed'), task, self.sizes(ctx)[1])
+            bare = ctx.results.get(f'speed/{self.config} bare')
+            flops = bare.flops if bare is not None else NAN
+        tflops = flops / (r['ms'] / 1e3) / 1e12
         card = ctx.results.get('card/gpu')
         bare = ctx.results.get(f'speed/{self.config} bare')
         what = ('the hand-written loop' if self.variant == 'bare' else
                 'main_train.py ' + (', '.join(f'{k}={json.dumps(v)}' for k, v in bench_gpu.ROWS[self.variant].items())
                                     or 'as KAIR\'s file'))
-        return Result('ok', what, ms=r['ms'], data_ms=r['data_ms'], peak_gib=r['mem_gib'], tflops=tflops,
+        return Result('ok', what, ms=r['ms'], data_ms=r['data_ms'], peak_gib=r['mem_gib'], tflops=tflops, flops=flops,
                       share=100 * tflops / card.tflops if card and card.status == 'ok' else NAN,
-                      ratio=r['ms'] / bare.ms if bare and bare.status == 'ok' else NAN)
+                      ratio=r['ms'] / bare.ms if bare and bare.status == 'ok' and self.variant != 'bare' else NAN)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -594,12 +616,14 @@ def plan() -> List[Row]:
                         quick=(net, ckpt, prec) == ('vrt', 'KAIR', 'fp32'), estimate_s=30 if net == 'vrt' else 20,
                         timeout_s=240)
               for net, ckpt, prec in bench_video_gpu.ROWS]
-    rows += speed(SPEED_ORDER[0]) + memory + [r for c in SPEED_ORDER[1:] for r in speed(c)]
-    rows += tail_rows()
     rvrt = 'options/rvrt/002_train_rvrt_videosr_bi_vimeo_tiny.json'
     rows += [LmdbRow(name='data/lmdb', opt=rvrt, needs=('lmdb',), estimate_s=40, timeout_s=300),
              TrainRow(name='log/wandb-offline', opt=DEMO, sets=('logging.use_wandb=true',), needs=('wandb',),
                       env=(('WANDB_MODE', 'offline'),), estimate_s=30)]
+    # every tiny option file runs side by side with the rows above (in the shadow of the compile rows), before
+    # the timed rows, which run alone
+    rows += tail_rows()
+    rows += speed(SPEED_ORDER[0]) + memory + [r for c in SPEED_ORDER[1:] for r in speed(c)]
     names = [r.name for r in rows]
     assert len(set(names)) == len(names), 'row names must be unique'
     for i, r in enumerate(rows):
@@ -817,20 +841,29 @@ def number(v: float, fmt: str, width: int) -> str:
     return f'{v:{width}{fmt}}' if isinstance(v, (int, float)) and math.isfinite(v) else f'{"-":>{width}}'
 
 
+def cut(text: str, width: Optional[int]) -> str:
+    return text if width is None or len(text) <= width else text[:width - 3] + '...'
+
+
 def table(rows: Sequence[Row], results: Mapping[str, Result], note_width: Optional[int]) -> List[str]:
-    """The table: card, train, speed, memory rows in plan order (rows not run yet: 'pending')."""
+    """The table: card, train, speed, memory rows in plan order (rows not run: 'pending'). A row without
+    numbers (failed, skipped, or nothing to measure) writes its note where the numbers would be."""
     order = {'card': 0, 'train': 1, 'speed': 2, 'memory': 3}
     shown = sorted(rows, key=lambda r: order[r.part])
     width = max([len(r.name) for r in shown] + [3])
-    lines = [f'{"row":<{width}} {"result":<7} {"ms/step":>8} {"data ms":>7} {"peak GiB":>8} {"TFLOP/s":>7} '
+    numbers = (('ms', '.1f', 7), ('data_ms', '.1f', 7), ('peak_gib', '.2f', 8), ('tflops', '.2f', 7),
+               ('share', '.1f', 6), ('ratio', '.2f', 6))
+    lines = [f'{"row":<{width}} {"result":<7} {"ms/step":>7} {"data ms":>7} {"peak GiB":>8} {"TFLOP/s":>7} '
              f'{"% bf16":>6} {"/ bare":>6}  note']
     for r in shown:
         res = results.get(r.name, Result('pending'))
         status = {'failed': 'FAILED'}.get(res.status, res.status)
-        note = res.note if note_width is None or len(res.note) <= note_width else res.note[:note_width - 3] + '...'
-        lines.append(f'{r.name:<{width}} {status:<7} {number(res.ms, ".1f", 8)} {number(res.data_ms, ".1f", 7)} '
-                     f'{number(res.peak_gib, ".2f", 8)} {number(res.tflops, ".2f", 7)} {number(res.share, ".1f", 6)} '
-                     f'{number(res.ratio, ".2f", 6)}  {note}'.rstrip())
+        values = [getattr(res, key) for key, _, _ in numbers]
+        if all(not math.isfinite(v) for v in values):
+            lines.append(f'{r.name:<{width}} {status:<7}  {cut(res.note, note_width and note_width + 20)}'.rstrip())
+            continue
+        cells = ' '.join(number(v, fmt, w) for v, (_, fmt, w) in zip(values, numbers, strict=True))
+        lines.append(f'{r.name:<{width}} {status:<7} {cells}  {cut(res.note, note_width)}'.rstrip())
     return lines
 
 
@@ -967,7 +1000,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(out, exist_ok=True)
     os.makedirs(ctx.logs, exist_ok=True)
     header = [f'== gpu_check.py{" (quick)" if args.quick else ""}: '
-              f'{"CUDA" if cuda else "CPU"}, torch {torch.__version__}, {cores} cores, '
+              f'{"CUDA" if cuda else "CPU"}, torch {torch.__version__} (CUDA {torch.version.cuda}), {cores} cores, '
               f'{jobs} jobs, budget {budget:.0f} s, {len(rows)} rows; out {out}']
     print(header[0], flush=True)
     t0 = time.monotonic()
