@@ -30,9 +30,10 @@ line there (a memory row: one line in bench_video_gpu.py's ROWS). They start in 
 important first: the card; part 1 side by side (`--jobs`, default cores - 2, at most 12; the demo's
 paths and launches first, the compile rows first of all, then every tiny option file in their shadow);
 then the timed rows, each alone: SwinIR's speed, the memory rows, DnCNN's and MSRResNet's speed. A row
-whose estimate no longer fits the budget is not started (`skipped: time budget`); one that runs past its
-own limit or the budget is stopped with its processes and fails. `--only 'demo/*' 'speed/swinir*'` reruns
-some rows (with the rows they need); `--list` shows the plan without running it.
+whose estimate no longer fits the budget is not started (`skipped: time budget`); one the budget cuts
+short is stopped with its processes (skipped too); one that runs past its own limit is stopped and
+fails. `--only 'demo/*' 'speed/swinir*'` reruns some rows (with the rows they need); `--list` shows the
+plan without running it.
 
 Outputs go under `--out`, else `$OUT` when set, else a new temporary folder, and are rewritten after
 every row, so a run cut short still leaves what it did: `gpu_check.txt` (the table, with the failed rows'
@@ -506,10 +507,13 @@ class SpeedRow(Row):
         tflops = flops / (r['ms'] / 1e3) / 1e12
         card = ctx.results.get('card/gpu')
         bare = ctx.results.get(f'speed/{self.config} bare')
+        options = bench_gpu.ROWS.get(self.variant, {})
         what = ('the hand-written loop' if self.variant == 'bare' else
-                'main_train.py ' + (', '.join(f'{k}={json.dumps(v)}' for k, v in bench_gpu.ROWS[self.variant].items())
-                                    or 'as KAIR\'s file'))
-        return Result('ok', what, ms=r['ms'], data_ms=r['data_ms'], peak_gib=r['mem_gib'], tflops=tflops, flops=flops,
+                ', '.join(f'{k.rsplit(".", 1)[-1]}={json.dumps(v).strip(chr(34))}' for k, v in options.items())
+                or "KAIR's options as they are")
+        log = out.get('train', '')
+        compiled = [t.format(*m.groups()) for p, t in COMPILE_NOTES for m in re.finditer(p, log, re.M)]
+        return Result('ok', '; '.join(compiled) or what, ms=r['ms'], data_ms=r['data_ms'], peak_gib=r['mem_gib'], tflops=tflops, flops=flops,
                       share=100 * tflops / card.tflops if card and card.status == 'ok' else NAN,
                       ratio=r['ms'] / bare.ms if bare and bare.status == 'ok' and self.variant != 'bare' else NAN)
 
@@ -758,12 +762,12 @@ def run_row(row: Row, ctx: Ctx, deadline: float, procs: Processes) -> Result:
             with open(path, errors='replace') as log:
                 out[step.label] = log.read()
         seconds = time.monotonic() - t0
-        if timed_out is not None:
-            why = ('the time budget (--budget)' if limit >= deadline
-                   else f'its limit of {row.timeout_s * ctx.scale():.0f} s')
+        if timed_out is not None and limit >= deadline:  # cut short by the budget: not a finding about the row
+            return Result('skipped', f'time budget: {timed_out.label} stopped after {seconds:.0f} s', seconds=seconds)
+        if timed_out is not None:  # a hang, or far slower than it should be: a finding
             last = (out[timed_out.label].strip().splitlines() or [''])[-1][:200]
-            return Result('failed', f'{timed_out.label}: stopped at {why} after {seconds:.0f} s; last line: {last}',
-                          seconds=seconds)
+            return Result('failed', f'{timed_out.label}: stopped at its limit of {row.timeout_s * ctx.scale():.0f} s; '
+                                    f'last line: {last}', seconds=seconds)
         for step, _, _, proc in started:
             if proc.returncode:
                 return Result('failed', f'{step.label}: exit {proc.returncode}: {first_error(out[step.label])}',

@@ -117,7 +117,7 @@ EXPECTED: Dict[str, Expected] = {
         rf'^test/tiles-x8 +ok +PSNR {NUM} on 8 items, tiles 64/16, x8$',
         r'^export/onnx +ok +fp32 max\|diff\| \S+, fp16 max\|diff\| \S+$',
         rf'^speed/dncnn bare +ok +{NUM} +{NUM} +- +{NUM} +{NUM} +-  the hand-written loop$',
-        rf'^speed/dncnn default +ok +{NUM} +{NUM} +- +{NUM} +{NUM} +{NUM}  main_train.py as KAIR\'s file$',
+        rf'^speed/dncnn default +ok +{NUM} +{NUM} +- +{NUM} +{NUM} +{NUM}  KAIR\'s options as they are$',
         rf'^memory/vrt KAIR fp32 +ok +{NUM} +- +- +- +- +-  tiny network \(--quick\)$',
     ], slow=True),
     'bench_zoo.py': Expected([
