@@ -513,7 +513,8 @@ class SpeedRow(Row):
                 or "KAIR's options as they are")
         log = out.get('train', '')
         compiled = [t.format(*m.groups()) for p, t in COMPILE_NOTES for m in re.finditer(p, log, re.M)]
-        return Result('ok', '; '.join(compiled) or what, ms=r['ms'], data_ms=r['data_ms'], peak_gib=r['mem_gib'], tflops=tflops, flops=flops,
+        return Result('ok', '; '.join(compiled) or what, ms=r['ms'], data_ms=r['data_ms'], peak_gib=r['mem_gib'],
+                      tflops=tflops, flops=flops,
                       share=100 * tflops / card.tflops if card and card.status == 'ok' else NAN,
                       ratio=r['ms'] / bare.ms if bare and bare.status == 'ok' and self.variant != 'bare' else NAN)
 
