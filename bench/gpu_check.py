@@ -1022,13 +1022,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f'signal {signum}')
-    signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         execute(rows, ctx, jobs, deadline, procs, done)
     except KeyboardInterrupt:
         print('gpu_check.py: interrupted; stopping the rows that run', flush=True)
         procs.stop_all()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         write_outputs(out, header, rows, ctx.results, ctx.logs)
         if args.keep_work:
             print(f'work folder kept: {work}')

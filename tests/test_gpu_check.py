@@ -473,6 +473,40 @@ def test_the_outputs_are_three_files_the_json_without_nans_the_logs_in_one_archi
         assert tar.extractfile('logs/demo_a/1_train.log').read() == b'hello\n'
 
 
+def test_the_whole_gpu_run_goes_through_every_row_to_the_table(tmp_path, monkeypatch, capsys):
+    """main() as on a CUDA machine, each row's processes replaced by a result such a row gives: every row of
+    the plan is run (or skipped for a missing module), timed rows alone, the outputs and the table last."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setenv('OUT', str(tmp_path / 'out'))
+    started, running, lock = [], set(), threading.Lock()
+
+    def fake(row, ctx, deadline, procs):
+        with lock:
+            assert not (running and (row.exclusive or any(r.exclusive for r in running)))
+            assert deadline - time.monotonic() < 480 and (row.estimate_s, row.timeout_s) > (0, 0)
+            running.add(row)
+            started.append(row.name)
+        steps = row.steps(ctx)  # the commands a GPU run would start, built with the CUDA context
+        assert steps and all(step.argv for group in steps for step in group)
+        time.sleep(0.001)
+        with lock:
+            running.remove(row)
+        if row.part in ('speed', 'memory', 'card'):
+            return gc.Result('ok', 'measured', ms=20.0, peak_gib=1.5, tflops=500.0)
+        return gc.Result('ok', 'PSNR 24.00', ms=12.0, data_ms=0.5, peak_gib=0.3)
+    monkeypatch.setattr(gc, 'run_row', fake)
+    assert gc.main([]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = gc.plan()
+    skipped = {r.name for r in rows if any(not gc.installed(m) for m in r.needs)}
+    assert sorted(started) == sorted(r.name for r in rows if r.name not in skipped)
+    assert printed[0].startswith('== gpu_check.py: CUDA, torch ') and f'budget 480 s, {len(rows)} rows' in printed[0]
+    assert printed[-len(rows) - 1].startswith('row ') and printed[-1].startswith('memory/rvrt memory fp32 ')
+    assert sorted(os.listdir(tmp_path / 'out')) == sorted(gc.OUTPUTS)
+    results = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['rows']
+    assert {r['name']: r['status'] for r in results} == {r.name: 'skipped' if r.name in skipped else 'ok' for r in rows}
+
+
 def test_without_cuda_or_quick_nothing_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     assert gc.main(['--out', str(tmp_path / 'out')]) == 0
