@@ -61,12 +61,14 @@ Python 3.12), into a folder git ignores:
 (spandrel's own requirements, torch, torchvision, safetensors, numpy, einops and typing_extensions, are
 in the image; wandb would need a dozen more wheels, so its row is normally skipped). Then one call:
 
-    run(command="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade
-                 --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit;
-                 PYTHONUNBUFFERED=1 python3 bench/gpu_check.py 2>&1 | tee $OUT/gpu_check_console.txt",
+    run(command="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade "
+                "--target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; "
+                "PYTHONUNBUFFERED=1 python3 bench/gpu_check.py 2>&1 | tee $OUT/gpu_check_console.txt",
         carry=[".whl"], timeout_s=540)
 
-The reply's output ends with the table; the three files above and the console copy come back from $OUT.
+(one command line; without wheels, leave out everything before `PYTHONUNBUFFERED` and the carry). The
+reply's output ends with the table; the three files above and the console copy come back from $OUT.
+A second call can rerun what failed or was skipped: `python3 bench/gpu_check.py --only 'demo/fp16' ...`.
 """
 import argparse
 import fnmatch
