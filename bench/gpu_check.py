@@ -990,7 +990,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
     jobs = args.jobs or (2 if args.quick else min(12, max(2, cores - 2)))
     budget = args.budget or (480.0 if cuda and not args.quick else 1800.0 if args.quick else 7200.0)
-    work = tempfile.mkdtemp(prefix='gpu_check_work_')
+    work = '' if args.list else tempfile.mkdtemp(prefix='gpu_check_work_')
     ctx = Ctx(cuda=cuda, quick=args.quick, work=work, threads=max(1, cores // jobs),
               speed={'iters': args.speed_iters, 'warmup': args.speed_warmup, 'images': args.speed_images},
               memory={'reps': args.memory_reps, 'warmup': args.memory_warmup})
@@ -1001,7 +1001,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f'{r.name:<42} {r.part:<7} ~{r.estimate_s * ctx.scale():4.0f} s '
                   f'(limit {r.timeout_s * ctx.scale():4.0f} s)'
                   f'{" alone" if r.exclusive else ""}{f"  skipped: {why}" if why else ""}')
-        shutil.rmtree(work, ignore_errors=True)
         return 0
     out = args.out or os.environ.get('OUT') or tempfile.mkdtemp(prefix='gpu_check_')
     os.makedirs(out, exist_ok=True)

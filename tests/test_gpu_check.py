@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import types
@@ -505,6 +506,15 @@ def test_the_whole_gpu_run_goes_through_every_row_to_the_table(tmp_path, monkeyp
     assert sorted(os.listdir(tmp_path / 'out')) == sorted(gc.OUTPUTS)
     results = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['rows']
     assert {r['name']: r['status'] for r in results} == {r.name: 'skipped' if r.name in skipped else 'ok' for r in rows}
+
+
+def test_list_shows_the_plan_and_what_cannot_run_here_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    assert gc.main(['--list', '--only', 'demo/fp*']) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ['demo/fp32', 'demo/fp16']
+    assert lines[1].endswith('skipped: needs CUDA') and not os.listdir(tmp_path)
 
 
 def test_without_cuda_or_quick_nothing_runs(tmp_path, monkeypatch, capsys):
