@@ -22,6 +22,11 @@ trains tiny versions of the same networks on a few small images for a few iterat
 compile row: a smoke test of every code path, not a measurement.
 
     python bench/bench_gpu.py [--quick] [--out DIR] [--iters 200] [--warmup 50] [--images 800] [--workers 8]
+
+`--row CONFIG ROW --out DIR [same arguments]` measures one row of the table (`bare` or a row name) in this
+process and prints `RESULT {json}` (ms, data_ms, mem_gib; the bare row adds flops, the forward+backward
+FLOPs of one iteration); `--data DIR` only generates the images. bench/gpu_check.py runs the bare row so
+and the other rows' main_train.py commands (`ours_command`) directly, each in a process of its own.
 """
 import argparse
 import json
@@ -39,6 +44,7 @@ sys.path.insert(0, ROOT)
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from common import entry  # noqa: E402
 
 # name: (option file, KAIR's batch, patch, overrides for --quick: tiny networks)
 CONFIGS: Dict[str, Tuple[str, int, int, Dict[str, Any]]] = {
@@ -119,22 +125,27 @@ def flops_per_iteration(opt: Dict[str, Any], device: torch.device) -> float:
     return float(counter.get_total_flops())
 
 
-def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
-             workers: int) -> Dict[str, float]:
-    """A main_train.py process with the row's options; timings from its history.jsonl after `warmup`."""
-    opt, sets = _options(config, quick, data, {**ROWS[row], 'datasets.train.dataloader_num_workers': workers})
-    task = f'{config}_{row}'
+def ours_task(config: str, row: str) -> str:
+    """The task name of a main_train.py row: its run is <out>/runs/<task>."""
+    return f'{config}_{row}'
+
+
+def ours_command(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
+                 workers: int) -> Tuple[List[str], str]:
+    """The main_train.py command of a row (run it from any folder) and its task: the run is `out`/runs/<task>."""
+    _, sets = _options(config, quick, data, {**ROWS[row], 'datasets.train.dataloader_num_workers': workers})
+    task = ours_task(config, row)
     sets += [f'path.root={json.dumps(os.path.join(out, "runs"))}', f'task={json.dumps(task)}',
              f'train.total_iter={iters}', f'train.checkpoint_print={max(1, min(10, warmup))}',
              'train.checkpoint_save=1000000000', 'train.checkpoint_test=1000000000', 'train.E_decay=0.999',
              'logging.use_tensorboard=false', 'train.manual_seed=1']
     cmd = [sys.executable, os.path.join(ROOT, 'main_train.py'), '--opt', os.path.join(ROOT, CONFIGS[config][0]),
            '--fresh'] + [a for s in sets for a in ('--set', s)]
-    log = os.path.join(out, f'{task}.log')
-    with open(log, 'w') as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
-    if proc.returncode:
-        raise RuntimeError(f'{task}: main_train.py exited {proc.returncode}; see {log}')
+    return cmd, task
+
+
+def ours_numbers(out: str, task: str, warmup: int) -> Dict[str, float]:
+    """ms and data wait per iteration after `warmup`, and the peak GPU memory, from a run's history.jsonl."""
     rows = [json.loads(line) for line in open(os.path.join(out, 'runs', task, 'history.jsonl'))]
     steady = [r for r in rows if r.get('kind') == 'train' and r['iter'] > warmup] or \
         [r for r in rows if r.get('kind') == 'train']
@@ -142,6 +153,18 @@ def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int
             'data_ms': 1e3 * float(np.mean([r['data_time'] for r in steady])),
             'mem_gib': max((r.get('gpu_mem_gib', float('nan')) for r in rows if r.get('kind') == 'train'),
                            default=float('nan'))}
+
+
+def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
+             workers: int) -> Dict[str, float]:
+    """A main_train.py process with the row's options; timings from its history.jsonl after `warmup`."""
+    cmd, task = ours_command(config, row, quick, data, out, iters, warmup, workers)
+    log = os.path.join(out, f'{task}.log')
+    with open(log, 'w') as f:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
+    if proc.returncode:
+        raise RuntimeError(f'{task}: main_train.py exited {proc.returncode}; see {log}')
+    return ours_numbers(out, task, warmup)
 
 
 class BareImages(torch.utils.data.Dataset):
@@ -214,21 +237,81 @@ def run_bare(config: str, quick: bool, data: str, iters: int, warmup: int, worke
     return {'ms': 1e3 * elapsed / measured, 'data_ms': 1e3 * data_s / measured, 'mem_gib': mem}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def add_size_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments that size a run, shared by the whole table and `--row`."""
     p.add_argument('--quick', action='store_true', help='tiny networks, a few small images and iterations (any device)')
-    p.add_argument('--out', default=None, help='logs and data here (default: a temporary folder, removed)')
     p.add_argument('--iters', type=int, default=None, help='iterations per run (default 200; --quick 6)')
     p.add_argument('--warmup', type=int, default=None, help='iterations left out of the timings (default 50; --quick 2)')
     p.add_argument('--images', type=int, default=None, help='training images (default 800 of 480x480; --quick 8 of 112)')
     p.add_argument('--workers', type=int, default=None, help='loader workers of every run (default 8; --quick 1)')
+
+
+def sizes(args: argparse.Namespace) -> Tuple[int, int, int, int]:
+    """(iterations, warm-up iterations, images, workers) as given, else the defaults of the mode."""
+    quick = args.quick
+    return (args.iters or (6 if quick else 200), args.warmup if args.warmup is not None else (2 if quick else 50),
+            args.images or (8 if quick else 800), args.workers if args.workers is not None else (1 if quick else 8))
+
+
+def prepare_data(out: str, images: int, quick: bool) -> str:
+    """The generated training and test images under `out`/data (kept there once complete)."""
+    data = os.path.join(out, 'data')
+    make_images(os.path.join(data, 'train'), images, 112 if quick else 480)
+    make_images(os.path.join(data, 'test'), 2, 112 if quick else 480)
+    return data
+
+
+def measure(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int, workers: int,
+            device: torch.device) -> Dict[str, float]:
+    """One row of the table: the bare loop in this process, or a main_train.py run with the row's options."""
+    if row == 'bare':
+        return run_bare(config, quick, data, iters, warmup, workers, device)
+    return run_ours(config, row, quick, data, out, iters, warmup, workers)
+
+
+def row_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description='one row of bench_gpu.py\'s table')
+    p.add_argument('config', choices=list(CONFIGS))
+    p.add_argument('row', choices=['bare', *ROWS])
+    p.add_argument('--out', required=True, help='data and runs here (the images are generated once, then kept)')
+    add_size_arguments(p)
+    return p
+
+
+def row_main(argv: List[str]) -> int:
+    """`--row CONFIG ROW`: one row, measured in this process; prints `RESULT {json}` (with the FLOPs of one
+    iteration for the bare row)."""
+    args = row_parser().parse_args(argv)
+    iters, warmup, images, workers = sizes(args)
+    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    os.makedirs(args.out, exist_ok=True)
+    data = prepare_data(args.out, images, args.quick)
+    result = measure(args.config, args.row, args.quick, data, args.out, iters, warmup, workers, device)
+    if args.row == 'bare':
+        opt, _ = _options(args.config, args.quick, data, {})
+        result['flops'] = flops_per_iteration(opt, device)
+    print('RESULT ' + json.dumps(result), flush=True)
+    return 0
+
+
+def data_main(argv: List[str]) -> int:
+    """`--data OUT [--images N] [--quick]`: only generate the images of `--row` (kept once complete)."""
+    p = argparse.ArgumentParser(description='the images of bench_gpu.py')
+    p.add_argument('out')
+    add_size_arguments(p)
+    args = p.parse_args(argv)
+    prepare_data(args.out, sizes(args)[2], args.quick)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    add_size_arguments(p)
+    p.add_argument('--out', default=None, help='logs and data here (default: a temporary folder, removed)')
     p.add_argument('--only', nargs='+', default=list(CONFIGS), choices=list(CONFIGS))
     args = p.parse_args()
     quick = args.quick
-    iters = args.iters or (6 if quick else 200)
-    warmup = args.warmup if args.warmup is not None else (2 if quick else 50)
-    images = args.images or (8 if quick else 800)
-    workers = args.workers if args.workers is not None else (1 if quick else 8)
+    iters, warmup, images, workers = sizes(args)
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     if device.type != 'cuda' and not quick:
         print('bench_gpu.py: no CUDA GPU here, nothing measured (--quick runs its smoke test on any device)')
@@ -236,9 +319,7 @@ def main() -> int:
     out = args.out or tempfile.mkdtemp(prefix='bench_gpu_')
     os.makedirs(out, exist_ok=True)
     try:
-        data = os.path.join(out, 'data')
-        make_images(os.path.join(data, 'train'), images, 112 if quick else 480)
-        make_images(os.path.join(data, 'test'), 2, 112 if quick else 480)
+        data = prepare_data(out, images, quick)
         peak = matmul_tflops(device, 512 if quick else 8192)
         name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'
         print(f'== bench_gpu.py{" (quick)" if quick else ""}: {name}, torch {torch.__version__}, {iters} iterations '
@@ -247,12 +328,12 @@ def main() -> int:
         for config in args.only:
             opt, _ = _options(config, quick, data, {})
             flops = flops_per_iteration(opt, device)
-            results = {'bare': run_bare(config, quick, data, iters, warmup, workers, device)}
+            results = {'bare': measure(config, 'bare', quick, data, out, iters, warmup, workers, device)}
             print(f'{config}: bare {results["bare"]["ms"]:.1f} ms/iter', flush=True)
             for row in CONFIG_ROWS[config]:
                 if quick and row == 'compile':
                     continue
-                results[f'ours {row}'] = run_ours(config, row, quick, data, out, iters, warmup, workers)
+                results[f'ours {row}'] = measure(config, row, quick, data, out, iters, warmup, workers, device)
                 print(f'{config}: ours {row} {results[f"ours {row}"]["ms"]:.1f} ms/iter', flush=True)
             for row, r in results.items():
                 tflops = flops / (r['ms'] / 1e3) / 1e12
@@ -270,4 +351,4 @@ def main() -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    entry(main, row=row_main, data=data_main)

@@ -57,4 +57,7 @@ echo
 echo "== bench_video_gpu.py: VRT 006 / RVRT 002 training step memory and time on a CUDA GPU; attention blocks on any device"
 python bench/bench_video_gpu.py "${ARGS[@]}"
 echo
+echo "== gpu_check.py: every training path on CUDA, then bench_gpu.py's and bench_video_gpu.py's rows, one table (CUDA only; --quick anywhere)"
+python bench/gpu_check.py "${ARGS[@]}"
+echo
 echo "== done $(date '+%H:%M:%S'), uptime:$(uptime | sed 's/.*load average/ load average/')"

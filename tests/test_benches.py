@@ -1,5 +1,5 @@
-"""Benchmarks never rot: every bench/bench_*.py runs with --quick, prints its whole table, writes nothing
-into the project, and bench/run_all.sh runs it.
+"""Benchmarks never rot: every bench/bench_*.py (and bench/gpu_check.py) runs with --quick, prints its whole
+table, writes nothing into the project, and bench/run_all.sh runs it.
 
 A benchmark is not a test, but one nobody runs breaks silently when the code under it changes
 (bench_loop.py crashed for a while once the Reporter wrote history.jsonl). `--quick` is each
@@ -20,7 +20,8 @@ import pytest
 from conftest import ROOT, clean_env
 
 BENCH_DIR = os.path.join(ROOT, 'bench')
-BENCHES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCH_DIR, 'bench_*.py')))
+BENCHES = sorted(os.path.basename(p) for pattern in ('bench_*.py', 'gpu_check.py')
+                 for p in glob.glob(os.path.join(BENCH_DIR, pattern)))
 NUM = r'\d+\.\d+'  # a measured number (nan or inf would not match)
 
 
@@ -113,6 +114,22 @@ EXPECTED: Dict[str, Expected] = {
             ('vrt', 'KAIR', 'fp32'), ('vrt', 'KAIR', 'bf16'), ('vrt', 'memory', 'fp32'), ('vrt', 'memory', 'bf16'),
             ('rvrt', 'KAIR', 'fp32'), ('rvrt', 'KAIR', 'bf16'), ('rvrt', 'memory', 'fp32'))],
     ], slow=True),
+    'gpu_check.py': Expected([
+        r'^== gpu_check.py \(quick\): CPU, torch .*, 11 rows; out ',
+        r'^== 11 rows: 9 ok, 0 FAILED, 2 skipped in \d+ s of the 1800 s budget; ',
+        r'^row +result +ms/step +data ms +peak GiB +TFLOP/s +% bf16 +/ bare  note$',
+        rf'^card/gpu +ok +- +- +- +{NUM} +- +-  CPU, \d+ cores$',
+        r'^demo/compile-reduce-overhead +skipped  needs CUDA$',
+        rf'^demo/fp32 +ok +{NUM} +{NUM} +- +- +- +-  PSNR {NUM}$',
+        r'^demo/fp16 +skipped  needs CUDA$',
+        rf'^launch/env-world1 +ok +{NUM} +{NUM} +- +- +- +-  PSNR {NUM}; gloo$',
+        r'^resume/bit-exact +ok +8 = 4 \+ 4 bit for bit: weights, EMA, optimizer, schedule$',
+        rf'^test/tiles-x8 +ok +PSNR {NUM} on 8 items, tiles 64/16, x8$',
+        r'^export/onnx +ok +fp32 max\|diff\| \S+, fp16 max\|diff\| \S+$',
+        rf'^speed/dncnn bare +ok +{NUM} +{NUM} +- +{NUM} +{NUM} +-  the hand-written loop$',
+        rf'^speed/dncnn default +ok +{NUM} +{NUM} +- +{NUM} +{NUM} +{NUM}  KAIR\'s options as they are$',
+        rf'^memory/vrt KAIR fp32 +ok +{NUM} +- +- +- +- +-  tiny network \(--quick\)$',
+    ], slow=True),
     'bench_zoo.py': Expected([
         rf'^swinir__train_swinir_car_jpeg +swinir +[\d,]+ +1x1x16x16 +{NUM}$',
         rf'^train_usrnet +usrnet +[\d,]+ +1x3x16x16 +{NUM}$',
@@ -139,7 +156,7 @@ def bench_params() -> List[Any]:
 
 
 def test_the_glob_finds_the_benchmarks_and_not_their_helpers():
-    assert 'bench_loop.py' in BENCHES and 'loader_baselines.py' not in BENCHES
+    assert {'bench_loop.py', 'gpu_check.py'} <= set(BENCHES) and 'loader_baselines.py' not in BENCHES
 
 
 @pytest.mark.parametrize('name', bench_params())
