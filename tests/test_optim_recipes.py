@@ -395,3 +395,43 @@ def test_schedule_free_optimizers_with_the_library_default_lr_learn(tmp_path, on
             last = model.backward([_batch(0)]).item()
         assert last < 0.8 * first, name
         assert math.isfinite(last)
+
+
+def _forbid_host_reads(m):
+    def forbidden(name):
+        def read(self, *args, **kwargs):
+            raise AssertionError(f'a training step read a tensor on the host: Tensor.{name}')
+        return read
+    for name in ('item', '__bool__', 'tolist', '__float__', '__int__', 'numpy'):
+        m.setattr(torch.Tensor, name, forbidden(name))
+
+
+@pytest.mark.parametrize('name', ['adamw_sf', 'adan_sf', 'adan', 'adopt', 'stableadamw', 'lion'])
+def test_recipe_steps_never_read_the_device(tmp_path, monkeypatch, name, one_thread):
+    """As on CUDA under nan_policy "stop" (host_verdict off): the optimizer's step, the schedule, the EMA's warm-up,
+    switch and schedule-free averaging, NaN iteration included, with no host read of a device value. (Prodigy reads
+    its step-size estimate on the host inside the library. torch's NAdam and RAdam read their step counts, which
+    torch keeps in host memory unless `capturable`: no wait for the GPU, but a read this test cannot tell apart.)"""
+    model = _model(tmp_path, nan_policy='stop', **_recipe(name))
+    model.host_verdict = False
+    _train(model, (1,))  # the optimizer's state is created on the first step (the library may look at shapes)
+    with monkeypatch.context() as m:
+        _forbid_host_reads(m)
+        for step in (2, 3, 4):
+            batch = _batch(step)
+            if step == 3:
+                batch['L'][0, 0, 0, 0] = float('nan')
+            loss = model.backward([batch])
+            model.step(step, loss, model.finalize_gradients(step, loss))
+
+
+def test_a_gan_step_with_adaptive_d_never_reads_the_device(tmp_path, demo_images, monkeypatch):
+    from tests.test_gan import _batch as gan_batch, _model as gan_model
+    model = gan_model(tmp_path, demo_images, D_adaptive=True, G_optimizer_fused=True, D_optimizer_fused=True,
+                      E_warmup_iter=3)
+    with monkeypatch.context() as m:
+        _forbid_host_reads(m)
+        for step in (1, 2, 3):
+            loss = model.backward([gan_batch(step)])
+            model.step(step, loss, model.finalize_gradients(step, loss))
+            model.end_iteration(step)
