@@ -200,6 +200,8 @@ class Trainer:
             wandb_id = self.restore(self.point)
             self.point = None  # the weights it holds are in the model now
         self.reporter = Reporter(self.opt, self.main, wandb_id, start_iter=self.step)
+        if self.main:
+            self.reporter.row(self.schedule_row(self.train_opt['total_iter']))
 
     def tidy_checkpoints(self, start_iter: int) -> None:
         """Rank 0: remove what interrupted or failed saves left, set aside saves newer than the start.
@@ -370,7 +372,6 @@ class Trainer:
             return
         self.log.info(f'start training at iteration {self.step} of {total}')
         self.model.end_iteration(self.step)
-        self.reporter.row(self.schedule_row(total))
         self.timing = Timing()
         groups = self.training_batches()
         self.timing.tick()
