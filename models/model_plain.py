@@ -263,8 +263,8 @@ class ModelPlain:
         fused = ' (fused)' if self.optimizer.defaults.get('fused') else ''
         if self.averaging is not None:
             fused += ' (schedule-free: validated and saved at its averaged weights)'
-        return (f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {self.train_opt["G_optimizer_type"]} '
-                f'({type(self.optimizer).__name__}){fused}')
+        kind = f'{self.train_opt["G_optimizer_type"]} ({type(self.optimizer).__name__})'
+        return f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {kind}{fused}'
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned

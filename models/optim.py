@@ -102,7 +102,8 @@ OPTIMIZERS.register('nadam', options={
     'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, 'eps': EPS,
     'momentum_decay': Key(0.004, _NUM, non_negative),  # NAdam's psi: how fast the momentum schedule warms up
     'decoupled_wd': DECOUPLE, 'foreach': FOREACH})(OptimizerKind(torch.optim.NAdam, {
-        **_ADAM_KW, 'momentum_decay': 'momentum_decay', 'decoupled_wd': 'decoupled_weight_decay', 'foreach': 'foreach'}))
+        **_ADAM_KW, 'momentum_decay': 'momentum_decay', 'decoupled_wd': 'decoupled_weight_decay',
+        'foreach': 'foreach'}))
 OPTIMIZERS.register('radam', options={
     'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, 'eps': EPS, 'decoupled_wd': DECOUPLE,
     'foreach': FOREACH})(OptimizerKind(torch.optim.RAdam, {
@@ -582,7 +583,8 @@ def _cosine(where: str, periods: Union[int, List[int]], restart_weights: Union[N
 
 
 # the iteration at which a schedule that runs to an end ends; null: train.total_iter
-END_ITER = Key(None, (int, type(None)), lambda v: None if v is None or v > 0 else 'must be > 0 (null: train.total_iter)')
+END_ITER = Key(None, (int, type(None)),
+               lambda v: None if v is None or v > 0 else 'must be > 0 (null: train.total_iter)')
 ETA_MIN = Key(0.0, (int, float), non_negative)  # the lr at the end of the decay
 
 
@@ -597,7 +599,8 @@ def _linear_decay(where: str, eta_min: float, total_iter: Optional[int]) -> Dict
 
 
 @SCHEDULERS.register('ExponentialLR', 'exponential', options={
-    'gamma': Key(REQUIRED, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]')})  # lr factor per iteration
+    # the lr's factor per iteration
+    'gamma': Key(REQUIRED, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]')})
 def _exponential(where: str, gamma: float) -> Dict[str, Any]:
     return {'kind': 'exponential', 'gamma': gamma}
 
