@@ -205,6 +205,8 @@ class Trainer:
             wandb_id = self.restore(self.point)
             self.point = None  # the weights it holds are in the model now
         self.reporter = Reporter(self.opt, self.main, wandb_id, start_iter=self.step)
+        if self.main:
+            self.reporter.row(self.schedule_row(self.train_opt['total_iter']))
 
     def tidy_checkpoints(self, start_iter: int) -> None:
         """Rank 0: remove what interrupted or failed saves left, set aside saves newer than the start.
@@ -398,6 +400,30 @@ class Trainer:
             else f'no validation since val.best_metric {best["metric"]} was chosen'))
         self.check_replicas()
 
+    def schedule_row(self, total: int, points: int = 400) -> Dict[str, Any]:
+        """The history row of the lr schedule planned from here to `total` (curves.png draws it in the lr panel):
+        `points` evenly spaced iterations plus each side of every step of the schedule (a milestone's drop is
+        drawn where it happens), from the schedule's closed form; rank 0 writes it at every start."""
+        first = self.step
+        its = sorted({first, total, *range(first, total + 1, max(1, (total - first) // points or 1))})
+        lrs = self.model.lr_schedule(its)
+        # where the lr jumps between two samples (milestones, restarts), add the iterations around the jump
+        fine: List[int] = []
+        for (a, x), (b, y) in zip(zip(its, lrs), zip(its[1:], lrs[1:])):
+            if b - a > 1 and abs(y - x) > 0.1 * max(abs(x), abs(y)):
+                lo, hi = a, b  # bisect the jump to the iteration where it happens
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if abs(self.model.lr_schedule([mid])[0] - x) <= 0.1 * max(abs(x), abs(y)):
+                        lo = mid
+                    else:
+                        hi = mid
+                fine += [lo, hi]
+        if fine:
+            its = sorted(set(its) | set(fine))
+            lrs = self.model.lr_schedule(its)
+        return {'kind': 'schedule', 'iter': self.step, 'points': [[i, lr] for i, lr in zip(its, lrs)]}
+
     def training_batches(self) -> Iterator[List[Any]]:
         """The micro-batch groups of one optimizer step each, from where training stands on, across epochs.
 
@@ -456,7 +482,9 @@ class Trainer:
             return 'checkpoint saved'
         if not self.step:
             return 'nothing to save yet'
-        return 'checkpoint saved' if self.save() else 'the checkpoint FAILED'
+        with self.model.eval_weights():
+            saved = self.save()
+        return 'checkpoint saved' if saved else 'the checkpoint FAILED'
 
     def after_step(self, total: int) -> None:
         """Check skipped steps, print, save, then validate (a failing validation never costs the save).
@@ -477,10 +505,14 @@ class Trainer:
             self.check_skipped_steps()
         if print_due:
             self.print_status(*self.timing.take())
-        if save_due:
-            self.save()
-        if validate_due:
-            self.validate()
+        if save_due or validate_due:
+            # a schedule-free optimizer's averaged weights are what is validated and saved; one switch for both
+            # (each switch and its way back round the training weights: a resumed run makes the same one)
+            with self.model.eval_weights():
+                if save_due:
+                    self.save()
+                if validate_due:
+                    self.validate()
 
     def train_step(self, batches: List[Any]) -> None:
         """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), then the gated step.

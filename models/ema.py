@@ -1,6 +1,7 @@
-"""Exponential moving average of a network's weights (KAIR's netE, `E_decay`)."""
+"""Exponential moving average of a network's weights (KAIR's netE, `E_decay`), with a warm-up of the decay
+(`E_warmup_iter`) and the copy of the average back into the trained network (`E_switch_iter`)."""
 import copy
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 from torch import nn
@@ -17,12 +18,17 @@ class ModelEMA:
     One `torch._foreach_lerp_` over all parameters (no per-parameter Python work); buffers (e.g.
     BatchNorm running statistics) are copied rather than averaged. `state_dict()` is the plain network
     state_dict, so the EMA checkpoint loads directly into a fresh network.
+
+    `warmup_iter` > 0 ramps the decay linearly from 0 at iteration 0 to `decay` at iteration `warmup_iter`
+    (`decay_at`): the first updates follow the network closely instead of averaging in its random start.
+    The decay is a function of the iteration alone, so a resumed run continues on the same ramp.
     """
 
-    def __init__(self, model: nn.Module, decay: float):
+    def __init__(self, model: nn.Module, decay: float, warmup_iter: int = 0):
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f'EMA decay must be in [0, 1], got {decay}')
         self.decay = float(decay)
+        self.warmup_iter = int(warmup_iter)
         self.module = copy.deepcopy(_unwrap(model)).eval()
         self.refresh()
 
@@ -45,19 +51,37 @@ class ModelEMA:
             self._source, self._source_tensors = src, [params, buffers]
         return self._source_tensors
 
+    def decay_at(self, step: Optional[int]) -> float:
+        """The decay of the update at iteration `step` (None: the full decay)."""
+        if step is None or self.warmup_iter <= 0 or step >= self.warmup_iter:
+            return self.decay
+        return self.decay * max(step, 0) / self.warmup_iter
+
     @torch.no_grad()
-    def update(self, model: nn.Module, applied: Optional[torch.Tensor] = None) -> None:
+    def update(self, model: nn.Module, applied: Optional[torch.Tensor] = None, step: Optional[int] = None,
+               weights_of: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None) -> None:
         """Move the average towards `model`'s weights. `applied` (a device bool, None: True) is whether this
         iteration's optimizer step was applied: a skipped step leaves the average where it was, decided on
-        the device (the weight of the move is 0), with no host sync. Buffers are copied either way."""
+        the device (the weight of the move is 0), with no host sync. Buffers are copied either way.
+        `step`: the iteration, for the warm-up of the decay. `weights_of` maps `model`'s parameters to the
+        weights to average instead (a schedule-free optimizer's evaluation point, models/optim.py Averaging)."""
         params, buffers = self._tensors_of(model)
         if params:
-            weight: Union[float, torch.Tensor] = 1.0 - self.decay
+            targets = weights_of(params) if weights_of is not None else params
+            weight: Union[float, torch.Tensor] = 1.0 - self.decay_at(step)
             if applied is not None:
                 weight = applied.to(torch.float32) * weight
-            torch._foreach_lerp_(self._params, params, weight)
+            torch._foreach_lerp_(self._params, targets, weight)
         if buffers:
             torch._foreach_copy_(self._buffers, buffers)
+
+    @torch.no_grad()
+    def copy_to(self, model: nn.Module) -> None:
+        """`E_switch_iter`: the averaged weights into `model`'s parameters, in place (one foreach copy; DDP's
+        and the optimizer's references to the parameters stay valid). Buffers are the model's already."""
+        params, _ = self._tensors_of(model)
+        if params:
+            torch._foreach_copy_(params, self._params)
 
     def state_dict(self) -> Dict[str, Any]:
         return self.module.state_dict()

@@ -6,7 +6,8 @@ main_train.py's Trainer calls exactly these members, and nothing else, on the mo
 against this Protocol, names and parameters). ModelPlain (models/model_plain.py) implements them
 all for image restoration; the other models extend it.
 """
-from typing import Any, ClassVar, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import (Any, ClassVar, ContextManager, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple,
+                    runtime_checkable)
 
 import torch
 from torch import nn
@@ -52,6 +53,14 @@ class TrainingModel(Protocol):
 
     def current_lr(self) -> float:
         """The learning rate of the main optimizer's first group, for the log."""
+
+    def lr_schedule(self, iterations: Sequence[int]) -> List[float]:
+        """The learning rate the schedule gives the main optimizer's first group at each of `iterations`
+        (curves.png draws the plan next to the logged values)."""
+
+    def eval_weights(self) -> ContextManager[None]:
+        """Every rank: the networks at their evaluation weights inside the context (a schedule-free optimizer's
+        average), at their training weights after. The loop validates and writes checkpoints inside it."""
 
     def networks(self) -> List[nn.Module]:
         """Every trained network whose parameters must be identical on all ranks (replica checks)."""

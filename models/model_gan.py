@@ -18,9 +18,10 @@ processes x batch b differ from one process x batch N*b there, as in every DDP G
 
 Beyond KAIR: `G_extra_losses` (added to the pixel loss, as in ModelPlain), LDL's artifact loss
 (`ldl_weight`, losses/ldl.py: the EMA generator's output under no_grad is its reference), the hinge loss
-(`gan_type: "hinge"`), and pix2pixHD's multi-scale discrimination (`D_num_scales`: independent copies of
+(`gan_type: "hinge"`), pix2pixHD's multi-scale discrimination (`D_num_scales`: independent copies of
 netD on the image average-pooled 0, 1, 2, ... times, the adversarial losses averaged over the copies; all
-copies are one module, one DDP and one `_D.pth`; with 1, netD is the bare network as before).
+copies are one module, one DDP and one `_D.pth`; with 1, netD is the bare network as before), and
+traiNNer-redux's adaptive discriminator updates (`D_adaptive`, see `_adaptive_d_step`).
 """
 import contextlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -36,17 +37,18 @@ from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
 from models.model_plain import NETWORK_FAILURES, ModelPlain, failure_text, load_resume_weights
 from models.networks.layers.init import init_weights
-from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
+from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_optimizer, build_scheduler, gated_step,
+                          refreshed_group_keys, resume_optimizer)
 from models.registry import MODELS
 from models.restorer import build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Choice, Key, learning_rate, non_negative, rule
+from utils.options import Choice, Key, learning_rate, non_negative, rule, unit_interval
 
 
 @rule('>= 1', minimum=1)
-def _positive_int(v: Any) -> Optional[str]:
+def _at_least_one(v: Any) -> Optional[str]:
     return None if v >= 1 else 'must be >= 1'
 
 
@@ -75,6 +77,11 @@ class MultiScaleDiscriminator(nn.Module):
         return out
 
 
+# slots of the loss sums (ModelGAN._parts): pixel, perceptual, adversarial (G steps), D loss, D(real), D(fake),
+# G steps, D steps, LDL, D steps skipped by D_adaptive, then each of G_extra_losses
+_ADV, _G_STEPS, _D_STEPS, _D_SKIPPED, _EXTRAS = 2, 6, 7, 9, 10
+
+
 def _mean(values: List[torch.Tensor]) -> torch.Tensor:
     """The mean over discriminator scales; one scale is itself, unchanged to the bit."""
     return values[0] if len(values) == 1 else sum(values) / len(values)
@@ -90,9 +97,9 @@ class ModelGAN(ModelPlain):
         'F_lossfn_weight': Key(1.0, (int, float), non_negative, 'weight of the VGG perceptual loss (0: none)'),
         **GANLoss.OPTIONS,
         'D_lossfn_weight': Key(0.1, (int, float), non_negative, 'weight of the adversarial loss in netG\'s total'),
-        'D_update_ratio': Key(1, (int,), _positive_int, 'netG is updated every this many iterations'),
+        'D_update_ratio': Key(1, (int,), _at_least_one, 'netG is updated every this many iterations'),
         'D_init_iters': Key(0, (int,), non_negative, 'iterations that train netD alone first'),
-        'D_optimizer_type': Key('adam', (str,), help='netD\'s optimizer: adam or adamw'),
+        'D_optimizer_type': Key('adam', (str,), help='netD\'s optimizer: a name of models/optim.py'),
         'D_optimizer_lr': Key(1e-4, (int, float), learning_rate, 'netD\'s learning rate'),
         'D_optimizer_reuse': Key(True, (bool,), help='on resume, load netD\'s saved optimizer state'),
         'D_scheduler_type': Key('MultiStepLR', (str, type(None)), help='netD\'s learning-rate schedule (null: '
@@ -100,11 +107,19 @@ class ModelGAN(ModelPlain):
         'D_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear warm-up of netD\'s learning rate'),
         'D_param_strict': Key(True, (bool,), help='path.pretrained_netD must match netD key for key'),
         # pix2pixHD's multi-scale discrimination: copies of netD
-        'D_num_scales': Key(1, (int,), _positive_int, 'copies of netD, copy k judging the image halved k times '
+        'D_num_scales': Key(1, (int,), _at_least_one, 'copies of netD, copy k judging the image halved k times '
                                                       '(pix2pixHD)'),
         # LDL's artifact loss (Liang et al. 2022); 0: off
         'ldl_weight': Key(0.0, (int, float), non_negative, 'weight of LDL\'s artifact loss (needs E_decay > 0); '
                                                            '0: off'),
+        # traiNNer-redux's adaptive_d: D's step is skipped while G's smoothed adversarial loss rises too fast
+        'D_adaptive': Key(False, (bool,), help='skip netD\'s step while netG\'s smoothed adversarial loss rises '
+                                               'faster than D_adaptive_threshold (traiNNer-redux\'s adaptive_d)'),
+        'D_adaptive_decay': Key(0.999, (int, float), unit_interval, 'smoothing (EMA decay) of netG\'s adversarial '
+                                                                    'loss for D_adaptive'),
+        'D_adaptive_threshold': Key(1.02, (int, float), _at_least_one,
+                                    'a rise of the smoothed loss by more than this factor in one iteration skips '
+                                    'that iteration\'s netD step'),
     }
     CHOICES: Dict[str, Choice] = {**ModelPlain.CHOICES, 'D_optimizer_type': Choice(OPTIMIZERS, 'D_optimizer_'),
                                   'D_scheduler_type': Choice(SCHEDULERS, 'D_scheduler_')}
@@ -143,14 +158,16 @@ class ModelGAN(ModelPlain):
         self.gan_loss = GANLoss(t['gan_type'])
         self.optimizer_d = build_optimizer([p for p in self.net_d.parameters() if p.requires_grad], t, 'D', device)
         self.scheduler_d = build_scheduler(self.optimizer_d, t, 'D')
+        self.averaging_d: Optional[Averaging] = averaging(self.optimizer_d)
         self.scaler_d = torch.amp.GradScaler(device.type) if self.scaler is not None else None
         self._iteration = 0
         self._update_g = True
         self._d_loss = torch.zeros((), device=device)
-        # sums since the last log over the applied iterations: pixel, perceptual, adversarial (G steps), D loss,
-        # D(real), D(fake), G steps, D steps, LDL, then each of G_extra_losses
-        self._parts = torch.zeros(9 + len(self.extra_losses), device=device)
+        # sums since the last log over the applied iterations, by the slots above
+        self._parts = torch.zeros(_EXTRAS + len(self.extra_losses), device=device)
         self._iteration_parts = torch.zeros_like(self._parts)
+        # D_adaptive: [smoothed adversarial loss of G, whether it holds a value yet], on the device
+        self._adaptive = torch.zeros(2, device=device)
 
     def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """netG's check (see ModelPlain), then netD and the perceptual loss on its output: a netD that does not
@@ -267,7 +284,7 @@ class ModelGAN(ModelPlain):
         for k, extra in enumerate(self.extra_losses.values()):
             term = extra(E, H).float() / n
             loss = loss + term
-            parts[9 + k] += term.detach()
+            parts[_EXTRAS + k] += term.detach()
         if self.perceptual is not None:
             percep = t['F_lossfn_weight'] * self.perceptual(E, batch_transforms.target(batch, 'perceptual')).float() / n
             loss = loss + percep
@@ -339,26 +356,57 @@ class ModelGAN(ModelPlain):
         return finite
 
     def step(self, step: int, loss: torch.Tensor, applied: Optional[torch.Tensor] = None) -> None:
-        """G's step (when due) and D's, both gated by `applied` (see ModelPlain.step)."""
+        """G's step (when due) and D's, both gated by `applied` (see ModelPlain.step); D's also by `D_adaptive`."""
         if not self._finalized:
             self.finalize_gradients(step, loss)
         if self._update_g:
             super().step(step, loss, applied)
         else:  # nothing to apply to G; its schedule and EMA follow the iteration as in KAIR
             self.scheduler.step()
-            if self.ema is not None:
-                self.ema.update(self.net_g, applied)
-        gated_step(self.optimizer_d, applied, self.scaler_d)
+            self.update_ema(step, applied)
+        d_applied, host_verdict = applied, self.host_verdict
+        if self.train_opt['D_adaptive'] and self._update_g:
+            d_go = self._adaptive_d_step(applied)
+            d_applied = d_go if applied is None else applied & d_go
+            host_verdict = True  # a skip decided by D_adaptive must be honoured, whatever nan_policy says
+        gated_step(self.optimizer_d, d_applied, self.scaler_d, host_verdict)
         self.scheduler_d.step()
         parts = self._iteration_parts
         self._parts += parts if applied is None else torch.where(applied, parts, torch.zeros_like(parts))
 
+    def _adaptive_d_step(self, applied: Optional[torch.Tensor]) -> torch.Tensor:
+        """`D_adaptive` (traiNNer-redux's adaptive_d): whether D steps this iteration, a device bool, the same on
+        every rank. G's adversarial loss of the iteration (its mean over the ranks: one all-reduce, so N ranks x b
+        decide as 1 rank x N*b) updates a moving average (decay `D_adaptive_decay`); D's step is skipped when the
+        average rose by more than the factor `D_adaptive_threshold` (a rise beyond (threshold - 1) x |average|, so
+        that losses below zero, the hinge loss's, are judged alike): G is falling behind D. Unlike traiNNer-redux,
+        the average starts at the first value instead of 0, which skipped D for the first ~50 iterations there.
+        A step not applied (non-finite) leaves the average as it was. Device operations only."""
+        adv = self._iteration_parts[_ADV].clone()
+        world = dist.get_world_size()
+        if world > 1:
+            dist.all_reduce_sum(adv)
+            adv /= world
+        t = self.train_opt
+        decay, rise = float(t['D_adaptive_decay']), float(t['D_adaptive_threshold']) - 1.0
+        average, seen = self._adaptive[0], self._adaptive[1] > 0
+        new = torch.where(seen, decay * average + (1.0 - decay) * adv, adv)
+        skip = seen & (new - average > rise * average.abs())
+        state = torch.stack([new, torch.ones_like(new)])
+        self._adaptive.copy_(state if applied is None else torch.where(applied, state, self._adaptive))
+        self._iteration_parts[_D_SKIPPED] = skip.to(self._iteration_parts.dtype)
+        return ~skip
+
+    def averagings(self) -> List[Averaging]:
+        return super().averagings() + ([self.averaging_d] if self.averaging_d is not None else [])
+
     def log_losses(self) -> Dict[str, float]:
-        """KAIR's log: G's losses (means over G steps), D's loss and mean outputs (over D steps)."""
+        """KAIR's log: G's losses (means over G steps), D's loss and mean outputs (over D steps); with D_adaptive,
+        `D_skipped`: the share of the iterations whose D step it skipped."""
         t = self._parts.clone()
         dist.all_reduce_sum(t)
         self._parts.zero_()
-        pix, percep, adv, d_loss, d_real, d_fake, g_steps, d_steps, ldl, *extras = t.tolist()
+        pix, percep, adv, d_loss, d_real, d_fake, g_steps, d_steps, ldl, d_skipped, *extras = t.tolist()
         out = {}
         if g_steps:
             out.update(G_loss=(pix + percep + adv + ldl + sum(extras)) / g_steps, l_g_pix=pix / g_steps,
@@ -368,6 +416,8 @@ class ModelGAN(ModelPlain):
             out.update({f'l_g_{name}': value / g_steps for name, value in zip(self.extra_losses, extras)})
         if d_steps:
             out.update(D_loss=d_loss / d_steps, D_real=d_real / d_steps, D_fake=d_fake / d_steps)
+            if self.train_opt['D_adaptive']:
+                out['D_skipped'] = d_skipped / d_steps
         self._loss_sum.zero_()
         self._loss_steps.zero_()
         return out
@@ -378,7 +428,7 @@ class ModelGAN(ModelPlain):
     def training_state(self) -> Dict[str, Any]:
         state = super().training_state()
         state.update(optimizer_d=self.optimizer_d.state_dict(), scheduler_d=self.scheduler_d.state_dict(),
-                     optimizer_d_type=self.train_opt['D_optimizer_type'])
+                     optimizer_d_type=self.train_opt['D_optimizer_type'], adaptive_d=self._adaptive.clone())
         if self.scaler_d is not None:
             state['grad_scaler_d'] = self.scaler_d.state_dict()
         return state
@@ -391,7 +441,12 @@ class ModelGAN(ModelPlain):
         load_resume_weights(self.net_d, weights['D'], 'D', self.opt['netD']['net_type'])
         t = self.train_opt
         notes = resume_optimizer(self.optimizer_d, training['optimizer_d'], t['D_optimizer_reuse'],
-                                 training['optimizer_d_type'], t['D_optimizer_type'], 'D')
+                                 training['optimizer_d_type'], t['D_optimizer_type'], 'D', refreshed_group_keys(t, 'D'))
+        if self.averaging_d is not None and not self.averaging_d.training:
+            self.averaging_d.train()
+        # checkpoints written before D_adaptive existed lack its average: it starts at the next G step's loss
+        if 'adaptive_d' in training:
+            self._adaptive.copy_(training['adaptive_d'].to(self._adaptive.device))
         notes += self.scheduler_d.differences(training['scheduler_d'])
         self.scheduler_d.load_state_dict(training['scheduler_d'])
         for note in notes:

@@ -20,7 +20,8 @@ from models.ema import ModelEMA
 from models.evaluation import Evaluation, WriteItem, evaluate
 from models.merge_bn import count_foldable, fold_batchnorm
 from models.networks.layers.init import init_weights
-from models.optim import OPTIMIZERS, SCHEDULERS, build_optimizer, build_scheduler, gated_step, resume_optimizer
+from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_optimizer, build_scheduler, gated_step,
+                          refreshed_group_keys, resume_optimizer)
 from models.registry import MODELS
 from models.regularizers import apply_regularizers, regularizers_due
 from models.restorer import ImageRestorer, build_checked_network, load_weights
@@ -89,7 +90,12 @@ class ModelPlain:
                                                           'weight}, each reading its own G_<key> keys'),
         'E_decay': Key(0.0, (int, float), unit_interval, 'decay of the weights\' moving average netE (EMA); 0: '
                                                          'no EMA'),
-        'G_optimizer_type': Key('adam', (str,), help='netG\'s optimizer: adam or adamw'),
+        'E_warmup_iter': Key(0, (int,), non_negative, 'iterations over which the EMA decay ramps linearly from 0 '
+                                                      'up to E_decay (0: E_decay from the start)'),
+        'E_switch_iter': Key(0, (int,), non_negative, 'every this many iterations the EMA weights are copied into '
+                                                      'netG, which trains on from them (0: never)'),
+        'G_optimizer_type': Key('adam', (str,), help='netG\'s optimizer: a name of models/optim.py (adam, adamw, '
+                                                     'adan, lion, adamw_sf, ...)'),
         'G_optimizer_lr': Key(1e-4, (int, float), learning_rate, 'netG\'s learning rate'),
         'G_optimizer_clipgrad': Key(None, (int, float, type(None)), positive,
                                     'clip netG\'s total gradient norm at this value (null: no clipping)'),
@@ -152,8 +158,12 @@ class ModelPlain:
         if self.channels_last:
             self.net_g.to(memory_format=torch.channels_last)  # 4-D weights only; others unchanged
         self.ema: Optional[ModelEMA] = None
+        for key in ('E_warmup_iter', 'E_switch_iter'):
+            if self.train_opt[key] and self.train_opt['E_decay'] <= 0:
+                raise UserError(f'train.{key}: {self.train_opt[key]} needs the EMA: set train.E_decay > 0 '
+                                f'(e.g. 0.999), or {key} to 0')
         if self.train_opt['E_decay'] > 0:
-            self.ema = ModelEMA(self.net_g, self.train_opt['E_decay'])
+            self.ema = ModelEMA(self.net_g, self.train_opt['E_decay'], self.train_opt['E_warmup_iter'])
             if opt['path']['pretrained_netE']:
                 load_weights(self.ema.module, opt['path']['pretrained_netE'], self.train_opt['E_param_strict'],
                              'params_ema', 'path.pretrained_netE', allow_unsafe_load)
@@ -170,6 +180,13 @@ class ModelPlain:
         self.extra_losses = {name: loss.to(device) for name, loss in build_extra_losses(self.train_opt).items()}
         self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
+        self.averaging: Optional[Averaging] = averaging(self.optimizer)
+        self._check_schedule_free()
+        # nan_policy "stop" on CUDA: an optimizer that cannot take the skip verdict on the device steps regardless
+        # (`gated_step`): the run stops at the next check point before anything is written, so the step cannot
+        # matter, and reading the verdict would make the CPU wait for the GPU every iteration. Elsewhere (CPU,
+        # where a read costs nothing, or "skip", which must not apply the step) the verdict is read.
+        self.host_verdict = device.type != 'cuda' or self.train_opt['nan_policy'] != 'stop'
         self._loss_sum = torch.zeros((), device=device)
         self._loss_steps = torch.zeros((), device=device)
         # with extra losses, the sums of [G_lossfn_type's, each extra's] since the last log (applied steps)
@@ -178,6 +195,26 @@ class ModelPlain:
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None
         self.restorer = self.restorer_class.from_options(self.eval_net, opt, device)
+
+    def _check_schedule_free(self) -> None:
+        """What a schedule-free optimizer (G_optimizer_type adamw_sf, adan_sf) cannot be combined with, and what
+        to know: BatchNorm statistics are gathered at the training point, not the averaged one that is validated."""
+        if self.averaging is None:
+            return
+        t, log = self.train_opt, get_logger()
+        if t['E_switch_iter']:
+            raise UserError(f'train.E_switch_iter: {t["E_switch_iter"]} cannot be combined with the schedule-free '
+                            f'G_optimizer_type {t["G_optimizer_type"]} (netG holds its training point, the EMA '
+                            f'averages its evaluation point); set E_switch_iter to 0')
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.net_g.modules()):
+            log.warning(f'train.G_optimizer_type {t["G_optimizer_type"]}: netG has BatchNorm, whose running '
+                        f'statistics are gathered at the training weights, not at the averaged weights that are '
+                        f'validated and saved (the schedule-free README\'s caveat): scores may be off')
+        if t['G_scheduler_type'] not in (None, 'none') and not (t['G_scheduler_type'] in ('MultiStepLR', 'multistep')
+                                                               and not t['G_scheduler_milestones']):
+            log.info(f'train.G_optimizer_type {t["G_optimizer_type"]} is schedule-free: it is meant for a constant lr '
+                     f'after the warm-up (G_scheduler_warmup_iter); G_scheduler_type {t["G_scheduler_type"]} '
+                     f'decays it as well')
 
     def _training_net(self) -> nn.Module:
         """net_g as the training forward runs it: in DDP when distributed, compiled with `train.compile`."""
@@ -206,6 +243,8 @@ class ModelPlain:
         does); the schedule keeps its position (KAIR restarts it, which repeats the warm start).
         """
         self.sync_eval_buffers()
+        if self.averaging is not None:  # fold the averaged weights: the new optimizer starts there, without z
+            self.averaging.eval()
         fold_batchnorm(self.net_g)  # differences between the ranks' netG go with DDP's rebuild below
         if self.ema is not None:
             fold_batchnorm(self.ema.module)
@@ -219,6 +258,7 @@ class ModelPlain:
         self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self.scheduler.load_state_dict(schedule)
+        self.averaging = averaging(self.optimizer)
 
     def _wrap(self, net: nn.Module, static_graph: Optional[bool] = None) -> nn.Module:
         """`net` in DDP with the top-level flags when distributed (`static_graph`: None = the options')."""
@@ -240,7 +280,10 @@ class ModelPlain:
     def network_info(self) -> str:
         n = sum(p.numel() for p in self.net_g.parameters())
         fused = ' (fused)' if self.optimizer.defaults.get('fused') else ''
-        return f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {type(self.optimizer).__name__}{fused}'
+        if self.averaging is not None:
+            fused += ' (schedule-free: validated and saved at its averaged weights)'
+        kind = f'{self.train_opt["G_optimizer_type"]} ({type(self.optimizer).__name__})'
+        return f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {kind}{fused}'
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned
@@ -421,13 +464,43 @@ class ModelPlain:
         clip = self.train_opt['G_optimizer_clipgrad']
         if clip:
             torch.nn.utils.clip_grads_with_norm_(self._grads(), clip, self._grad_norm)
-        gated_step(self.optimizer, applied, self.scaler)
+        gated_step(self.optimizer, applied, self.scaler, self.host_verdict)
         self.scheduler.step()
         if regularizers_due(step, self.train_opt) and (applied is None or bool(applied)):
             apply_regularizers(self.net_g, step, self.train_opt)
-        if self.ema is not None:
-            self.ema.update(self.net_g, applied)
+        self.update_ema(step, applied)
         self._count_loss(loss, applied)
+
+    def update_ema(self, step: int, applied: Optional[torch.Tensor]) -> None:
+        """The EMA's update of iteration `step` (its decay ramps over `E_warmup_iter`; a schedule-free optimizer's
+        averaged weights are what it averages), then `E_switch_iter`'s copy of the average into netG."""
+        if self.ema is None:
+            return
+        self.ema.update(self.net_g, applied, step, self.averaging.averaged if self.averaging is not None else None)
+        switch = self.train_opt['E_switch_iter']
+        if switch and step % switch == 0:
+            self.ema.copy_to(self.net_g)
+
+    def averagings(self) -> List[Averaging]:
+        """The schedule-free optimizers' `Averaging`s (G's; a GAN adds D's)."""
+        return [self.averaging] if self.averaging is not None else []
+
+    @contextlib.contextmanager
+    def eval_weights(self) -> Iterator[None]:
+        """Every network at its evaluation weights inside (a schedule-free optimizer's average), at its training
+        weights after: around validation and every checkpoint written, on every rank. Nothing without one."""
+        switched = [a for a in self.averagings() if a.training]
+        for a in switched:
+            a.eval()
+        try:
+            yield
+        finally:
+            for a in switched:
+                a.train()
+
+    def lr_schedule(self, iterations: Sequence[int]) -> List[float]:
+        """The lr the schedule gives the first parameter group at each of `iterations` (curves.png's plan)."""
+        return self.scheduler.planned(iterations)
 
     def _count_loss(self, loss: torch.Tensor, applied: Optional[torch.Tensor]) -> None:
         """Add an applied step's loss to the sums `log_losses` reads (on the device)."""
@@ -540,7 +613,9 @@ class ModelPlain:
         # checkpoints written before the optimizer type was recorded lack it: None, type unknown
         saved_type = training['optimizer_type'] if 'optimizer_type' in training else None
         notes = resume_optimizer(self.optimizer, training['optimizer'], t['G_optimizer_reuse'],
-                                 saved_type, t['G_optimizer_type'])
+                                 saved_type, t['G_optimizer_type'], 'G', refreshed_group_keys(t, 'G'))
+        if self.averaging is not None and not self.averaging.training:
+            self.averaging.train()  # saved at the averaged weights: back to the training point, as after the save
         notes += self.scheduler.differences(training['scheduler'])
         self.scheduler.load_state_dict(training['scheduler'])
         for note in notes:

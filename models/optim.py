@@ -1,4 +1,4 @@
-"""Optimizer and iteration-based learning-rate schedule from the `train` options (KAIR key names).
+"""Optimizers and iteration-based learning-rate schedules from the `train` options (KAIR key names).
 
 The schedule is one closed-form function of the iteration counter, so a resumed run only needs
 `last_epoch` (the number of `step()` calls) to continue on exactly the same lr sequence, and
@@ -7,26 +7,175 @@ warmup composes with any schedule without chaining schedulers.
 Each optimizer and schedule declares the keys it reads (unprefixed; the model's type key gives the
 prefix: `G_optimizer_type` → `G_optimizer_<key>`, `G_scheduler_type` → `G_scheduler_<key>`, D's likewise);
 the keys every member reads (`lr`, `clipgrad`, `reuse`, `warmup_iter`) are the model's.
+
+Optimizers beyond torch's come from `pytorch-optimizer` (pinned in requirements.txt, imported only when
+one of them is chosen). The schedule-free ones (`adamw_sf`, `adan_sf`) train at one point (y) and
+evaluate at another (the average x): `Averaging` switches between them for validation and saving.
 """
 import bisect
 import math
+import sys
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from utils.errors import UserError
-from utils.options import REQUIRED, Key, betas, non_negative, positive, rule
+from utils.options import REQUIRED, Key, betas, non_negative, one_of, positive, rule
 from utils.registry import Registry
 
-# Adam and AdamW read `<net>_optimizer_betas`, `_wd` and `_fused` (null: fused on CUDA, see `use_fused`).
+PYTORCH_OPTIMIZER = 'pytorch_optimizer'  # the package's module name (requirements.txt: pytorch-optimizer)
+
+
+def _betas3(v: List[Any]) -> Optional[str]:
+    if len(v) == 3 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
+        return None
+    return 'must be three numbers in [0, 1)'
+
+
+def _open_unit(v: Any) -> Optional[str]:
+    return None if v is None or 0 < v < 1 else 'must be in (0, 1)'
+
+
+def _at_least_one(v: Any) -> Optional[str]:
+    return None if v is None or v >= 1 else 'must be >= 1 (null: no limit)'
+
+
+_OPT_BOOL = (bool, type(None))
+_OPT_NUM = (int, float, type(None))
+_NUM = (int, float)
+# Keys several optimizers read; each optimizer's own defaults are those of its library (torch or pytorch-optimizer)
+# unless a comment says otherwise.
+WD = Key(0.0, _NUM, non_negative, 'weight decay (KAIR\'s G_optimizer_wd; AdamW-style kinds: decoupled)')
+EPS = Key(1e-8, _NUM, positive, 'added to the denominator of adaptive steps')
+FUSED = Key(None, _OPT_BOOL, help='one fused kernel for every parameter (null: on CUDA)')
+FOREACH = Key(None, _OPT_BOOL, help='batched (multi-tensor) update (null: the library\'s choice)')
+DECOUPLE = Key(False, (bool,), help='weight decay applied to the weights (AdamW-style) instead of added to the '
+                                       'gradient')
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    """How one `<net>_optimizer_type` is built: `make(params, lr=..., **kwargs)` with `kwargs` read from the option
+    keys named in `keywords` (option key → constructor keyword), plus `fused` when the kind declares that key
+    (a fused kernel takes the skip-step verdict on the device). `library`: where `make` comes from, for errors.
+    `schedule_free`: the optimizer keeps an averaged point for evaluation (`Averaging`)."""
+    make: Callable[..., torch.optim.Optimizer]
+    keywords: Dict[str, str] = field(default_factory=dict)
+    library: str = 'torch'
+    schedule_free: bool = False
+
+
+def _lib(name: str) -> Callable[..., torch.optim.Optimizer]:
+    """pytorch-optimizer's class `name`, imported when an optimizer is built (a second of imports otherwise)."""
+    def make(*args: Any, **kwargs: Any) -> torch.optim.Optimizer:
+        try:
+            import pytorch_optimizer
+        except ImportError:
+            raise UserError(f'optimizer {name} needs the pytorch-optimizer package: pip install -r '
+                            f'requirements.txt') from None
+        return getattr(pytorch_optimizer, name)(*args, **kwargs)
+    return make
+
+
+def _adan_schedule_free(params: Any, lr: float, momentum: float, r: float, weight_lr_power: float,
+                        **adan: Any) -> torch.optim.Optimizer:
+    """pytorch-optimizer's ScheduleFreeWrapper around its Adan: the wrapper supplies the momentum by
+    interpolation (so Adan's own first moment is off by default, betas[0] = 0) and averages the iterates."""
+    import pytorch_optimizer as po
+    wrapper = po.ScheduleFreeWrapper(po.Adan(params, lr=lr, **adan), momentum=momentum, r=r,
+                                     weight_lr_power=weight_lr_power)
+    wrapper.train()  # the wrapper starts in eval mode; a step needs train mode
+    return wrapper
+
+
 ADAM_OPTIONS: Dict[str, Key] = {'betas': Key([0.9, 0.999], (list,), betas, 'Adam\'s moment decays [beta1, beta2]'),
-                                'wd': Key(0.0, (int, float), non_negative, 'weight decay (AdamW: decoupled)'),
-                                'fused': Key(None, (bool, type(None)), help='the fused kernel (null: on CUDA)')}
+                                'wd': WD, 'eps': EPS, 'fused': FUSED}
+_ADAM_KW = {'betas': 'betas', 'wd': 'weight_decay', 'eps': 'eps'}
+_SF_OPTIONS = {'r': Key(0.0, _NUM, non_negative),  # polynomial weight of later iterates in the average (0: uniform)
+               'weight_lr_power': Key(2.0, _NUM, non_negative)}  # iterates weighted by lr_max ** this (warm-up aware)
+
 OPTIMIZERS = Registry('optimizer')
-OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(torch.optim.Adam)
-OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(torch.optim.AdamW)
+OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(OptimizerKind(torch.optim.Adam, _ADAM_KW))
+OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(OptimizerKind(torch.optim.AdamW, _ADAM_KW))
+OPTIMIZERS.register('nadam', options={
+    'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, 'eps': EPS,
+    'momentum_decay': Key(0.004, _NUM, non_negative),  # NAdam's psi: how fast the momentum schedule warms up
+    'decoupled_wd': DECOUPLE, 'foreach': FOREACH})(OptimizerKind(torch.optim.NAdam, {
+        **_ADAM_KW, 'momentum_decay': 'momentum_decay', 'decoupled_wd': 'decoupled_weight_decay',
+        'foreach': 'foreach'}))
+OPTIMIZERS.register('radam', options={
+    'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, 'eps': EPS, 'decoupled_wd': DECOUPLE,
+    'foreach': FOREACH})(OptimizerKind(torch.optim.RAdam, {
+        **_ADAM_KW, 'decoupled_wd': 'decoupled_weight_decay', 'foreach': 'foreach'}))
+OPTIMIZERS.register('sgd', options={
+    'momentum': Key(0.9, _NUM, lambda v: None if 0 <= v < 1 else 'must be in [0, 1)'),  # 0.9, torch's is 0
+    'dampening': Key(0.0, _NUM, lambda v: None if 0 <= v <= 1 else 'must be in [0, 1]'),
+    'nesterov': Key(False, (bool,)),  # Nesterov momentum (needs momentum > 0 and dampening 0)
+    'wd': WD, 'fused': FUSED})(OptimizerKind(torch.optim.SGD, {
+        'momentum': 'momentum', 'dampening': 'dampening', 'nesterov': 'nesterov', 'wd': 'weight_decay'}))
+OPTIMIZERS.register('adan', options={
+    'betas': Key([0.98, 0.92, 0.99], (list,), _betas3),  # first moment, gradient difference, second moment
+    'wd': WD, 'weight_decouple': DECOUPLE,
+    'max_grad_norm': Key(0.0, _NUM, non_negative),  # Adan's own global-norm clipping (0: off)
+    'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('Adan'), {
+        'betas': 'betas', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple',
+        'max_grad_norm': 'max_grad_norm', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer'))
+OPTIMIZERS.register('soap', options={
+    'betas': Key([0.95, 0.95], (list,), betas), 'wd': Key(0.01, _NUM, non_negative),
+    'shampoo_beta': Key(None, _OPT_NUM, _open_unit),  # null: betas[1]
+    'precondition_frequency': Key(10, (int,), positive),  # iterations between eigenbasis updates
+    'max_precondition_dim': Key(10000, (int,), positive),  # larger dimensions stay unpreconditioned
+    'merge_dims': Key(False, (bool,)),  # merge small dimensions of a conv kernel into one preconditioner
+    'precondition_1d': Key(False, (bool,)),  # precondition biases and other 1-D parameters too
+    'normalize_gradient': Key(False, (bool,)),
+    'correct_bias': Key(True, (bool,)),
+    'eps': EPS})(OptimizerKind(_lib('SOAP'), {
+        'betas': 'betas', 'wd': 'weight_decay', 'shampoo_beta': 'shampoo_beta',
+        'precondition_frequency': 'precondition_frequency', 'max_precondition_dim': 'max_precondition_dim',
+        'merge_dims': 'merge_dims', 'precondition_1d': 'precondition_1d', 'normalize_gradient': 'normalize_gradient',
+        'correct_bias': 'correct_bias', 'eps': 'eps'}, 'pytorch-optimizer'))
+OPTIMIZERS.register('adopt', options={
+    'betas': Key([0.9, 0.9999], (list,), betas), 'wd': WD, 'weight_decouple': DECOUPLE,
+    'eps': Key(1e-6, _NUM, positive), 'foreach': FOREACH})(OptimizerKind(_lib('ADOPT'), {
+        'betas': 'betas', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple', 'eps': 'eps',
+        'foreach': 'foreach'}, 'pytorch-optimizer'))
+OPTIMIZERS.register('stableadamw', options={
+    'betas': Key([0.9, 0.99], (list,), betas), 'wd': Key(0.01, _NUM, non_negative),
+    'kahan_sum': Key(True, (bool,)),  # Kahan-compensated updates for bf16/fp16 weights
+    'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('StableAdamW'), {
+        'betas': 'betas', 'wd': 'weight_decay', 'kahan_sum': 'kahan_sum', 'eps': 'eps', 'foreach': 'foreach'},
+        'pytorch-optimizer'))
+OPTIMIZERS.register('lion', options={
+    'betas': Key([0.9, 0.99], (list,), betas), 'wd': WD, 'foreach': FOREACH})(OptimizerKind(_lib('Lion'), {
+        'betas': 'betas', 'wd': 'weight_decay', 'foreach': 'foreach'}, 'pytorch-optimizer'))
+OPTIMIZERS.register('prodigy', options={
+    'betas': Key([0.9, 0.999], (list,), betas),
+    'beta3': Key(None, _OPT_NUM, _open_unit),  # decay of Prodigy's step-size estimate; null: sqrt(betas[1])
+    'd0': Key(1e-6, _NUM, positive),  # initial step-size estimate
+    'd_coef': Key(1.0, _NUM, positive),  # multiplies the estimate
+    'growth_rate': Key(None, _OPT_NUM, _at_least_one),  # largest growth of the estimate per step; null: unbounded
+    'wd': WD, 'weight_decouple': Key(True, (bool,)),
+    'bias_correction': Key(False, (bool,)), 'safeguard_warmup': Key(False, (bool,)),
+    'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('Prodigy'), {
+        'betas': 'betas', 'beta3': 'beta3', 'd0': 'd0', 'd_coef': 'd_coef', 'growth_rate': 'growth_rate',
+        'wd': 'weight_decay', 'weight_decouple': 'weight_decouple', 'bias_correction': 'bias_correction',
+        'safeguard_warmup': 'safeguard_warmup', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer'))
+OPTIMIZERS.register('adamw_sf', options={
+    'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, **_SF_OPTIONS, 'eps': EPS,
+    'foreach': FOREACH})(OptimizerKind(_lib('ScheduleFreeAdamW'), {
+        'betas': 'betas', 'wd': 'weight_decay', 'r': 'r', 'weight_lr_power': 'weight_lr_power', 'eps': 'eps',
+        'foreach': 'foreach'}, 'pytorch-optimizer', schedule_free=True))
+OPTIMIZERS.register('adan_sf', options={
+    'betas': Key([0.0, 0.92, 0.99], (list,), _betas3),  # Adan's; its first moment off: the wrapper's momentum
+    'sf_momentum': Key(0.9, _NUM, _open_unit),  # the schedule-free interpolation (AdamW_sf's betas[0])
+    'wd': WD, 'weight_decouple': DECOUPLE, **_SF_OPTIONS, 'eps': EPS,
+    'foreach': FOREACH})(OptimizerKind(_adan_schedule_free, {
+        'betas': 'betas', 'sf_momentum': 'momentum', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple',
+        'r': 'r', 'weight_lr_power': 'weight_lr_power', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer',
+        schedule_free=True))
 
 # `G_scheduler_type` (KAIR's and BasicSR's spellings) → function(where, its keys) → IterationLR kwargs
 SCHEDULERS = Registry('scheduler')
@@ -39,29 +188,55 @@ def use_fused(train_opt: Dict[str, Any], device: torch.device, net: str = 'G') -
     return device.type == 'cuda' if fused is None else bool(fused)
 
 
+def _keyword_value(value: Any, keyword: str) -> Any:
+    if isinstance(value, list):
+        return tuple(float(v) for v in value)
+    if keyword == 'growth_rate' and value is None:
+        return math.inf
+    return value
+
+
+def optimizer_kind(train_opt: Dict[str, Any], net: str = 'G') -> OptimizerKind:
+    return OPTIMIZERS.get(train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type')
+
+
 def build_optimizer(param_groups: Union[Iterable[Dict[str, Any]], Iterable[torch.Tensor]],
                     train_opt: Dict[str, Any], net: str = 'G',
                     device: torch.device = torch.device('cpu')) -> torch.optim.Optimizer:
-    """Adam/AdamW over `param_groups` from the `<net>_optimizer_*` keys (G: the generator, D: a GAN's
-    discriminator); a group's own 'lr' wins over `<net>_optimizer_lr`. Fused or foreach: `use_fused`."""
+    """The `<net>_optimizer_type` optimizer over `param_groups` from the `<net>_optimizer_*` keys (G: the generator,
+    D: a GAN's discriminator); a group's own 'lr' wins over `<net>_optimizer_lr`. Fused or foreach: `use_fused`."""
     name, where = train_opt[f'{net}_optimizer_type'], f'train.{net}_optimizer_type'
-    cls = OPTIMIZERS.get(name, where)
+    kind = OPTIMIZERS.get(name, where)
     o = OPTIMIZERS.read(name, train_opt, f'{net}_optimizer_', where)
-    fused = 'fused' in o and use_fused(train_opt, device, net)  # for the optimizers that declare the key
-    impl = {'fused': True} if fused else {}  # else torch's choice (foreach on CUDA)
-    betas = (float(o['betas'][0]), float(o['betas'][1]))
-    return cls(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), betas=betas, weight_decay=float(o['wd']),
-               **impl)
+    kwargs = {kw: _keyword_value(o[key], kw) for key, kw in kind.keywords.items()}
+    if 'fused' in o and use_fused(train_opt, device, net):  # for the optimizers that declare the key
+        kwargs['fused'] = True  # else torch's choice (foreach on CUDA)
+    try:
+        return kind.make(param_groups, lr=float(train_opt[f'{net}_optimizer_lr']), **kwargs)
+    except ValueError as e:  # the library's check of a combination of values (SGD's nesterov without momentum)
+        raise UserError(f'{where} {name}: {e}') from None
+
+
+def refreshed_group_keys(train_opt: Dict[str, Any], net: str = 'G') -> Dict[str, str]:
+    """{parameter-group key: option key} of what comes from the options on resume (the hyperparameters; the
+    lr schedule's base lr is `initial_lr`). Everything else a group holds (Prodigy's estimate, a schedule-free
+    optimizer's averaging weights and mode, step counts) is optimizer state and comes from the checkpoint."""
+    kind = optimizer_kind(train_opt, net)
+    keys = {'initial_lr': f'{net}_optimizer_lr'}
+    keys.update({kw: f'{net}_optimizer_{key}' for key, kw in kind.keywords.items()})
+    return keys
 
 
 def gated_step(optimizer: torch.optim.Optimizer, applied: Optional[torch.Tensor] = None,
-               scaler: Optional[torch.amp.GradScaler] = None) -> None:
+               scaler: Optional[torch.amp.GradScaler] = None, host_verdict: bool = True) -> None:
     """`optimizer.step()` if `applied` (a device bool from the non-finite check; None: always).
 
     A fused optimizer takes the decision on the device (its `found_inf`, as GradScaler uses it: no
     parameter, moment or step count changes where it is set), so the loop never waits for the GPU.
-    Other optimizers, and fp16's GradScaler, read `applied` on the host. A skipped step closes a
-    GradScaler's iteration without changing its scale.
+    Other optimizers, and fp16's GradScaler, read `applied` on the host, unless `host_verdict` is False:
+    then an optimizer that cannot take it on the device steps regardless (the caller knows the verdict
+    cannot matter: `ModelPlain.host_verdict`). A skipped step closes a GradScaler's iteration without
+    changing its scale.
     """
     if scaler is not None:
         if applied is None or bool(applied):
@@ -78,8 +253,74 @@ def gated_step(optimizer: torch.optim.Optimizer, applied: Optional[torch.Tensor]
             optimizer.step()
         finally:
             del optimizer.found_inf
-    elif bool(applied):
+    elif not host_verdict or bool(applied):
         optimizer.step()
+
+
+class Averaging:
+    """The two points of a schedule-free optimizer (Defazio et al. 2024): it trains at y and evaluates at the
+    average x. Its README's rule: `eval()` (the weights become x) before evaluating or saving, `train()` (back to
+    y) before training steps. `averaged` gives x for the EMA without switching: one foreach lerp, y + c (z - y)
+    with c = 1 - 1/beta1, the same operation as the library's `eval()` (tests/test_optim_recipes.py checks it
+    against the pinned version)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, wrapper: bool):
+        self.optimizer = optimizer
+        self.wrapper = wrapper  # ScheduleFreeWrapper (its state and mode its own) or ScheduleFreeAdamW (per group)
+        self._key: Optional[Tuple[int, int]] = None
+        self._targets: List[torch.Tensor] = []
+        self._params: List[torch.Tensor] = []
+
+    @property
+    def training(self) -> bool:
+        if self.wrapper:
+            return bool(self.optimizer.train_mode)
+        return bool(self.optimizer.param_groups[0]['train_mode'])
+
+    def eval(self) -> None:
+        self.optimizer.eval()
+
+    def train(self) -> None:
+        self.optimizer.train()
+
+    def _beta(self) -> float:
+        if self.wrapper:
+            return float(self.optimizer.momentum)
+        beta = {float(g['betas'][0]) for g in self.optimizer.param_groups}
+        if len(beta) != 1:
+            raise ValueError(f'Averaging: parameter groups with different betas[0] {sorted(beta)}')
+        return beta.pop()
+
+    def averaged(self, params: List[torch.Tensor]) -> List[torch.Tensor]:
+        """x for each of `params` (in train mode; their z from the optimizer state, or the parameter itself where
+        the optimizer holds none: lerp(p, p, c) is p). The lists are built once per optimizer state."""
+        if not self.training:
+            return params
+        state = self.optimizer.state
+        key = (id(state), len(state))
+        if key != self._key or self._params is not params:
+            self._targets = [state[p]['z'] if p in state and 'z' in state[p] else p for p in params]
+            self._params = params
+            # complete once every trained parameter holds its z: until then, look again at the next call
+            self._key = key if all(p in state and 'z' in state[p] for p in params if p.requires_grad) else None
+        return list(torch._foreach_lerp(params, self._targets, 1.0 - 1.0 / self._beta()))
+
+
+def averaging(optimizer: torch.optim.Optimizer) -> Optional[Averaging]:
+    """The `Averaging` of a schedule-free optimizer, else None."""
+    po = sys.modules.get(PYTORCH_OPTIMIZER)
+    if po is None:  # never imported: no optimizer of it exists
+        return None
+    if isinstance(optimizer, po.ScheduleFreeWrapper):
+        return Averaging(optimizer, True)
+    if isinstance(optimizer, po.ScheduleFreeAdamW):
+        return Averaging(optimizer, False)
+    return None
+
+
+# schedules whose shape starts after the warm-up (the warm-up rises to the base lr, the decay runs from its end to
+# `end_iter`); the others are functions of the absolute iteration that the warm-up multiplies
+AFTER_WARMUP = ('cosine_decay', 'linear_decay', 'exponential')
 
 
 class IterationLR(LRScheduler):
@@ -90,13 +331,22 @@ class IterationLR(LRScheduler):
         eta_min + weight_i * (base - eta_min) down to eta_min over each period in turn; eta_min after the last.
     kind 'cosine' with `periods` an int T (torch CosineAnnealingWarmRestarts, T_mult=1): restart every T.
     kind 'constant': base.
-    Warmup multiplies the result by min(1, (t + 1) / warmup_iter).
+    kind 'onecycle' (torch's OneCycleLR without momentum cycling): from base / div_factor up to base over the
+        first pct_start of `end_iter` iterations, then down to base / div_factor / final_div_factor at `end_iter`
+        (cosine or linear `anneal`); that minimum after it.
+    Warmup multiplies these by min(1, (t + 1) / warmup_iter).
+    kind 'cosine_decay' (DAT's, ATD's, DRCT's recipe): the warm-up rises to base, then a half cosine from base
+        at `warmup_iter` to eta_min at `end_iter` (torch's CosineAnnealingLR when there is no warm-up);
+        eta_min after it.
+    kind 'linear_decay': likewise, a straight line from base to eta_min.
+    kind 'exponential': likewise, base * gamma ** (t - warmup_iter) (torch's ExponentialLR without warm-up).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str, milestones: Sequence[int] = (),
                  gamma: float = 0.5, periods: Union[int, Sequence[int]] = 1,
                  restart_weights: Sequence[float] = (1,), eta_min: float = 0.0, warmup_iter: int = 0,
-                 last_epoch: int = -1, net: str = 'G'):
+                 end_iter: int = 0, pct_start: float = 0.3, div_factor: float = 25.0,
+                 final_div_factor: float = 1e4, anneal: str = 'cos', last_epoch: int = -1, net: str = 'G'):
         self.net = net  # whose `<net>_scheduler_*` keys built it, for the notes of `differences`
         self.kind = kind
         self.milestones = sorted(int(m) for m in milestones)
@@ -105,18 +355,53 @@ class IterationLR(LRScheduler):
         self.restart_weights = [float(w) for w in restart_weights]
         self.eta_min = float(eta_min)
         self.warmup_iter = int(warmup_iter)
+        self.end_iter = int(end_iter)
+        self.pct_start = float(pct_start)
+        self.div_factor = float(div_factor)
+        self.final_div_factor = float(final_div_factor)
+        self.anneal = anneal
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr: float, t: int) -> float:
+        """The lr of a group with base lr `base_lr` after `t` steps (the lr in force at iteration t + 1)."""
+        warm = self.warmup_iter
+        if self.kind in AFTER_WARMUP:
+            if warm > 0 and t < warm:
+                return base_lr * (t + 1) / warm
+            return self._decay(base_lr, t - warm, self.end_iter - warm)
         if self.kind == 'multistep':
             lr = base_lr * self.gamma ** bisect.bisect_right(self.milestones, t)
         elif self.kind == 'cosine':
             lr = self._cosine(base_lr, t)
+        elif self.kind == 'onecycle':
+            lr = self._one_cycle(base_lr, t)
         else:
             lr = base_lr
-        if self.warmup_iter > 0 and t < self.warmup_iter:
-            lr *= (t + 1) / self.warmup_iter
+        if warm > 0 and t < warm:
+            lr *= (t + 1) / warm
         return lr
+
+    def _decay(self, base_lr: float, s: int, span: int) -> float:
+        if self.kind == 'exponential':
+            return base_lr * self.gamma ** s
+        if s >= span:
+            return self.eta_min
+        if self.kind == 'cosine_decay':
+            return self.eta_min + (base_lr - self.eta_min) * 0.5 * (1 + math.cos(math.pi * s / span))
+        return self.eta_min + (base_lr - self.eta_min) * (1 - s / span)
+
+    def _one_cycle(self, base_lr: float, t: int) -> float:
+        start = base_lr / self.div_factor
+        low = start / self.final_div_factor
+        peak_at = self.pct_start * self.end_iter - 1  # torch's phase boundaries
+        last = self.end_iter - 1
+        if t <= peak_at:
+            a, b, pct = start, base_lr, t / peak_at
+        else:
+            a, b, pct = base_lr, low, min(1.0, (t - peak_at) / (last - peak_at))
+        if self.anneal == 'cos':
+            return b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (b - a) * pct + a
 
     def _cosine(self, base_lr: float, t: int) -> float:
         if isinstance(self.periods, int):
@@ -137,11 +422,18 @@ class IterationLR(LRScheduler):
 
     _get_closed_form_lr = get_lr
 
+    def planned(self, iterations: Iterable[int]) -> List[float]:
+        """The first group's lr after each of `iterations` steps: what the log shows at those iterations (the lr
+        of the iteration that follows)."""
+        return [self.lr_at(self.base_lrs[0], it) for it in iterations]
+
     # Schedule attributes that come from the options, by option key (the counter comes from a checkpoint).
     OPTION_KEYS = {'kind': 'G_scheduler_type', 'milestones': 'G_scheduler_milestones',
                    'gamma': 'G_scheduler_gamma', 'periods': 'G_scheduler_periods',
                    'restart_weights': 'G_scheduler_restart_weights', 'eta_min': 'G_scheduler_eta_min',
-                   'warmup_iter': 'G_scheduler_warmup_iter'}
+                   'warmup_iter': 'G_scheduler_warmup_iter', 'end_iter': 'G_scheduler_total_iter',
+                   'pct_start': 'G_scheduler_pct_start', 'div_factor': 'G_scheduler_div_factor',
+                   'final_div_factor': 'G_scheduler_final_div_factor', 'anneal': 'G_scheduler_anneal'}
 
     def step(self, epoch: Optional[int] = None) -> None:
         """Advance the counter. The lr is a function of the counter alone, so stepping before the
@@ -173,10 +465,6 @@ class IterationLR(LRScheduler):
         self._last_lr = list(lrs)
 
 
-# Optimizer hyperparameters that come from the options, by option key (the moments come from a checkpoint).
-_GROUP_KEYS = {'initial_lr': 'G_optimizer_lr', 'weight_decay': 'G_optimizer_wd', 'betas': 'G_optimizer_betas'}
-
-
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
@@ -187,30 +475,41 @@ def _show(v: Any) -> str:
     return str(list(v)) if isinstance(v, tuple) else str(v)
 
 
-def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], reuse: bool,
-                     saved_type: Optional[str], kind: str, net: str = 'G') -> List[str]:
-    """Load a saved optimizer's state (Adam moments, step counts) under the options' hyperparameters.
+# implementation choices of this run (device, options), refreshed on resume without a note
+_IMPLEMENTATION_KEYS = ('fused', 'foreach')
 
-    The options win for every hyperparameter (lr, weight decay, betas): what the user edited before
-    resuming is what trains. The saved state is not used when `train.G_optimizer_reuse` is false
-    (KAIR's meaning), when the optimizer type changed, or when the parameter groups no longer match.
-    Returns one note per difference and per decision, for the log.
+
+def resume_optimizer(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], reuse: bool,
+                     saved_type: Optional[str], kind: str, net: str = 'G',
+                     group_keys: Optional[Dict[str, str]] = None) -> List[str]:
+    """Load a saved optimizer's state (moments, step counts, estimates) under the options' hyperparameters.
+
+    The options win for every hyperparameter (`group_keys`: parameter-group key → option key, from
+    `refreshed_group_keys`; default Adam's lr, weight decay, betas): what the user edited before resuming is
+    what trains. The rest of a group (Prodigy's step-size estimate, a schedule-free optimizer's averaging
+    weights and mode) is state and comes from the checkpoint. The saved state is not used when
+    `train.G_optimizer_reuse` is false (KAIR's meaning), when the optimizer type changed, or when the
+    parameter groups no longer match. Returns one note per difference and per decision, for the log.
     """
+    if group_keys is None:
+        group_keys = {'initial_lr': f'{net}_optimizer_lr', 'weight_decay': f'{net}_optimizer_wd',
+                      'betas': f'{net}_optimizer_betas'}
     if not reuse:
         return [f'train.{net}_optimizer_reuse is false: the optimizer state (moments) starts afresh']
     if saved_type is not None and saved_type != kind:
         return [f'train.{net}_optimizer_type: checkpoint {saved_type}, options {kind}: the optimizer state starts afresh']
-    fresh = [{k: v for k, v in g.items() if k != 'params'} for g in optimizer.param_groups]
+    fresh = [{k: v for k, v in g.items() if k in group_keys or k in _IMPLEMENTATION_KEYS}
+             for g in optimizer.param_groups]
     try:
         optimizer.load_state_dict(saved)
-    except ValueError as e:
+    except (ValueError, KeyError) as e:
         return [f'the saved optimizer state does not fit the parameter groups ({e}); it starts afresh']
     notes = []
     for i, (group, options) in enumerate(zip(optimizer.param_groups, fresh)):
-        for attr, key in _GROUP_KEYS.items():
+        for attr, key in group_keys.items():
             if attr in options and not _same(group.get(attr), options[attr]):
                 where = f' (parameter group {i})' if len(fresh) > 1 else ''
-                notes.append(f'train.{net}{key[1:]}{where}: checkpoint {_show(group.get(attr))}, '
+                notes.append(f'train.{key}{where}: checkpoint {_show(group.get(attr))}, '
                              f'options {_show(options[attr])}; the options win')
         group.update(options)
     return notes
@@ -233,12 +532,25 @@ def _periods(v: Any) -> Optional[str]:
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any], net: str = 'G') -> IterationLR:
-    """The lr schedule of the `<net>_scheduler_*` keys (null type: constant); call `step()` once per iteration."""
+    """The lr schedule of the `<net>_scheduler_*` keys (null type: constant); call `step()` once per iteration.
+
+    A schedule that runs to an end (`<net>_scheduler_total_iter`) ends at `train.total_iter` when that key is
+    null, and must end after the warm-up."""
     name = train_opt[f'{net}_scheduler_type']
     name, where = 'none' if name is None else name, f'train.{net}_scheduler_type'
     prefix = f'{net}_scheduler_'
     kwargs = SCHEDULERS.get(name, where)(f'train.{prefix}', **SCHEDULERS.read(name, train_opt, prefix, where))
-    return IterationLR(optimizer, warmup_iter=train_opt[f'{net}_scheduler_warmup_iter'], net=net, **kwargs)
+    warmup = train_opt[f'{net}_scheduler_warmup_iter']
+    if 'end_iter' in kwargs:
+        if kwargs['end_iter'] is None:
+            kwargs['end_iter'] = int(train_opt['total_iter'])
+        if kwargs['kind'] in AFTER_WARMUP and kwargs['end_iter'] <= warmup:
+            raise UserError(f'train.{prefix}total_iter: the schedule ends at iteration {kwargs["end_iter"]} (null: '
+                            f'train.total_iter), not after train.{prefix}warmup_iter {warmup}')
+        if kwargs['kind'] == 'onecycle' and kwargs['pct_start'] * kwargs['end_iter'] < 2:
+            raise UserError(f'train.{prefix}pct_start: {kwargs["pct_start"]} of {kwargs["end_iter"]} iterations '
+                            f'leaves no rising phase (it needs at least 2 iterations)')
+    return IterationLR(optimizer, warmup_iter=warmup, net=net, **kwargs)
 
 
 @SCHEDULERS.register('MultiStepLR', 'multistep', options={
@@ -281,3 +593,38 @@ def _cosine(where: str, periods: Union[int, List[int]], restart_weights: Union[N
         raise UserError(f'{where}restart_weights: needs one weight per period '
                         f'({len(periods)}), got {weights!r}')
     return {'kind': 'cosine', 'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}
+
+
+# the iteration at which a schedule that runs to an end ends; null: train.total_iter
+END_ITER = Key(None, (int, type(None)),
+               lambda v: None if v is None or v > 0 else 'must be > 0 (null: train.total_iter)')
+ETA_MIN = Key(0.0, (int, float), non_negative)  # the lr at the end of the decay
+
+
+@SCHEDULERS.register('CosineAnnealingLR', 'cosine', options={'eta_min': ETA_MIN, 'total_iter': END_ITER})
+def _cosine_decay(where: str, eta_min: float, total_iter: Optional[int]) -> Dict[str, Any]:
+    return {'kind': 'cosine_decay', 'eta_min': eta_min, 'end_iter': total_iter}
+
+
+@SCHEDULERS.register('LinearLR', 'linear', options={'eta_min': ETA_MIN, 'total_iter': END_ITER})
+def _linear_decay(where: str, eta_min: float, total_iter: Optional[int]) -> Dict[str, Any]:
+    return {'kind': 'linear_decay', 'eta_min': eta_min, 'end_iter': total_iter}
+
+
+@SCHEDULERS.register('ExponentialLR', 'exponential', options={
+    # the lr's factor per iteration
+    'gamma': Key(REQUIRED, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]')})
+def _exponential(where: str, gamma: float) -> Dict[str, Any]:
+    return {'kind': 'exponential', 'gamma': gamma}
+
+
+@SCHEDULERS.register('OneCycleLR', 'onecycle', options={
+    'total_iter': END_ITER,
+    'pct_start': Key(0.3, (int, float), lambda v: None if 0 < v < 1 else 'must be in (0, 1)'),  # share rising
+    'div_factor': Key(25.0, (int, float), lambda v: None if v >= 1 else 'must be >= 1'),  # start lr = lr / this
+    'final_div_factor': Key(1e4, (int, float), lambda v: None if v >= 1 else 'must be >= 1'),  # end = start / this
+    'anneal': Key('cos', (str,), one_of('cos', 'linear'))})  # the shape of both phases
+def _one_cycle(where: str, total_iter: Optional[int], pct_start: float, div_factor: float, final_div_factor: float,
+               anneal: str) -> Dict[str, Any]:
+    return {'kind': 'onecycle', 'end_iter': total_iter, 'pct_start': pct_start, 'div_factor': div_factor,
+            'final_div_factor': final_div_factor, 'anneal': anneal}

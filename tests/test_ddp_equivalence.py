@@ -6,23 +6,30 @@ under torchrun and once in a single process with the whole batch, and compares t
 The sampler gives rank r the global positions r, r+N, ... and seeds each sample by its position,
 so both runs see the same samples with the same noise; only float summation order differs.
 """
+import json
 import os
+import re
 import sys
 
 import pytest
 import torch
 
-from tests.conftest import clean_env, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, run, tiny_options, write_options
 
 PY = sys.executable
 ITERS = 4
 
 
-def _train(tmp_path, name: str, procs: int, batch: int, accum: int, static: bool, clip) -> dict:
-    opt = tiny_options(str(tmp_path / name), str(tmp_path / 'unused'), E_decay=0.0, total_iter=ITERS,
-                       checkpoint_save=1, checkpoint_keep_last=0, checkpoint_print=ITERS, accumulate_steps=accum,
-                       G_optimizer_clipgrad=clip, G_scheduler_milestones=[2])
-    opt['netG']['act_mode'] = 'R'
+def _train(tmp_path, name: str, procs: int, batch: int, accum: int, static: bool, clip, opt=None, kinds=('G',),
+           **recipe) -> dict:
+    if opt is None:
+        opt = tiny_options(str(tmp_path / name), str(tmp_path / 'unused'), total_iter=ITERS, checkpoint_save=1,
+                           checkpoint_keep_last=0, checkpoint_print=ITERS, accumulate_steps=accum,
+                           G_optimizer_clipgrad=clip, **{'E_decay': 0.0, 'G_scheduler_milestones': [2], **recipe})
+        opt['netG']['act_mode'] = 'R'
+    else:
+        opt['path']['root'] = str(tmp_path / name)
+        opt['task'] = 'tiny'
     opt['use_static_graph'] = static
     opt['datasets']['train']['dataloader_batch_size'] = batch
     opt['datasets']['train']['dataroot_H'] = str(tmp_path.parent / 'shared_demo' / 'train')
@@ -32,7 +39,7 @@ def _train(tmp_path, name: str, procs: int, batch: int, accum: int, static: bool
     res = run([*launcher, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f'effective batch {procs * batch * accum}' in res.stdout
-    return _weights(tmp_path, name, ITERS), res.stdout
+    return {kind: _weights(tmp_path, name, ITERS, kind) for kind in kinds}, res.stdout
 
 
 @pytest.mark.parametrize('batch, accum, static, clip', [
@@ -42,11 +49,10 @@ def _train(tmp_path, name: str, procs: int, batch: int, accum: int, static: bool
 ], ids=['2x4', '2x2x2-clip', '2x2x2-clip-static-graph'])
 def test_two_ranks_train_the_same_weights_as_one_process_with_the_whole_batch(tmp_path, demo_images, batch,
                                                                              accum, static, clip):
-    os.makedirs(tmp_path.parent / 'shared_demo', exist_ok=True)
-    if not os.path.exists(tmp_path.parent / 'shared_demo' / 'train'):
-        os.symlink(os.path.join(demo_images, 'train'), tmp_path.parent / 'shared_demo' / 'train')
+    _link_demo(tmp_path, demo_images)
     ddp, log = _train(tmp_path, 'ddp', 2, batch, accum, static, clip)
     single, _ = _train(tmp_path, 'single', 1, 2 * batch * accum, 1, False, clip)
+    ddp, single = ddp['G'], single['G']
     if static and accum > 1:
         assert 'gradients are all-reduced after every micro-batch' in log
     assert ddp.keys() == single.keys()
@@ -57,5 +63,64 @@ def test_two_ranks_train_the_same_weights_as_one_process_with_the_whole_batch(tm
     assert max((single[k] - first[k]).abs().max().item() for k in single) > 1e-3
 
 
-def _weights(tmp_path, name: str, step: int) -> dict:
-    return torch.load(str(tmp_path / name / 'tiny' / 'models' / f'{step}_G.pth'), weights_only=True)
+def _weights(tmp_path, name: str, step: int, kind: str = 'G') -> dict:
+    return torch.load(str(tmp_path / name / 'tiny' / 'models' / f'{step}_{kind}.pth'), weights_only=True)
+
+
+def _link_demo(tmp_path, demo_images):
+    os.makedirs(tmp_path.parent / 'shared_demo', exist_ok=True)
+    if not os.path.exists(tmp_path.parent / 'shared_demo' / 'train'):
+        os.symlink(os.path.join(demo_images, 'train'), tmp_path.parent / 'shared_demo' / 'train')
+
+
+def _assert_same(ddp: dict, single: dict) -> None:
+    for kind in single:
+        assert ddp[kind].keys() == single[kind].keys()
+        for k in single[kind]:
+            torch.testing.assert_close(ddp[kind][k], single[kind][k], rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f'{kind} {k}: {m}')
+
+
+@pytest.mark.parametrize('recipe', [
+    dict(G_optimizer_type='adan_sf', G_optimizer_lr=2e-3, G_scheduler_type='cosine', G_scheduler_warmup_iter=2,
+         E_decay=0.9, E_warmup_iter=3),
+    pytest.param(dict(G_optimizer_type='adan', G_optimizer_lr=1e-2, G_scheduler_type='OneCycleLR',
+                      G_scheduler_pct_start=0.5, G_scheduler_div_factor=2, E_decay=0.9, E_warmup_iter=2,
+                      E_switch_iter=2), marks=pytest.mark.slow),  # ~1 min; runs in CI (CI=true) and with RUN_SLOW=1
+], ids=['adan_sf-cosine-ema-warmup', 'adan-onecycle-ema-switch'])
+def test_two_ranks_train_a_recipe_as_one_process_with_the_whole_batch(tmp_path, demo_images, recipe):
+    """The recipes that touch the step: a schedule-free optimizer (its averaged weights written at every save, the
+    EMA averaging them), the EMA's warm-up and switch, Adan and the new schedules: G and E as one process."""
+    _link_demo(tmp_path, demo_images)
+    ddp, _ = _train(tmp_path, 'ddp', 2, 4, 1, False, None, kinds=('G', 'E'), **recipe)
+    single, _ = _train(tmp_path, 'single', 1, 8, 1, False, None, kinds=('G', 'E'), **recipe)
+    _assert_same(ddp, single)
+    first = _weights(tmp_path, 'single', 1)
+    assert max((single['G'][k] - first[k]).abs().max().item() for k in first) > 1e-3
+
+
+@pytest.mark.slow  # two GAN runs, ~1 min on 2 busy cores; runs in CI (CI=true) and with RUN_SLOW=1
+def test_two_ranks_decide_adaptive_discriminator_updates_as_one_process(tmp_path, demo_images):
+    """D_adaptive decides from the ranks' mean adversarial loss: with a discriminator without BatchNorm (whose batch
+    statistics would differ legitimately) G, D and E train as one process with the whole batch, D steps skipped."""
+    _link_demo(tmp_path, demo_images)
+    with open(os.path.join(ROOT, 'options', 'gan', 'train_msrresnet_gan_tiny.json')) as f:
+        text = f.read()
+    base = json.loads(text[text.index('{'):])
+    base['netD']['act_mode'] = 'L'
+    base['datasets']['train']['dataroot_H'] = str(tmp_path.parent / 'shared_demo' / 'train')
+    base['logging']['use_tensorboard'] = False
+    base['train'].update(total_iter=ITERS, checkpoint_save=ITERS, checkpoint_print=1, D_adaptive=True,
+                         D_adaptive_decay=0.5, D_adaptive_threshold=1.0, D_lossfn_weight=0.1,
+                         # SGD: Adam's normalised steps would magnify the summation-order differences of near-zero
+                         # gradients to whole steps in a few weights
+                         G_optimizer_type='sgd', G_optimizer_lr=0.05, D_optimizer_type='sgd', D_optimizer_lr=0.05)
+    runs = {}
+    for name, procs, batch in (('ddp', 2, 2), ('single', 1, 4)):
+        opt = json.loads(json.dumps(base))
+        opt['datasets']['train']['dataloader_batch_size'] = batch
+        runs[name] = _train(tmp_path, name, procs, batch, 1, False, None, opt=opt, kinds=('G', 'D', 'E'))
+    _assert_same(runs['ddp'][0], runs['single'][0])
+    skipped = {name: [float(v) for v in re.findall(r'D_skipped: ([\d.e+-]+)', log)] for name, (_, log) in runs.items()}
+    assert skipped['ddp'] == skipped['single'], skipped  # the same decisions, iteration by iteration
+    assert len(skipped['single']) == ITERS and 0 < sum(skipped['single']) < ITERS, skipped

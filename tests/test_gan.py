@@ -290,3 +290,64 @@ def test_every_gan_option_file_validates():
     for path in glob.glob(os.path.join(ROOT, 'options', 'gan', '**', '*.json'), recursive=True):
         opt = read_options(path)
         assert opt['model'] == 'gan' and opt['netD']['net_type'].startswith('discriminator_')
+
+
+def _adaptive_decisions(model, losses, applied=None):
+    from models.model_gan import _ADV
+    out = []
+    for v in losses:
+        model._iteration_parts[_ADV] = v
+        out.append(not bool(model._adaptive_d_step(applied)))
+    return out
+
+
+def test_adaptive_d_skips_d_while_the_smoothed_adversarial_loss_rises_beyond_the_threshold(tmp_path, demo_images):
+    """traiNNer-redux's adaptive_d: a moving average of G's adversarial loss (decay 0.5 here, starting at the first
+    value); D's step is skipped when it rises by more than the factor D_adaptive_threshold in one iteration."""
+    model = _model(tmp_path, demo_images, D_adaptive=True, D_adaptive_decay=0.5, D_adaptive_threshold=1.1)
+    # averages 1, 1, 1.5 (+50 %: skip), 1.25, 1.125, 1.0625, 1.53 (+44 %: skip)
+    assert _adaptive_decisions(model, [1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 2.0]) == [False, False, True, False, False,
+                                                                              False, True]
+    assert model._adaptive.tolist() == pytest.approx([0.5 * 1.0625 + 0.5 * 2.0, 1.0])
+    # a hinge loss below zero: a rise towards zero is a rise (beyond 10 % of |average|)
+    model._adaptive.zero_()
+    assert _adaptive_decisions(model, [-1.0, -0.5, -0.9]) == [False, True, False]  # -1, -0.75, -0.825
+    # a step not applied (non-finite) leaves the average as it was
+    before = model._adaptive.clone()
+    _adaptive_decisions(model, [5.0], applied=torch.tensor(False))
+    assert torch.equal(model._adaptive, before)
+
+
+def test_adaptive_d_uses_the_mean_over_the_ranks(tmp_path, demo_images, monkeypatch):
+    """Every rank takes the same decision from the same number: the mean of the ranks' adversarial losses, which
+    is the adversarial loss of one process with the whole batch."""
+    from models import model_gan
+    model = _model(tmp_path, demo_images, D_adaptive=True, D_adaptive_decay=0.5, D_adaptive_threshold=1.1)
+    monkeypatch.setattr(model_gan.dist, 'get_world_size', lambda: 2)
+    monkeypatch.setattr(model_gan.dist, 'all_reduce_sum', lambda t: t.add_(1.0))  # the other rank's loss: 1.0
+    assert _adaptive_decisions(model, [1.0, 3.0]) == [False, True]  # means 1.0, then 2.0: average 1.5
+    assert model._adaptive[0].item() == pytest.approx(1.5)
+
+
+def test_adaptive_d_holds_d_still_when_it_skips_logs_the_share_and_resumes(tmp_path, demo_images):
+    model = _model(tmp_path, demo_images, D_adaptive=True, D_adaptive_threshold=1.0, D_adaptive_decay=0.5)
+    skipped = []
+    for it in range(1, 7):
+        d0 = [p.detach().clone() for p in model.net_d.parameters()]
+        model.step(it, model.backward([_batch(it)]))
+        model.end_iteration(it)
+        skip = model._iteration_parts[9].item() == 1.0
+        assert skip == all(torch.equal(a, b) for a, b in zip(d0, model.net_d.parameters())), it
+        skipped.append(skip)
+    assert any(skipped) and not all(skipped), skipped
+    assert model.log_losses()['D_skipped'] == pytest.approx(sum(skipped) / 6)
+    state = model.training_state()
+    resumed = _model(tmp_path, demo_images, D_adaptive=True, D_adaptive_threshold=1.0, D_adaptive_decay=0.5)
+    resumed.load_state(model.state_files(), state)
+    assert torch.equal(resumed._adaptive, model._adaptive) and model._adaptive[1] == 1
+
+
+def test_without_adaptive_d_nothing_is_skipped_or_logged(tmp_path, demo_images):
+    model = _model(tmp_path, demo_images)
+    model.step(1, model.backward([_batch(1)]))
+    assert 'D_skipped' not in model.log_losses() and model._adaptive.tolist() == [0.0, 0.0]

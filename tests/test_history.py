@@ -8,6 +8,7 @@ import sys
 import time
 
 import cv2
+import pytest
 
 from conftest import ROOT, clean_env, run, tiny_options, write_options
 from utils.history import History, read_history
@@ -45,6 +46,11 @@ def test_history_rows_match_the_tensorboard_scalars_of_the_same_run(tmp_path, de
         assert sorted(tb) == [r['iter'] for r in kind]
         assert all(abs(tb[r['iter']] - r[key]) <= 1e-6 * max(1.0, abs(r[key])) for r in kind), tag  # TB stores float32
     assert all(r['test_set'] == 'test_dataset' and r['items'] == 8 for r in val)
+    # the planned schedule (curves.png's lr panel) is what the log then showed at each print step
+    plans = [r for r in rows if r['kind'] == 'schedule']
+    assert len(plans) == 1 and plans[0]['iter'] == 0
+    planned = {it: lr for it, lr in plans[0]['points']}
+    assert all(planned[r['iter']] == pytest.approx(r['lr']) for r in train)
 
 
 def test_after_sigkill_and_resume_the_history_has_each_iteration_once(tmp_path, demo_images):
@@ -130,6 +136,19 @@ def test_curves_show_lr_steps_as_steps_ssim_on_its_own_labelled_axis_and_close_v
     assert ax_ssim.get_ylabel() == 'SSIM' and ax_ssim.lines[0].get_color() != ax_val.lines[0].get_color()
     low, high = ax_val.get_ylim()
     assert high - low >= 0.5  # 0.04 dB apart is not drawn corner to corner
+
+
+def test_curves_draw_the_planned_schedule_of_each_start_until_the_next_and_the_logged_lr():
+    from utils.plot import curves_figure, schedule_points
+    rows = [{'kind': 'schedule', 'iter': 0, 'points': [[0, 0.05], [5, 1.0], [10, 0.5], [20, 0.0]]},
+            {'kind': 'train', 'iter': 5, 'lr': 1.0, 'G_loss': 0.5},
+            {'kind': 'schedule', 'iter': 10, 'points': [[10, 0.2], [20, 0.1]]},  # resumed with a lower lr
+            {'kind': 'train', 'iter': 15, 'lr': 0.15, 'G_loss': 0.4}]
+    assert schedule_points(rows) == [(0, 0.05), (5, 1.0), (10, 0.5), (10, 0.2), (20, 0.1)]
+    ax_lr = curves_figure(rows).axes[1]
+    assert [line.get_label() for line in ax_lr.lines] == ['schedule', 'logged']
+    assert list(ax_lr.lines[0].get_xdata()) == [0, 5, 10, 10, 20]
+    assert ax_lr.get_yscale() == 'log'  # 0.05 .. 1.0: more than tenfold
 
 
 def test_curves_keep_every_point_of_a_negative_loss_on_a_symmetric_log_axis():

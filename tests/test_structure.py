@@ -369,7 +369,7 @@ def test_registering_another_object_under_a_taken_name_is_a_programming_error():
 @pytest.mark.parametrize('key, value, message', [
     ('model', 'gann', 'model: unknown model "gann" (did you mean "gan"?)'),
     ('train.G_lossfn_type', 'charbonier', 'train.G_lossfn_type: unknown loss "charbonier" (did you mean "charbonnier"?)'),
-    ('train.G_optimizer_type', 'adan', 'train.G_optimizer_type: unknown optimizer "adan" (did you mean "adam"?)'),
+    ('train.G_optimizer_type', 'adamq', 'train.G_optimizer_type: unknown optimizer "adamq" (did you mean "adam"?)'),
     ('train.G_scheduler_type', 'MultiStepLr', 'train.G_scheduler_type: unknown scheduler "MultiStepLr" (did you mean'),
     ('netG.init_type', 'orthogonl', 'netG.init_type: unknown init "orthogonl" (did you mean "orthogonal"?)'),
     ('netG.init_bn_type', 'constnt', 'netG.init_bn_type: unknown init "constnt" (did you mean "constant"?)'),

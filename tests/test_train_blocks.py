@@ -84,8 +84,8 @@ def test_adam_defaults_betas_and_zero_weight_decay():
 
 
 def test_unknown_optimizer_is_a_user_error():
-    with pytest.raises(UserError, match=r'train.G_optimizer_type: unknown optimizer "adan" \(did you mean'):
-        build_optimizer(_groups(), t({'G_optimizer_type': 'adan'}))
+    with pytest.raises(UserError, match=r'train.G_optimizer_type: unknown optimizer "adamq" \(did you mean'):
+        build_optimizer(_groups(), t({"G_optimizer_type": "adamq"}))
 
 
 def _opt(lrs=(1.0,)):

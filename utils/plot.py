@@ -12,13 +12,13 @@ import math
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from utils.history import HISTORY_FILE, read_history
 
 CURVES_FILE = 'curves.png'
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `-m utils.plot`
-_NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples_per_sec', 'time'}
+_NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples_per_sec', 'time', 'D_skipped'}
 
 
 def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None:
@@ -35,8 +35,9 @@ def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None
 
 
 def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
-    """The figure of `plot_rows`: training losses (log scale), the learning rate as the steps it takes,
-    validation PSNR with its best point and SSIM on its own axis, each in the legend."""
+    """The figure of `plot_rows`: training losses (log scale), the learning rate (the schedule as planned at each
+    start, and the values logged at the print steps), validation PSNR with its best point and SSIM on its own
+    axis, each in the legend."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -63,13 +64,18 @@ def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
         ax_loss.legend(fontsize=7)
     ax_loss.set_title('training loss')
     lr = [(r['iter'], r['lr']) for r in train if isinstance(r.get('lr'), (int, float))]
+    planned = schedule_points(rows)
+    if planned:
+        # the schedule's closed form, sampled densely and at each side of its jumps: its true shape
+        ax_lr.plot(*zip(*planned), color='tab:gray', linewidth=1, label='schedule')
     if lr:
-        # the schedule changes in steps (milestones) or smoothly between print steps: hold each value until the
-        # next print instead of drawing a slope between them
-        ax_lr.plot(*zip(*lr), color='tab:green', drawstyle='steps-post')
-        positive = [v for _, v in lr if v > 0]
-        if positive and max(positive) > 10 * min(positive):
-            ax_lr.set_yscale('log')
+        # the logged values: each held until the next print
+        ax_lr.plot(*zip(*lr), color='tab:green', drawstyle='steps-post', label='logged')
+    positive = [v for _, v in lr + planned if v > 0]
+    if positive and max(positive) > 10 * min(positive):
+        ax_lr.set_yscale('log')
+    if lr and planned:
+        ax_lr.legend(fontsize=7)
     ax_lr.set_title('learning rate')
     handles = []
     ax_ssim = None
@@ -104,6 +110,18 @@ def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def schedule_points(rows: Sequence[Dict[str, Any]]) -> List[Tuple[int, float]]:
+    """(iteration, lr) of the schedule as planned: each start's `schedule` row (main_train.py) up to the next
+    start, so a run resumed with other schedule options shows what was in force when."""
+    plans = [r for r in rows if r.get('kind') == 'schedule' and isinstance(r.get('points'), list)]
+    out: List[Tuple[int, float]] = []
+    for i, plan in enumerate(plans):
+        until = plans[i + 1]['iter'] if i + 1 < len(plans) else math.inf
+        out += [(int(p[0]), float(p[1])) for p in plan['points']
+                if isinstance(p, list) and len(p) == 2 and p[0] <= until and isinstance(p[1], (int, float))]
+    return out
 
 
 def _min_span(ax: Any, values: Sequence[float], span: float) -> None:
