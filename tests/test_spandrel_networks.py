@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, clean_env, need_spandrel, run, tiny_options, write_options
+from conftest import ROOT, clean_env, need_spandrel, run_main, tiny_options, write_options
 from models.registry import build_network
 from option_rules import option_rules
 from utils.errors import OptionsError, UserError
@@ -146,7 +146,7 @@ def test_real_cugan_builds_the_class_of_its_factor_and_another_factor_is_one_lin
         assert type(build_network(opt['netG'])).__name__ == f'UpCunet{scale}x'
     opt = tiny_options(str(tmp_path / 'exp'), demo_images)
     opt['netG'] = {'net_type': 'realcugan'}
-    res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2 and res.stderr.count('\n') == 1, res.stderr[-2000:]
     assert 'netG.scale: realcugan upscales by 2, 3 or 4, got 1 (set the top-level "scale")' in res.stderr
     assert not (tmp_path / 'exp').exists()

@@ -43,11 +43,11 @@ class _HeldConsole(logging.StreamHandler):
     cache) shows what it held and goes on live, so a long start is never silent. Errors pass at once.
     """
 
-    def __init__(self, stream: Any, hold_s: float = HOLD_S):
+    def __init__(self, stream: Any, hold_s: Optional[float] = None):
         super().__init__(stream)
         self.held: list = []
         self.shown = False
-        self._timer = threading.Timer(hold_s, self.show)
+        self._timer = threading.Timer(HOLD_S if hold_s is None else hold_s, self.show)
         self._timer.daemon = True
         self._timer.start()
 
@@ -69,6 +69,11 @@ class _HeldConsole(logging.StreamHandler):
                 self.held = []
         finally:
             self.release()
+
+    def close(self) -> None:
+        """A closed console shows nothing more: held lines (a start-up that failed) stay unshown."""
+        self._timer.cancel()
+        super().close()
 
 
 def show_console() -> None:
