@@ -15,10 +15,12 @@ How a test runs `main_train.py` / `main_test.py`:
 - A checkpoint that many tests only read comes from a session fixture (`tiny_run`): trained once, copied
   (`copy_run`) by a test that writes into it.
 
-Marks: `@pytest.mark.slow` (long end-to-end runs) and `@pytest.mark.family` (one test per member of a family:
-every tiny option file, every architecture table, every bench's quick mode) run in CI (`CI=true`) and with
-`RUN_SLOW=1`. Locally a slow test is skipped, and of a family only the members `representative()` names run
-(`@pytest.mark.parametrize('arch', representative(ARCHS, 'edsr', 'swinir'))`): the others show as skipped.
+Which tests run where: everything in CI (`CI=true`, where a skip is a failure) and with `RUN_SLOW=1`.
+Locally, a test marked `@pytest.mark.slow` (a long end-to-end run) is skipped, and a test that checks a family
+member by member (every tiny option file, every architecture table, every bench's quick mode) runs for the
+members `family()` names as representatives, one per kind of code path; the others show as skipped:
+
+    @pytest.mark.parametrize('name', family(TABLES, local={'edsr__x2.tsv', 'swinir__classical_x2.tsv'}))
 """
 import contextlib
 import importlib
@@ -62,7 +64,7 @@ def clean_env(**extra: str) -> Dict[str, str]:
 
 
 def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
-    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images.
+    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images, without curves.png.
 
     The demo images are `<data_root>/train` and `<data_root>/test`, generated there when missing only
     if data_root lies in or is a folder named demo_data (as `demo_images` does); else read as they are.
@@ -83,7 +85,8 @@ def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
         },
         'netG': {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 3, 'act_mode': 'BR'},
         'train': t,
-        'logging': {'use_tensorboard': True, 'use_wandb': False},
+        # no curves.png: each drawing is a process importing matplotlib, ~2 s of CPU (tiny_run draws them)
+        'logging': {'use_tensorboard': True, 'use_wandb': False, 'curves': False},
     }
 
 
@@ -348,11 +351,13 @@ class TrainedRun:
 
 @pytest.fixture(scope='session')
 def tiny_run(tmp_path_factory: pytest.TempPathFactory, demo_images: str) -> TrainedRun:
-    """The run of `tiny_options` as they are (8 iterations, prints every 2, validations and saves at 4 and 8,
-    TensorBoard on), trained once per session for the tests that read what a run leaves (history, TensorBoard,
+    """The run of `tiny_options` (8 iterations, prints every 2, validations and saves at 4 and 8, TensorBoard
+    on) with curves.png drawn, trained once per session for the tests that read what a run leaves (history, TensorBoard,
     log file, checkpoints for main_test). Read-only: a test that writes into a run folder takes `copy_run`."""
     base = tmp_path_factory.mktemp('tiny_run')
-    path = write_options(str(base / 'o.json'), tiny_options(str(base / 'exp'), demo_images))
+    opt = tiny_options(str(base / 'exp'), demo_images)
+    opt['logging']['curves'] = True  # the default of an option file: curves.png drawn at each validation
+    path = write_options(str(base / 'o.json'), opt)
     res = run_main('main_train', ['--opt', path])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return TrainedRun(path, str(base / 'exp' / 'tiny'), res)

@@ -143,7 +143,7 @@ def _opt(tmp_path, demo_images, **val):
 def test_training_reports_the_metrics_and_keeps_the_checkpoint_of_the_lowest_error(tmp_path, demo_images):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     opt = _opt(tmp_path, demo_images, metrics=BOTH, best_metric='mean_abs_error')
-    res = run_main('main_train', ['--opt', opt])
+    res = run_main('main_train', ['--opt', opt, '--set', 'logging.curves=true'])  # the metrics' curves drawn too
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     task = tmp_path / 'exp' / 'tiny'
     val = [r for r in read_history(str(task / 'history.jsonl')) if r['kind'] == 'val']

@@ -111,6 +111,26 @@ def test_curves_are_drawn_from_a_working_directory_with_its_own_utils_package(tm
     assert (folder / CURVES_FILE).stat().st_size > 0
 
 
+def test_without_logging_curves_no_drawing_starts_and_the_history_is_still_written(tmp_path, monkeypatch):
+    from option_rules import read_options
+    from utils.logger import Reporter
+    started = []
+    monkeypatch.setattr(BackgroundPlotter, 'redraw', lambda self: started.append(self.folder))
+    raw = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    for curves in (True, False):
+        raw['logging'].update(curves=curves, use_tensorboard=False)
+        raw['task'] = f'curves_{str(curves).lower()}'
+        opt = read_options(write_options(str(tmp_path / 'o.json'), raw))
+        os.makedirs(opt['path']['task'], exist_ok=True)
+        reporter = Reporter(opt, True)
+        reporter.row({'kind': 'val', 'iter': 4, 'epoch': 0, 'psnr': 20.0, 'ssim': 0.5, 'psnr_y': 20.0,
+                      'ssim_y': 0.5})
+        reporter.redraw_curves()
+        reporter.close()
+    assert started == [str(tmp_path / 'exp' / 'curves_true')]  # no drawing for curves_false
+    assert [r['iter'] for r in read_history(os.path.join(opt['path']['task'], 'history.jsonl'))] == [4]
+
+
 def test_curves_show_lr_steps_as_steps_ssim_on_its_own_labelled_axis_and_close_validations_at_scale():
     from utils.plot import curves_figure
     rows = [{'kind': 'train', 'iter': it, 'lr': 1e-3 if it <= 50 else 5e-4, 'G_loss': 1.0 / it} for it in (10, 50, 60)]

@@ -191,8 +191,9 @@ class Reporter:
         if dropped:
             get_logger().info(f'{self.history.path}: {dropped} rows after iteration {start_iter} dropped '
                               f'(the run went past its last checkpoint)')
-        self.plotter = BackgroundPlotter(opt['path']['task'])
         log_opt = opt['logging']
+        if log_opt['curves']:
+            self.plotter = BackgroundPlotter(opt['path']['task'])
         if log_opt['use_tensorboard']:
             self.tb_dir = opt['path']['tb_logger']
         if log_opt['use_wandb']:

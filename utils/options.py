@@ -214,6 +214,8 @@ SCHEMA: Dict[str, Any] = {
     },
     'logging': {
         'use_tensorboard': Key(True, (bool,)),
+        # curves.png redrawn after each validation: a child process that imports matplotlib (~2 s of CPU each)
+        'curves': Key(True, (bool,)),
         'use_wandb': Key(False, (bool,)),
         'wandb_project': Key('restoration', (str,)),
         'wandb_name': Key(None, _OPT_STR),
