@@ -237,6 +237,7 @@ def test_checkpoints_hold_g_d_and_e_and_resume_bit_exactly(tmp_path, demo_images
     _assert_same_tensors(sa['model']['scheduler_d'], sb['model']['scheduler_d'], 'scheduler_d')
 
 
+@pytest.mark.slow  # a minute on 2 idle cores (bf16 autocast and VGG19 features on CPU, 2 ranks); runs in CI
 def test_two_processes_keep_g_d_and_e_identical_and_only_rank_zero_writes(tmp_path, demo_images):
     """With gradient accumulation (both networks skip the all-reduce of the first micro-batch) and bf16."""
     path = write_options(str(tmp_path / 'o.json'), _tiny(tmp_path, demo_images, total_iter=4, checkpoint_save=4,
