@@ -74,7 +74,7 @@ def test_every_spandrel_net_type_has_a_tiny_configuration_here():
 
 
 # Locally the seven net_types of the first spandrel change (window attention: HAT, DAT; convolutions: SPAN, PLKSR,
-# RealPLKSR, SRVGGNet; a U-Net: NAFNet); the other 25 run in CI and with RUN_SLOW=1 (up to 15 s each on 2 cores).
+# RealPLKSR, SRVGGNet; a U-Net: NAFNet); the other 24 run in CI and with RUN_SLOW=1 (up to 15 s each on 2 cores).
 LOCAL = ('hat', 'dat', 'span', 'plksr', 'realplksr', 'srvggnet', 'nafnet')
 
 
