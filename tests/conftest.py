@@ -1,15 +1,43 @@
-"""Shared fixtures: the project root on sys.path, tiny option files, subprocess helpers."""
+"""Shared fixtures: the project root on sys.path, tiny option files, the entry points in this process or in
+a subprocess, and the marks that keep the local run near 10 minutes.
+
+How a test runs `main_train.py` / `main_test.py`:
+
+- `run_main('main_train', ['--opt', path, ...])` runs the entry point's `main()` in the pytest process and
+  returns what `run([PY, 'main_train.py', ...])` would (`returncode`, `stdout`, `stderr`): a new process costs
+  ~5 s of imports on 2 cores, the run itself often less. What `main()` changes in the process is put back
+  after it (`process_state_kept`: environment, cwd, argv, torch threads, random states, signal handlers and
+  the stop handlers, the project's logger, warnings, OpenCV threads, LMDB handles). `faults=` patches the
+  loop like `tests/patched_main.py` does from the environment (a NaN loss, a failed save...).
+- `run([PY, 'main_train.py', ...])` (a real process) only where the process is the point: signals and exit
+  codes of the process, DDP and launchers (torchrun, srun, launch_train.sh), start-up behaviour (what is
+  imported, held console lines), a process killed mid-run, and the README's commands themselves.
+- A checkpoint that many tests only read comes from a session fixture (`tiny_run`): trained once, copied
+  (`copy_run`) by a test that writes into it.
+
+Which tests run where: everything in CI (`CI=true`, where a skip is a failure) and with `RUN_SLOW=1`.
+Locally, a test marked `@pytest.mark.slow` (a long end-to-end run) is skipped, and a test that checks a family
+member by member (every tiny option file, every architecture table, every bench's quick mode) runs for the
+members `family()` names as representatives, one per kind of code path; the others show as skipped:
+
+    @pytest.mark.parametrize('name', family(TABLES, local={'edsr__x2.tsv', 'swinir__classical_x2.tsv'}))
+"""
+import contextlib
 import importlib
+import io
 import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import traceback
+import warnings
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import pytest
 
@@ -36,7 +64,7 @@ def clean_env(**extra: str) -> Dict[str, str]:
 
 
 def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
-    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images.
+    """A DnCNN run small enough for a few seconds on CPU, on the generated demo images, without curves.png.
 
     The demo images are `<data_root>/train` and `<data_root>/test`, generated there when missing only
     if data_root lies in or is a folder named demo_data (as `demo_images` does); else read as they are.
@@ -57,7 +85,8 @@ def tiny_options(root: str, data_root: str, **train: Any) -> Dict[str, Any]:
         },
         'netG': {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 3, 'act_mode': 'BR'},
         'train': t,
-        'logging': {'use_tensorboard': True, 'use_wandb': False},
+        # no curves.png: each drawing is a process importing matplotlib, ~2 s of CPU (tiny_run draws them)
+        'logging': {'use_tensorboard': True, 'use_wandb': False, 'curves': False},
     }
 
 
@@ -102,6 +131,115 @@ def run(cmd: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 3
                           timeout=timeout)
 
 
+ENTRY_POINTS = ('main_train', 'main_test')
+
+
+@contextlib.contextmanager
+def process_state_kept(env: Mapping[str, str], cwd: str, argv: Sequence[str]) -> Iterator[None]:
+    """Inside: the process looks to the code as a new one started with `env`, in `cwd`, with `argv`; after: what
+    an entry point changes in its process is as it was before (environment, working folder, argv, torch's
+    intra-op threads and grad mode, Python/NumPy/torch random states, the stop-signal handlers, the wake-up fd
+    and `utils.stop`'s installed handlers, the project's logger, warning filters, OpenCV's threads, LMDB
+    environments opened meanwhile)."""
+    import logging
+    import random
+    import signal
+
+    import cv2
+    import numpy as np
+    import torch
+
+    from utils import stop
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), list(sys.argv)
+    threads, grad, cv_threads = torch.get_num_threads(), torch.is_grad_enabled(), cv2.getNumThreads()
+    rngs = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    handlers = {s: signal.getsignal(s) for s in stop.STOP_SIGNALS}
+    stops = stop.current()
+    log = logging.getLogger('restoration')
+    log_state = list(log.handlers), log.propagate, log.level
+    lmdb = sys.modules.get('data.lmdb_util')
+    lmdb_envs = set(lmdb._ENVS) if lmdb is not None else set()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        if 'OMP_NUM_THREADS' in env:  # what a new process's torch would have read at start-up
+            torch.set_num_threads(int(env['OMP_NUM_THREADS']))
+        os.chdir(cwd)
+        sys.argv[:] = argv
+        with warnings.catch_warnings():  # a new interpreter's filters (pytest sets its own for each test)
+            warnings.resetwarnings()
+            warnings.filterwarnings('default', category=DeprecationWarning, module='__main__')
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter('ignore', category, append=True)
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: \
+                sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+            yield
+    finally:
+        installed = stop.current()
+        if installed is not None and installed is not stops:
+            installed.restore()  # the handlers before it, the wake-up fd, and no installed handlers
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        for h in list(log.handlers):
+            if h not in log_state[0]:
+                log.removeHandler(h)
+                try:  # as logging.shutdown() at a process's exit: a log file on a full disk fails its flush
+                    h.flush()
+                    h.close()
+                except (OSError, ValueError):
+                    pass
+        log.handlers[:] = log_state[0]
+        log.propagate, log.level = log_state[1], log_state[2]
+        lmdb = sys.modules.get('data.lmdb_util')
+        for key in set(lmdb._ENVS) - lmdb_envs if lmdb is not None else ():
+            lmdb._ENVS.pop(key)[1].close()
+        random.setstate(rngs[0])
+        np.random.set_state(rngs[1])
+        torch.set_rng_state(rngs[2])
+        torch.set_num_threads(threads)
+        torch.set_grad_enabled(grad)
+        cv2.setNumThreads(cv_threads)
+        sys.argv[:] = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def run_main(entry: str, args: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: str = ROOT,
+             faults: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+    """`python <entry>.py <args>` run in this process: what `run` of that command returns (exit code, stdout,
+    stderr), without the ~5 s of a new interpreter importing torch. `entry`: main_train or main_test.
+
+    `env` as for `run` (default `clean_env()`). `faults`: variables of tests/patched_main.py (INJECT_NAN_AT,
+    SAVE_FAIL_AT, ...; not CRASH_AT, which ends the process), patched in for this run. A traceback ends the
+    run with exit code 1 and the traceback on its stderr, as it would a process. Use `run` where the process
+    itself is tested (see this module's docstring)."""
+    if entry not in ENTRY_POINTS:
+        raise ValueError(f'entry {entry!r}: one of {ENTRY_POINTS}')
+    if faults and 'CRASH_AT' in faults:
+        raise ValueError('CRASH_AT ends the process: run tests/patched_main.py in a subprocess')
+    main = importlib.import_module(entry).main
+    env = {**(env or clean_env()), **(faults or {})}
+    out, err = io.StringIO(), io.StringIO()
+    with process_state_kept(env, cwd, [f'{entry}.py', *args]), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if faults:
+                from tests.patched_main import injected
+                with injected(os.environ):
+                    code = main(list(args))
+            else:
+                code = main(list(args))
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+        except Exception:  # what the interpreter would print before exiting 1
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess([entry, *args], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(autouse=True)
 def restoration_logger_restored():
     """A test that sets up the project's logger in-process (propagate off, its own handlers) must not
@@ -113,9 +251,20 @@ def restoration_logger_restored():
     for h in list(log.handlers):
         if h not in saved[0]:
             log.removeHandler(h)
-            h.close()
+            try:
+                h.close()
+            except (OSError, ValueError):  # a log file on a full disk
+                pass
     log.handlers[:] = saved[0]
     log.propagate, log.level = saved[1], saved[2]
+
+
+@pytest.fixture
+def console_held(monkeypatch):
+    """Start-up lines stay held on the console however long a loaded machine takes to start (3 s otherwise,
+    `utils.logger.HOLD_S`): a test that a failed start-up shows its one error line alone cannot flake."""
+    from utils import logger
+    monkeypatch.setattr(logger, 'HOLD_S', 3600.0)
 
 
 @pytest.fixture(scope='session', autouse=True)
@@ -189,6 +338,42 @@ def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
     return root
 
 
+class TrainedRun:
+    """A finished run: its option file, its run folder (`<path.root>/<task>`) and what training printed."""
+
+    def __init__(self, opt_path: str, folder: str, result: subprocess.CompletedProcess):
+        self.opt_path, self.folder, self.result = opt_path, folder, result
+
+    @property
+    def models(self) -> str:
+        return os.path.join(self.folder, 'models')
+
+
+@pytest.fixture(scope='session')
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, demo_images: str) -> TrainedRun:
+    """The run of `tiny_options` (8 iterations, prints every 2, validations and saves at 4 and 8, TensorBoard
+    on) with curves.png drawn, trained once per session for the tests that read what a run leaves (history, TensorBoard,
+    log file, checkpoints for main_test). Read-only: a test that writes into a run folder takes `copy_run`."""
+    base = tmp_path_factory.mktemp('tiny_run')
+    opt = tiny_options(str(base / 'exp'), demo_images)
+    opt['logging']['curves'] = True  # the default of an option file: curves.png drawn at each validation
+    path = write_options(str(base / 'o.json'), opt)
+    res = run_main('main_train', ['--opt', path])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return TrainedRun(path, str(base / 'exp' / 'tiny'), res)
+
+
+def copy_run(trained: TrainedRun, dest: str) -> TrainedRun:
+    """A copy of a finished run under `dest` (`dest/exp/<task>` and `dest/o.json`, whose path.root points to it),
+    to resume, extend or damage without touching the original."""
+    with open(trained.opt_path) as f:
+        opt = json.load(f)
+    opt['path']['root'] = os.path.join(dest, 'exp')
+    folder = os.path.join(opt['path']['root'], os.path.basename(trained.folder))
+    shutil.copytree(trained.folder, folder)
+    return TrainedRun(write_options(os.path.join(dest, 'o.json'), opt), folder, trained.result)
+
+
 @pytest.fixture(scope='module')
 def one_thread():
     """One intra-op thread for a test module of small networks: they gain nothing from two, and
@@ -205,14 +390,37 @@ def in_ci(env: Optional[Mapping[str, str]] = None) -> bool:
     return (os.environ if env is None else env).get('CI', '').lower() in ('1', 'true')
 
 
+def run_everything() -> bool:
+    """CI (CI=true) or RUN_SLOW=1: slow tests and every member of a family run."""
+    return in_ci() or os.environ.get('RUN_SLOW') == '1'
+
+
+def family(members: Sequence[Any], local: Any, key: Any = None) -> List[Any]:
+    """Parameters of a test that checks each member of a family (every tiny option file, every architecture
+    table, every bench): all run in CI and with RUN_SLOW=1, and locally the `local` ones (members whose `key`,
+    by default the member itself, is in `local`), a few that stand for the rest; the others are marked
+    `family` and reported as skipped. Choose members that differ: one per kind of code path."""
+    local = set(local)
+    unknown = local - {member if key is None else key(member) for member in members}
+    if unknown:
+        raise ValueError(f'family: local members {sorted(unknown)} are not members')
+    return [member if (member if key is None else key(member)) in local
+            else pytest.param(member, marks=pytest.mark.family) for member in members]
+
+
 def pytest_collection_modifyitems(config, items):
-    """Long end-to-end tests run in CI (CI=true) or with RUN_SLOW=1; locally they are reported as skipped."""
-    if in_ci() or os.environ.get('RUN_SLOW') == '1':
+    """Long end-to-end tests and the other members of a family run in CI (CI=true) or with RUN_SLOW=1; locally
+    they are reported as skipped."""
+    if run_everything():
         return
-    skip = pytest.mark.skip(reason='slow end-to-end test: runs in CI, or locally with RUN_SLOW=1')
+    slow = pytest.mark.skip(reason='slow end-to-end test: runs in CI, or locally with RUN_SLOW=1')
+    member = pytest.mark.skip(reason='one of a family whose representatives run locally: all run in CI, or '
+                                     'locally with RUN_SLOW=1')
     for item in items:
         if 'slow' in item.keywords:
-            item.add_marker(skip)
+            item.add_marker(slow)
+        elif 'family' in item.keywords:
+            item.add_marker(member)
 
 
 def need_module(name: str) -> Any:

@@ -14,11 +14,16 @@ The production code has no test hooks; this wrapper patches it from outside:
   and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
   first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
+
+`injected(env)` patches them in for a `with` block (tests/conftest.py's `run_main(..., faults=...)` runs the
+loop in the test's process so); run as a script, for the whole process.
 """
+import contextlib
 import os
 import shutil
 import sys
 import time
+from typing import Any, Iterator, List, Mapping, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,11 +38,27 @@ def _rank_matches(var: str) -> bool:
     return var not in os.environ or int(os.environ[var]) == dist.get_rank()
 
 
-def install() -> None:
-    nan_at = int(os.environ.get('INJECT_NAN_AT', 0))
-    nan_from = int(os.environ.get('INJECT_NAN_FROM', 0))
-    crash_at = int(os.environ.get('CRASH_AT', 0))
-    slow = float(os.environ.get('SLOW_SAVE_SECONDS', 0))
+@contextlib.contextmanager
+def injected(env: Mapping[str, str]) -> Iterator[None]:
+    """The faults `env` names, patched into the loop's classes and modules inside the block, undone after."""
+    undo: List[Tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, value: Any) -> None:
+        undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+    try:
+        install(env, patch)
+        yield
+    finally:
+        for owner, name, value in reversed(undo):
+            setattr(owner, name, value)
+
+
+def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
+    nan_at = int(env.get('INJECT_NAN_AT', 0))
+    nan_from = int(env.get('INJECT_NAN_FROM', 0))
+    crash_at = int(env.get('CRASH_AT', 0))
+    slow = float(env.get('SLOW_SAVE_SECONDS', 0))
     original_backward = ModelPlain.backward
     calls = {'n': 0}
 
@@ -52,8 +73,8 @@ def install() -> None:
             return loss * torch.tensor(float('nan'))
         return loss
 
-    ModelPlain.backward = backward
-    fail_at = os.environ.get('SAVE_FAIL_AT')
+    patch(ModelPlain, 'backward', backward)
+    fail_at = env.get('SAVE_FAIL_AT')
     if fail_at:
         original_save = checkpoint.CheckpointDir.save
 
@@ -61,8 +82,8 @@ def install() -> None:
             if step == int(fail_at):
                 raise OSError(28, 'No space left on device')
             return original_save(self, step, files)
-        checkpoint.CheckpointDir.save = failing_save
-    disk_full_at = os.environ.get('DISK_FULL_AT')
+        patch(checkpoint.CheckpointDir, 'save', failing_save)
+    disk_full_at = env.get('DISK_FULL_AT')
     if disk_full_at:
         original_torch_save = checkpoint.atomic_torch_save
 
@@ -70,16 +91,16 @@ def install() -> None:
             if os.path.basename(path) == f'{disk_full_at}_state.pth':
                 raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 128 vs 64')
             return original_torch_save(obj, path)
-        checkpoint.atomic_torch_save = full_disk_save
-    free_mb = os.environ.get('FREE_MB')
+        patch(checkpoint, 'atomic_torch_save', full_disk_save)
+    free_mb = env.get('FREE_MB')
     if free_mb:
         real_usage = shutil.disk_usage
 
         def full_disk_usage(path):
             usage, free = real_usage(path), int(float(free_mb) * 1e6)
             return type(usage)(usage.total, usage.total - free, free)
-        shutil.disk_usage = full_disk_usage
-    poison_at = int(os.environ.get('POISON_AT', 0))
+        patch(shutil, 'disk_usage', full_disk_usage)
+    poison_at = int(env.get('POISON_AT', 0))
     if poison_at:
         original_step = ModelPlain.step
 
@@ -88,7 +109,7 @@ def install() -> None:
             if step == poison_at:
                 with torch.no_grad():
                     next(self.net_g.parameters()).view(-1)[0] = float('nan')
-        ModelPlain.step = poisoning_step
+        patch(ModelPlain, 'step', poisoning_step)
     if slow:
         original = checkpoint.atomic_write_bytes
 
@@ -102,7 +123,7 @@ def install() -> None:
                 print(f'SAVING {path}', flush=True)
                 time.sleep(slow)
             original(path, slowly, **kwargs)
-        checkpoint.atomic_write_bytes = slow_write
+        patch(checkpoint, 'atomic_write_bytes', slow_write)
 
 
 if __name__ == '__main__':

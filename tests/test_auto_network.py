@@ -1,14 +1,12 @@
 """`netG.net_type: "auto"`: the network is read from path.pretrained_netG (spandrel's detection) and
 replaced by its explicit netG block before validation; then the run is like any other."""
 import json
-import os
 import re
-import sys
 
 import pytest
 import torch
 
-from conftest import clean_env, need_spandrel, run, tiny_options, write_options
+from conftest import clean_env, need_spandrel, run_main, tiny_options, write_options
 from option_rules import read_options
 from models.registry import build_network
 from utils.errors import OptionsError
@@ -119,8 +117,8 @@ def test_auto_fine_tunes_from_a_checkpoint_like_any_network(tmp_path, demo_image
             opt['datasets'][phase].pop(key, None)
     opt['datasets']['train']['H_size'] = 32
     opt['logging']['use_tensorboard'] = False
-    res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)],
-              env=clean_env(OMP_NUM_THREADS='1'), timeout=300)
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)],
+                   env=clean_env(OMP_NUM_THREADS='1'))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'net_type "auto"' in res.stdout and f'"net_type": "{net_type}"' in res.stdout, res.stdout[-3000:]
     netG = {'net_type': net_type, **FAMILIES[net_type]}

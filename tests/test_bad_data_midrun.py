@@ -5,7 +5,7 @@ set says what changed.
 The start-up checks read headers only, so a file damaged behind a valid header, or one that disappears after
 the start, is found when a batch needs it: in a loader worker (the error comes back wrapped by torch), on one
 rank. The ranks learn it in the one host agreement before each iteration. Real runs; the files are damaged
-or removed from the outside while training runs.
+or removed from the outside while training runs (the restart runs in the test's process: `run_main`).
 """
 import os
 import re
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import ROOT, clean_env, damage_pixels, free_port, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, damage_pixels, free_port, run_main, tiny_options, write_options
 
 PY = sys.executable
 LONG = dict(total_iter=100000, checkpoint_save=100000, checkpoint_test=100000, checkpoint_print=1)
@@ -85,7 +85,7 @@ def test_an_image_that_stops_decoding_mid_run_is_saved_past_then_named_and_a_res
 
     for name in ('0005.png', '0040.png'):               # the user removes the bad files and runs again
         os.remove(os.path.join(train_dir, name))
-    res = run([PY, 'main_train.py', '--opt', path, '--set', f'train.total_iter={saved_at + 2}'])
+    res = run_main('main_train', ['--opt', path, '--set', f'train.total_iter={saved_at + 2}'])
     assert res.returncode == 0, res.stderr[-3000:]
     assert re.search(rf'resume: the training set changed since checkpoint {saved_at}: 2 files gone \(dataroot_H: '
                      rf'0005\.png, dataroot_H: 0040\.png\); continuing at the start of epoch \d', res.stdout), \

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Set
 
 import pytest
 
-from conftest import ROOT, clean_env
+from conftest import ROOT, clean_env, family
 
 BENCH_DIR = os.path.join(ROOT, 'bench')
 BENCHES = sorted(os.path.basename(p) for pattern in ('bench_*.py', 'gpu_check.py')
@@ -149,10 +149,15 @@ def new_files_in_project() -> Set[str]:
             if line[:2] in ('??', '!!') and '__pycache__' not in line and '.pytest_cache' not in line}
 
 
+# Of the benches that are not slow, those a local run still runs: the training loop's (the one most likely to break
+# when main_train.py changes) and the curves' (a plotting child); the others run in CI and with RUN_SLOW=1.
+LOCAL = ('bench_loop.py', 'bench_curves.py')
+
+
 def bench_params() -> List[Any]:
-    """One test per bench file; the slow ones marked, so a local run skips them."""
-    return [pytest.param(name, marks=[pytest.mark.slow] if name in EXPECTED and EXPECTED[name].slow else [])
-            for name in BENCHES]
+    """One test per bench file; the slow ones marked, and the others a family of which LOCAL run locally."""
+    return [pytest.param(name, marks=[pytest.mark.slow]) if name in EXPECTED and EXPECTED[name].slow else member
+            for name, member in zip(BENCHES, family(BENCHES, LOCAL))]
 
 
 def test_the_glob_finds_the_benchmarks_and_not_their_helpers():

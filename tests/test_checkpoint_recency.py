@@ -1,23 +1,19 @@
 """The newest complete, loadable save wins and is never deleted; failed saves leave nothing behind.
 
-Unit tests drive CheckpointDir directly; end-to-end tests run `main_train.py` (or
-`tests/patched_main.py` for injected faults) and read what they leave in `models/`.
+Unit tests drive CheckpointDir directly; end-to-end tests run `main_train` in the test's process (`run_main`,
+with `faults=` of tests/patched_main.py injected) and read what they leave in `models/`.
 """
 import os
 import re
 import stat
-import sys
 
 import torch
 
-from tests.conftest import clean_env, run, tiny_options, write_options
+from tests.conftest import run_main, tiny_options, write_options
 from utils.checkpoint import CheckpointDir, load
 from utils.errors import UserError
 from utils.resume import find_resume_point
 from utils.stop import EXIT_NONFINITE, EXIT_SAVE_FAILED
-
-PY = sys.executable
-PATCHED = os.path.join('tests', 'patched_main.py')
 
 
 def _save(ckpt: CheckpointDir, step: int) -> None:
@@ -219,16 +215,16 @@ def _steps(tmp_path):
 def test_falling_back_from_a_damaged_save_then_pruning_never_loses_the_newest_good_save(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=4, checkpoint_test=100000,
                 checkpoint_keep_last=0)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
     _damage(_models(tmp_path) / '8_state.pth')
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=6', '--set', 'train.checkpoint_save=1',
-               '--set', 'train.checkpoint_keep_last=1'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=6', '--set', 'train.checkpoint_save=1',
+                                  '--set', 'train.checkpoint_keep_last=1'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'at iteration 4 (epoch' in res.stdout and 'moved to' in res.stdout
     assert _steps(tmp_path) == [6]
     best = ['best', 'best_E.pth', 'best_G.pth']  # validated at 8, the end of the first run
     assert list(_abandoned(_models(tmp_path)).values()) == [['8_E.pth', '8_G.pth', '8_state.pth'] + best]
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=7', '--set', 'train.checkpoint_keep_last=1'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=7', '--set', 'train.checkpoint_keep_last=1'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'at iteration 6 (epoch' in res.stdout  # before: the damaged 8 made this start from iteration 0
     assert _steps(tmp_path) == [7]
@@ -237,15 +233,15 @@ def test_falling_back_from_a_damaged_save_then_pruning_never_loses_the_newest_go
 def test_after_an_explicit_older_resume_the_next_plain_start_continues_the_new_history(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=4, checkpoint_save=1, checkpoint_test=100000,
                 checkpoint_keep_last=0)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
     older = str(_models(tmp_path) / '2_state.pth')
-    res = run([PY, 'main_train.py', '--opt', path, '--set', f'path.resume_state={older}',
-               '--set', 'train.total_iter=3'])
+    res = run_main('main_train', ['--opt', path, '--set', f'path.resume_state={older}',
+                                  '--set', 'train.total_iter=3'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert _steps(tmp_path) == [1, 2, 3]  # 3 and 4 of the abandoned history were moved aside
     aside = [f'{i}_{k}.pth' for i in (3, 4) for k in ('E', 'G', 'state')] + ['best', 'best_E.pth', 'best_G.pth']
     assert list(_abandoned(_models(tmp_path)).values()) == [aside]
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=5'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=5'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'at iteration 3 (epoch' in res.stdout  # before: the abandoned 4
 
@@ -253,13 +249,13 @@ def test_after_an_explicit_older_resume_the_next_plain_start_continues_the_new_h
 def test_a_full_disk_is_the_agreed_save_failure_leaves_no_half_save_and_a_restart_resumes(tmp_path, demo_images):
     """torch's zip writer reports a full disk as `unexpected pos`: the line says what it means."""
     path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000)
-    res = run([PY, PATCHED, '--opt', path], env=clean_env(DISK_FULL_AT='4', FREE_MB='0.02'))
+    res = run_main('main_train', ['--opt', path], faults=dict(DISK_FULL_AT='4', FREE_MB='0.02'))
     assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-2000:]
     assert res.stderr.count('\n') == 1, res.stderr
     assert re.match(r'error: checkpoint at iteration 4 failed: no space left on /\S* \(0\.02 MB free\); ',
                     res.stderr), res.stderr
     assert sorted(os.listdir(_models(tmp_path))) == ['2_E.pth', '2_G.pth', '2_state.pth', 'latest']
-    res = run([PY, PATCHED, '--opt', path, '--set', 'train.save_failure="warn"'], env=clean_env(DISK_FULL_AT='4'))
+    res = run_main('main_train', ['--opt', path, '--set', 'train.save_failure="warn"'], faults=dict(DISK_FULL_AT='4'))
     assert res.returncode == 0, res.stderr[-2000:]
     assert not os.path.exists(_models(tmp_path) / '4_G.pth') and _steps(tmp_path)[-1] == 8
     assert 'at iteration 2 (epoch' in res.stdout
@@ -267,7 +263,7 @@ def test_a_full_disk_is_the_agreed_save_failure_leaves_no_half_save_and_a_restar
 
 def test_weights_that_went_non_finite_are_never_saved_and_the_exit_names_the_newest_save(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000, E_decay=0.0)
-    res = run([PY, PATCHED, '--opt', path, '--set', 'train.nan_policy="off"'], env=clean_env(POISON_AT='3'))
+    res = run_main('main_train', ['--opt', path, '--set', 'train.nan_policy="off"'], faults=dict(POISON_AT='3'))
     assert res.returncode == EXIT_NONFINITE, res.stderr[-2000:]
     assert 'iteration 4: the network weights are not finite; no checkpoint written' in res.stderr
     assert str(_models(tmp_path) / '2_state.pth') in res.stderr
@@ -277,7 +273,7 @@ def test_weights_that_went_non_finite_are_never_saved_and_the_exit_names_the_new
 def test_skipping_non_finite_steps_past_the_limit_stops_with_exit_4_naming_the_newest_save(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=20, checkpoint_save=2, checkpoint_test=100000,
                 nan_policy='skip', nan_skip_limit=3)
-    res = run([PY, PATCHED, '--opt', path], env=clean_env(INJECT_NAN_FROM='5'))
+    res = run_main('main_train', ['--opt', path], faults=dict(INJECT_NAN_FROM='5'))
     assert res.returncode == EXIT_NONFINITE, res.stderr[-2000:]
     assert 'iteration 7: 3 steps in a row skipped' in res.stderr and res.stderr.count('\n') == 1, res.stderr
     assert str(_models(tmp_path) / '6_state.pth') in res.stderr  # skipped steps leave the weights finite
@@ -286,7 +282,7 @@ def test_skipping_non_finite_steps_past_the_limit_stops_with_exit_4_naming_the_n
 def test_isolated_skips_never_reach_the_limit(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=6, checkpoint_save=6, checkpoint_test=100000,
                 nan_policy='skip', nan_skip_limit=2)
-    res = run([PY, PATCHED, '--opt', path], env=clean_env(INJECT_NAN_AT='3'))
+    res = run_main('main_train', ['--opt', path], faults=dict(INJECT_NAN_AT='3'))
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'iteration 3: 1 step skipped, non-finite loss or gradients (train.nan_policy=skip, at most 1 in a row)' \
         in res.stdout

@@ -7,7 +7,6 @@ import math
 import os
 import shutil
 import struct
-import sys
 import zlib
 
 import cv2
@@ -17,12 +16,11 @@ import pytest
 from data import checks
 from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.registry import build_dataset
-from tests.conftest import dataset_options, run, tiny_options, unchecked_section, write_options
+from tests.conftest import dataset_options, run_main, tiny_options, unchecked_section, write_options
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite, list_images
 from utils.image_header import ImageFileError, decode_limit_problem, read_image_size
 
-PY = sys.executable
 
 
 def _rand(shape, seed=0):
@@ -281,7 +279,7 @@ def test_bad_test_images_end_the_run_at_start_up_with_one_line_each_and_nothing_
     imwrite(os.path.join(test, '0002.png'), _rand((1, 1, 3)))
     with open(os.path.join(test, '0005.png'), 'r+b') as f:
         f.truncate(500)
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr == (
         f'error: datasets.test.dataroot_H: {test}/0002.png: 1x1 is too small to evaluate: SSIM needs at least '
@@ -294,7 +292,7 @@ def test_oversized_training_image_ends_the_run_at_start_up_with_one_line(tmp_pat
     opt = _copied_options(tmp_path, demo_images)
     train = opt['datasets']['train']['dataroot_H']
     oversized_png(os.path.join(train, '0010.png'))
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr == (f'error: datasets.train.dataroot_H: {train}/0010.png: 40000x40000 = 1,600,000,000 pixels '
                           f'is more than OpenCV decodes (1,073,741,824; OPENCV_IO_MAX_IMAGE_PIXELS)\n')
@@ -311,7 +309,7 @@ def test_a_dataset_scale_other_than_the_network_scale_ends_the_run_at_start_up(t
         section.pop('sigma_test', None)
     opt['netG'] = {'net_type': 'msrresnet1', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1, 'upscale': 2}
     path = write_options(str(tmp_path / 'o.json'), opt)
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'datasets.test.scale=4'])
+    res = run_main('main_train', ['--opt', path, '--set', 'datasets.test.scale=4'])
     assert res.returncode == 2 and f'{path}: datasets.test.scale: 4 differs from the top-level "scale": 2' in res.stderr
     assert res.stderr.count('\n') == 1, res.stderr[-2000:]
     assert not (tmp_path / 'exp').exists()
@@ -320,7 +318,7 @@ def test_a_dataset_scale_other_than_the_network_scale_ends_the_run_at_start_up(t
 def test_dataset_option_value_ends_the_run_with_one_line_naming_the_key(tmp_path, demo_images):
     opt = _copied_options(tmp_path, demo_images)
     path = write_options(str(tmp_path / 'o.json'), opt)
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'datasets.test.sigma_test=-5'])
+    res = run_main('main_train', ['--opt', path, '--set', 'datasets.test.sigma_test=-5'])
     assert res.returncode == 2 and res.stderr == (f'error: {path}: datasets.test.sigma_test: -5 must be >= 0 (noise std '
                                                   f'on the 0..255 scale)\n'), res.stderr[-2000:]
     assert not (tmp_path / 'exp').exists()

@@ -2,7 +2,8 @@
 
 Each case trains the same tiny DnCNN (no BatchNorm, whose batch statistics legitimately differ with
 the per-rank batch) for a few iterations through the real `main_train.py`, once with 2 processes
-under torchrun and once in a single process with the whole batch, and compares the saved weights.
+under torchrun and once in a single process with the whole batch (the test's own: `run_main`), and compares
+the saved weights.
 The sampler gives rank r the global positions r, r+N, ... and seeds each sample by its position,
 so both runs see the same samples with the same noise; only float summation order differs.
 """
@@ -14,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT, clean_env, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, run, run_main, tiny_options, write_options
 
 PY = sys.executable
 ITERS = 4
@@ -35,8 +36,11 @@ def _train(tmp_path, name: str, procs: int, batch: int, accum: int, static: bool
     opt['datasets']['train']['dataroot_H'] = str(tmp_path.parent / 'shared_demo' / 'train')
     del opt['datasets']['test']
     path = write_options(str(tmp_path / f'{name}.json'), opt)
-    launcher = [PY, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={procs}'] if procs > 1 else [PY]
-    res = run([*launcher, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    if procs > 1:
+        res = run([PY, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={procs}', 'main_train.py',
+                   '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    else:  # the single process in the test's own
+        res = run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f'effective batch {procs * batch * accum}' in res.stdout
     return {kind: _weights(tmp_path, name, ITERS, kind) for kind in kinds}, res.stdout

@@ -1,10 +1,11 @@
-"""The README's first command: the built-in demo trains DnCNN and beats the noisy input."""
+"""The README's first command: the built-in demo trains DnCNN and beats the noisy input (the command itself in a
+process of its own, as a user runs it; what its log says in the test's process: `run_main`)."""
 import re
 import sys
 
 import pytest
 
-from tests.conftest import run
+from tests.conftest import run, run_main
 
 PY = sys.executable
 # The demo's noisy validation inputs as images (clipped to [0, 255], rounded) against the clean ones, as the
@@ -27,9 +28,9 @@ def test_demo_command_runs_shortened_and_validates(tmp_path):
 
 def test_the_log_gives_the_noisy_inputs_psnr_once_at_the_first_validation(tmp_path):
     """The number README compares against, in the log itself: the gain is visible."""
-    res = run([PY, 'main_train.py', '--opt', 'options/train_dncnn_demo.json', '--set', f'path.root={tmp_path}',
-               '--set', 'train.total_iter=4', '--set', 'train.checkpoint_test=2', '--set', 'train.checkpoint_print=2'],
-              timeout=300)
+    res = run_main('main_train', ['--opt', 'options/train_dncnn_demo.json', '--set', f'path.root={tmp_path}',
+                                  '--set', 'train.total_iter=4', '--set', 'train.checkpoint_test=2',
+                                  '--set', 'train.checkpoint_print=2'])
     assert res.returncode == 0, res.stderr[-3000:]
     found = re.findall(r'<iter:(\d+)> validation input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB',
                        res.stdout)

@@ -8,17 +8,15 @@ first fits and what comes next does not.
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import in_ci, run, tiny_options, write_options
+from tests.conftest import in_ci, run_main, tiny_options, write_options
 from utils.checkpoint import atomic_torch_save, atomic_write_text
 from utils.diskspace import NoSpaceLeft
 from utils.stop import EXIT_SAVE_FAILED
 
-PY = sys.executable
 FS_SIZE = 1024 * 1024
 PAGE = 4096
 
@@ -78,7 +76,7 @@ def _options(tmp_path, root, demo_images):
 def test_a_checkpoint_on_a_full_disk_stops_the_run_with_one_line_naming_the_mount(tmp_path, small_fs, demo_images):
     """Room for the lock, the options, the log and the history (a page each), not for the first checkpoint."""
     mnt = small_fs(6 * PAGE)
-    res = run([PY, 'main_train.py', '--opt', _options(tmp_path, mnt, demo_images)])
+    res = run_main('main_train', ['--opt', _options(tmp_path, mnt, demo_images)])
     assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-3000:]
     assert 'Traceback' not in res.stderr and 'Logging error' not in res.stderr, res.stderr[-3000:]
     line, = res.stderr.splitlines()
@@ -91,7 +89,7 @@ def test_a_checkpoint_on_a_full_disk_stops_the_run_with_one_line_naming_the_moun
 def test_no_room_for_the_run_folder_stops_every_rank_at_start_with_one_line_and_exit_5(tmp_path, small_fs,
                                                                                      demo_images):
     mnt = small_fs(PAGE)                                 # the lock file takes it
-    res = run([PY, 'main_train.py', '--opt', _options(tmp_path, mnt, demo_images)])
+    res = run_main('main_train', ['--opt', _options(tmp_path, mnt, demo_images)])
     assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-3000:]
     assert 'Traceback' not in res.stderr and 'Logging error' not in res.stderr, res.stderr[-3000:]
     line, = res.stderr.splitlines()
@@ -107,7 +105,7 @@ def test_validation_images_and_the_best_checkpoint_on_a_full_disk_say_no_space_l
     opt = tiny_options(mnt, demo_images, total_iter=8, checkpoint_save=100, checkpoint_test=2, checkpoint_print=1)
     opt['logging']['use_tensorboard'] = False
     opt['val'] = {'save_img': True}
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == EXIT_SAVE_FAILED, res.stderr[-3000:]
     assert 'Traceback' not in res.stderr + res.stdout, res.stderr[-3000:]
     assert re.search(rf'ERROR: val\.save_img: writing validation images of iteration 2 failed: {_line_pattern(mnt)}$',

@@ -6,7 +6,6 @@ one where lower is better (`mean_abs_error`) and a no-reference one (`brightness
 import json
 import os
 import pickle
-import sys
 
 import numpy as np
 import pytest
@@ -17,16 +16,14 @@ from main_train import is_better, resumed_best
 from models.evaluation import METRICS, describe_input, evaluate
 from models.restorer import ImageRestorer, build_metrics
 from option_rules import option_rules
-from tests.conftest import free_port, noisy_batches, run, tiny_options, write_options
-from tests.extra_metrics import Brightness, MeanAbsError
+from tests.conftest import free_port, noisy_batches, run_main, tiny_options, write_options
+from tests.extra_metrics import Brightness, MeanAbsError  # registered: main_train / main_test (run_main) score them
 from utils.errors import OptionsError
 from utils.history import read_history
 from utils.image import tensor2uint
 from utils.options import validate
 
-PY = sys.executable
 CPU = torch.device('cpu')
-WITH_METRICS = [PY, '-m', 'tests.extra_metrics']  # main_train.py / main_test.py with the two metrics registered
 BOTH = ['mean_abs_error', 'brightness']
 
 
@@ -146,7 +143,7 @@ def _opt(tmp_path, demo_images, **val):
 def test_training_reports_the_metrics_and_keeps_the_checkpoint_of_the_lowest_error(tmp_path, demo_images):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     opt = _opt(tmp_path, demo_images, metrics=BOTH, best_metric='mean_abs_error')
-    res = run(WITH_METRICS + ['main_train', '--opt', opt])
+    res = run_main('main_train', ['--opt', opt, '--set', 'logging.curves=true'])  # the metrics' curves drawn too
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     task = tmp_path / 'exp' / 'tiny'
     val = [r for r in read_history(str(task / 'history.jsonl')) if r['kind'] == 'val']
@@ -175,15 +172,15 @@ def test_training_reports_the_metrics_and_keeps_the_checkpoint_of_the_lowest_err
     torch.save(state, task / 'models' / '8_state.pth')
     with open(task / 'models' / 'best', 'w') as f:
         f.write('4 1.0000\n')
-    res = run(WITH_METRICS + ['main_train', '--opt', opt, '--set', 'train.total_iter=10',
-                              '--set', 'val.best_metric=psnr'])
+    res = run_main('main_train', ['--opt', opt, '--set', 'train.total_iter=10',
+                                  '--set', 'val.best_metric=psnr'])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'val.best_metric changed' not in res.stdout + res.stderr
     last = read_history(str(task / 'history.jsonl'))[-1]
     with open(task / 'models' / 'best') as f:
         assert f.read().split() == ['10', f'{last["psnr"]:.6g}', 'psnr']  # beats the 1 dB of the old record
 
-    res = run(WITH_METRICS + ['main_train', '--opt', opt, '--set', 'train.total_iter=12'])
+    res = run_main('main_train', ['--opt', opt, '--set', 'train.total_iter=12'])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f'resume: val.best_metric changed from psnr (best {last["psnr"]:.4f} at iteration 10) to mean_abs_error' \
         in res.stdout + res.stderr
@@ -193,9 +190,9 @@ def test_training_reports_the_metrics_and_keeps_the_checkpoint_of_the_lowest_err
 
 def test_main_test_writes_a_column_per_metric_and_their_input_scores(tmp_path, demo_images):
     opt = _opt(tmp_path, demo_images)
-    assert run([PY, 'main_train.py', '--opt', opt, '--set', 'train.total_iter=2']).returncode == 0
-    res = run(WITH_METRICS + ['main_test', '--opt', opt, '--no-images', '--out', str(tmp_path / 'out'),
-                              '--set', json.dumps(BOTH).join(['val.metrics=', ''])])
+    assert run_main('main_train', ['--opt', opt, '--set', 'train.total_iter=2']).returncode == 0
+    res = run_main('main_test', ['--opt', opt, '--no-images', '--out', str(tmp_path / 'out'),
+                                 '--set', json.dumps(BOTH).join(['val.metrics=', ''])])
     assert res.returncode == 0, res.stderr[-2000:]
     with open(tmp_path / 'out' / 'results.csv') as f:
         rows = [line.rstrip('\n').split(',') for line in f]
@@ -210,7 +207,7 @@ def test_a_test_image_a_metric_cannot_score_stops_the_run_at_start_up_with_one_l
     """NIQE needs two 96x96 blocks; the demo's 128x128 test images hold one: the run stops before it writes
     anything (exit 2), not at its first validation."""
     opt = _opt(tmp_path, demo_images, metrics=['niqe'], niqe_params_path='random')
-    res = run([PY, 'main_train.py', '--opt', opt])
+    res = run_main('main_train', ['--opt', opt])
     assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: datasets.test: its first item cannot be scored: ') \

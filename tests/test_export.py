@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import need_module, need_spandrel, run, tiny_options, write_options
+from conftest import need_module, need_spandrel, run, run_main, tiny_options, write_options
 from models.model_plain import ModelPlain
 from models.restorer import build_eval_network, load_weights
 from option_rules import read_options
@@ -116,8 +116,8 @@ def test_safetensors_load_through_main_test_and_pretrained_netG_with_identical_o
     st = str(out_dir / '4_G.safetensors')
     tables = []
     for weights, name in ((os.path.join(opt['path']['models'], '4_G.pth'), 'pth'), (st, 'st')):
-        res = run([PY, 'main_test.py', '--opt', opt_path, '--weights', weights, '--out', str(tmp_path / name),
-                   '--no-images'])
+        res = run_main('main_test', ['--opt', opt_path, '--weights', weights, '--out', str(tmp_path / name),
+                                     '--no-images'])
         assert res.returncode == 0, res.stderr[-2000:]
         with open(tmp_path / name / 'results.csv') as f:
             tables.append(list(csv.reader(f)))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, clean_env, damage_pixels, free_port, run, tiny_options, unchecked_section, write_options
+from conftest import ROOT, clean_env, damage_pixels, free_port, run, run_main, tiny_options, unchecked_section, write_options
 from data import frame_cache
 from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.datasets.video import VideoRecurrentTrainDataset
@@ -175,7 +175,7 @@ def test_main_train_with_a_corrupt_cached_image_exits_2_with_one_line_and_writes
     damage_pixels(os.path.join(data, 'train', sorted(os.listdir(os.path.join(data, 'train')))[3]))
     opt = tiny_options(str(tmp_path / 'exp'), data)
     opt['datasets']['train']['cache_data'] = True
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     ours = [ln for ln in res.stderr.splitlines() if not ln.startswith('libpng')]  # the decoder's own note
     assert len(ours) == 1 and ours[0].startswith('error: '), res.stderr

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, clean_env, run, write_options
+from conftest import ROOT, clean_env, run, run_main, write_options
 from option_rules import option_rules, read_options
 from losses.adversarial import GANLoss
 from losses.perceptual import PerceptualLoss
@@ -74,7 +74,7 @@ def test_missing_vgg_weights_are_one_line_naming_the_file_and_nothing_is_written
     opt = _tiny(tmp_path, demo_images)
     missing = str(tmp_path / 'nowhere' / 'vgg19-dcbb9e9d.pth')
     opt['train']['F_pretrained_path'] = missing
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr.count('\n') == 1 and missing in res.stderr and 'download.pytorch.org' in res.stderr
     assert not (tmp_path / 'exp').exists()
@@ -97,7 +97,7 @@ def test_a_netd_or_perceptual_loss_that_does_not_fit_the_data_is_one_line_at_sta
         opt['datasets']['train']['H_size'] = change['H_size']
     if 'n_channels' in change:
         opt['n_channels'] = change['n_channels']
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr.count('\n') == 1 and re.search(expected, res.stderr), res.stderr
     assert not (tmp_path / 'exp').exists()
@@ -222,10 +222,10 @@ def test_checkpoints_hold_g_d_and_e_and_resume_bit_exactly(tmp_path, demo_images
     resumed = dict(straight, task='resumed')
     pa = write_options(str(tmp_path / 'a.json'), straight)
     pb = write_options(str(tmp_path / 'b.json'), resumed)
-    assert run([PY, 'main_train.py', '--opt', pa]).returncode == 0
-    first = run([PY, 'main_train.py', '--opt', pb, '--set', 'train.total_iter=4'])
+    assert run_main('main_train', ['--opt', pa]).returncode == 0
+    first = run_main('main_train', ['--opt', pb, '--set', 'train.total_iter=4'])
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run([PY, 'main_train.py', '--opt', pb])
+    second = run_main('main_train', ['--opt', pb])
     assert second.returncode == 0, second.stderr[-2000:]
     assert 'resumed from' in second.stdout
     a, b = tmp_path / 'exp' / 'straight' / 'models', tmp_path / 'exp' / 'resumed' / 'models'
@@ -237,6 +237,7 @@ def test_checkpoints_hold_g_d_and_e_and_resume_bit_exactly(tmp_path, demo_images
     _assert_same_tensors(sa['model']['scheduler_d'], sb['model']['scheduler_d'], 'scheduler_d')
 
 
+@pytest.mark.slow  # a minute on 2 idle cores (bf16 autocast and VGG19 features on CPU, 2 ranks); runs in CI
 def test_two_processes_keep_g_d_and_e_identical_and_only_rank_zero_writes(tmp_path, demo_images):
     """With gradient accumulation (both networks skip the all-reduce of the first micro-batch) and bf16."""
     path = write_options(str(tmp_path / 'o.json'), _tiny(tmp_path, demo_images, total_iter=4, checkpoint_save=4,

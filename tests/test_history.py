@@ -10,7 +10,7 @@ import time
 import cv2
 import pytest
 
-from conftest import ROOT, clean_env, run, tiny_options, write_options
+from conftest import ROOT, clean_env, copy_run, run, run_main, tiny_options, write_options
 from utils.history import History, read_history
 from utils.plot import CURVES_FILE, BackgroundPlotter
 from utils.progress import progress
@@ -26,15 +26,12 @@ def _train_rows(rows):
     return [r for r in rows if r['kind'] == 'train']
 
 
-def test_history_rows_match_the_tensorboard_scalars_of_the_same_run(tmp_path, demo_images):
+def test_history_rows_match_the_tensorboard_scalars_of_the_same_run(tiny_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
-    res = run([PY, 'main_train.py', '--opt', path])
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = read_history(str(_run_folder(tmp_path) / 'history.jsonl'))
+    rows = read_history(os.path.join(tiny_run.folder, 'history.jsonl'))
     train, val = _train_rows(rows), [r for r in rows if r['kind'] == 'val']
     assert [r['iter'] for r in train] == [2, 4, 6, 8] and [r['iter'] for r in val] == [4, 8]
-    events = EventAccumulator(str(_run_folder(tmp_path) / 'tb_logger'))
+    events = EventAccumulator(os.path.join(tiny_run.folder, 'tb_logger'))
     events.Reload()
 
     def scalars(tag):
@@ -74,7 +71,7 @@ def test_after_sigkill_and_resume_the_history_has_each_iteration_once(tmp_path, 
     killed_at = read_history(str(history))[-1]['iter']
     with open(history, 'ab') as f:
         f.write(b'{"kind":"train","iter":9')  # as if the kill had cut a write short
-    res = run([PY, 'main_train.py', '--opt', path, '--set', f'train.total_iter={killed_at + 4}'])
+    res = run_main('main_train', ['--opt', path, '--set', f'train.total_iter={killed_at + 4}'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'rows after iteration' in res.stdout
     its = [r['iter'] for r in _train_rows(read_history(str(history)))]
@@ -83,11 +80,8 @@ def test_after_sigkill_and_resume_the_history_has_each_iteration_once(tmp_path, 
         assert all(json.loads(line) for line in f)  # every line complete
 
 
-def test_curves_png_is_drawn_at_validation_and_again_from_the_history_alone(tmp_path, demo_images):
-    opt = tiny_options(str(tmp_path / 'exp'), demo_images)
-    opt['logging']['use_tensorboard'] = False
-    path = write_options(str(tmp_path / 'o.json'), opt)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+def test_curves_png_is_drawn_at_validation_and_again_from_the_history_alone(tmp_path, tiny_run):
+    copy_run(tiny_run, str(tmp_path))  # the drawing is removed below
     curves = _run_folder(tmp_path) / 'curves.png'
     img = cv2.imread(str(curves))
     assert curves.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and img is not None and img.shape[1] > 400
@@ -121,6 +115,26 @@ def test_curves_are_drawn_from_a_working_directory_with_its_own_utils_package(tm
     plotter.redraw()
     plotter.close()
     assert (folder / CURVES_FILE).stat().st_size > 0
+
+
+def test_without_logging_curves_no_drawing_starts_and_the_history_is_still_written(tmp_path, monkeypatch):
+    from option_rules import read_options
+    from utils.logger import Reporter
+    started = []
+    monkeypatch.setattr(BackgroundPlotter, 'redraw', lambda self: started.append(self.folder))
+    raw = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    for curves in (True, False):
+        raw['logging'].update(curves=curves, use_tensorboard=False)
+        raw['task'] = f'curves_{str(curves).lower()}'
+        opt = read_options(write_options(str(tmp_path / 'o.json'), raw))
+        os.makedirs(opt['path']['task'], exist_ok=True)
+        reporter = Reporter(opt, True)
+        reporter.row({'kind': 'val', 'iter': 4, 'epoch': 0, 'psnr': 20.0, 'ssim': 0.5, 'psnr_y': 20.0,
+                      'ssim_y': 0.5})
+        reporter.redraw_curves()
+        reporter.close()
+    assert started == [str(tmp_path / 'exp' / 'curves_true')]  # no drawing for curves_false
+    assert [r['iter'] for r in read_history(os.path.join(opt['path']['task'], 'history.jsonl'))] == [4]
 
 
 def test_curves_show_lr_steps_as_steps_ssim_on_its_own_labelled_axis_and_close_validations_at_scale():

@@ -2,7 +2,6 @@ import hashlib
 import logging
 import os
 import random
-import sys
 
 import cv2
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from conftest import ROOT, run, unchecked_section
+from conftest import ROOT, run_main, unchecked_section
 from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.loader import build_train_loader, build_val_loader
@@ -529,14 +528,15 @@ def test_demo_data_is_generated_only_inside_a_folder_named_demo_data_and_other_p
     assert ensure_demo_data(_demo('images', 'train', str(tmp_path / 'a' / 'demo_data' / 'b' / 'train'))) is True
 
 
-def test_a_typo_in_the_data_path_of_a_copy_of_the_demo_file_is_folder_not_found_not_made_up_data(tmp_path):
+def test_a_typo_in_the_data_path_of_a_copy_of_the_demo_file_is_folder_not_found_not_made_up_data(tmp_path,
+                                                                                                  console_held):
     """`generate_demo` stays in the copy; the typo's folder is read as given, so the run stops at once."""
     with open(os.path.join(ROOT, 'options', 'train_dncnn_demo.json')) as f:
         text = f.read()
     assert text.count('"demo_data/images/train"') == 1
     opt = tmp_path / 'my_denoiser.json'
     opt.write_text(text.replace('"demo_data/images/train"', '"demo_dta/images/train"'))
-    res = run([sys.executable, os.path.join(ROOT, 'main_train.py'), '--opt', str(opt)], cwd=str(tmp_path))
+    res = run_main('main_train', ['--opt', str(opt)], cwd=str(tmp_path))
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert res.stderr == 'error: datasets.train.dataroot_H: folder not found: demo_dta/images/train\n'
     assert res.stdout == ''  # the start-up lines (the generator's note among them) wait for the checks: one line

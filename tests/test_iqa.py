@@ -10,7 +10,6 @@ import copy
 import hashlib
 import math
 import os
-import sys
 import types
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import clean_env, need_module, run, tiny_options, train_options, write_options
+from conftest import clean_env, need_module, run_main, tiny_options, train_options, write_options
 from losses.registry import LOSSES, build_loss
 from metrics.dists import DISTS
 from metrics.imagenet import alexnet_features, backbone, vgg16_features
@@ -333,7 +332,7 @@ def test_a_run_trains_with_dists_as_the_loss_and_lpips_as_an_extra_and_a_missing
                        G_lpips_path='random', G_lpips_backbone_path='random')
     opt['logging']['use_tensorboard'] = False
     path = write_options(str(tmp_path / 'o.json'), opt)
-    r = run([sys.executable, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth').is_file()
     out = r.stdout + r.stderr
@@ -341,8 +340,8 @@ def test_a_run_trains_with_dists_as_the_loss_and_lpips_as_an_extra_and_a_missing
     assert 'l_g_lpips' in out
     opt['train']['G_dists_backbone_path'] = str(tmp_path / 'nowhere' / 'vgg16-397923af.pth')
     opt['path']['root'] = str(tmp_path / 'exp2')
-    r = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o2.json'), opt)],
-            env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o2.json'), opt)],
+                 env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode != 0 and 'Traceback' not in r.stderr
     assert (f'train.G_dists_backbone_path: torchvision\'s ImageNet VGG16 (LPIPS vgg, DISTS): weights not found; '
             f'nothing is downloaded here: put file vgg16-397923af.pth at {tmp_path}/nowhere/vgg16-397923af.pth '
@@ -387,7 +386,7 @@ def test_training_and_main_test_score_lpips_dists_and_niqe_with_the_files_in_the
     opt['val'] = {'metrics': ['lpips', 'dists', 'niqe'], 'best_metric': 'lpips'}
     path = write_options(str(tmp_path / 'o.json'), opt)
     env = clean_env(OMP_NUM_THREADS='1', TORCH_HOME=str(tmp_path / 'torch_home'))
-    r = run([sys.executable, 'main_train.py', '--opt', path], env=env)
+    r = run_main('main_train', ['--opt', path], env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     task = tmp_path / 'exp' / 'tiny'
     from utils.history import read_history
@@ -397,7 +396,7 @@ def test_training_and_main_test_score_lpips_dists_and_niqe_with_the_files_in_the
     with open(task / 'models' / 'best') as f:
         assert f.read().split()[::2] == ['2', 'lpips']
     out = tmp_path / 'out'
-    r = run([sys.executable, 'main_test.py', '--opt', path, '--out', str(out)], env=env)
+    r = run_main('main_test', ['--opt', path, '--out', str(out)], env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     with open(out / 'results.csv') as f:
         rows = list(csv.DictReader(f))

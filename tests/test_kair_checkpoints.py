@@ -1,13 +1,12 @@
 """A KAIR-format checkpoint ({name: tensor}, or BasicSR's `params`/`params_ema`) of a zoo network loads
 strictly into the same net_type, and main_test.py restores exactly what the network computes."""
 import os
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run
+from conftest import ROOT, run_main
 from data.registry import build_dataset
 from option_rules import read_options
 from models.registry import build_network
@@ -30,8 +29,8 @@ def test_main_test_reproduces_the_outputs_of_a_kair_checkpoint(tmp_path, demo_im
     weights = tmp_path / 'kair.pth'
     torch.save(state if layout == 'bare' else {layout: state}, weights)
 
-    res = run([sys.executable, 'main_test.py', '--opt', path, '--weights', str(weights), '--out', str(tmp_path / 'out')]
-              + [a for s in sets for a in ('--set', s)])
+    res = run_main('main_test', ['--opt', path, '--weights', str(weights), '--out', str(tmp_path / 'out')]
+                   + [a for s in sets for a in ('--set', s)])
     assert res.returncode == 0, res.stderr[-2000:]
     dataset = build_dataset(opt['datasets']['test'])
     for index in (0, 5):

@@ -1,12 +1,11 @@
 """SR with a known blur kernel: KAIR's `usrnet` (model `plain4`) and `srmd` datasets."""
 import os
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import dataset_options, run, unchecked_section, write_options
+from conftest import dataset_options, run_main, unchecked_section, write_options
 from data.datasets.kernel import DatasetSRMD, DatasetUSRNet, circular_blur, load_pca, srmd_pca_basis, step_scales
 from data.loader import build_train_loader
 from data.sampler import ResumableDistributedSampler
@@ -175,9 +174,9 @@ def test_usrnet_trains_with_plain4_and_main_test_scores_its_checkpoint(tmp_path,
     opt['train'].update(total_iter=4, checkpoint_test=4, checkpoint_save=4, checkpoint_print=2)
     opt['logging']['use_tensorboard'] = False
     path = write_options(str(tmp_path / 'o.json'), opt)
-    res = run([sys.executable, 'main_train.py', '--opt', path])
+    res = run_main('main_train', ['--opt', path])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'validation on 8 items' in res.stdout
-    test = run([sys.executable, 'main_test.py', '--opt', path, '--no-images', '--out', str(tmp_path / 'out')])
+    test = run_main('main_test', ['--opt', path, '--no-images', '--out', str(tmp_path / 'out')])
     assert test.returncode == 0, test.stderr[-2000:]
     assert (tmp_path / 'out' / 'results.csv').read_text().count('\n') == 8 + 2

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import clean_env, run, tiny_options, write_options
+from conftest import clean_env, run, run_main, tiny_options, write_options
 from losses.frequency import FocalFrequencyLoss
 from losses.ldl import ldl_loss
 from losses.registry import LOSSES
@@ -111,7 +111,7 @@ def test_ldl_without_the_ema_generator_is_one_line_naming_ldl_weight(tmp_path, d
 def test_a_pixel_loss_that_cannot_take_the_training_patch_ends_the_run_with_one_line_before_anything_is_written(
         tmp_path, demo_images):
     opt = _plain_opt(tmp_path, demo_images, G_lossfn_type='msssim')
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
     assert res.stderr.count('\n') == 1, res.stderr
     assert re.search(r"train\.G_lossfn_type \(msssim\) cannot take netG's output \(3, 24, 24\) for a sample of "
@@ -318,8 +318,8 @@ def test_main_train_logs_the_new_terms_of_a_gan_and_a_plain_run(tmp_path, demo_i
     plain = _plain_opt(tmp_path, demo_images, G_extra_losses={'fft': 0.1, 'charbonnier_y': 1.0}, total_iter=4)
     for name, opt, terms in (('gan', gan, ('l_g_ldl', 'l_g_fft', 'l_g_l1_y', 'l_g_gan', 'D_loss')),
                              ('plain', plain, ('l_g_pix', 'l_g_fft', 'l_g_charbonnier_y'))):
-        res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / f'{name}.json'), opt)],
-                  env=clean_env(OMP_NUM_THREADS='1'))
+        res = run_main('main_train', ['--opt', write_options(str(tmp_path / f'{name}.json'), opt)],
+                       env=clean_env(OMP_NUM_THREADS='1'))
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         lines = [ln for ln in res.stdout.splitlines() if 'iter:' in ln and 'G_loss' in ln]
         assert len(lines) == 2, res.stdout[-3000:]

@@ -4,10 +4,13 @@ import os
 import re
 import sys
 
-from tests.conftest import run, tiny_options, write_options
+from tests.conftest import run, run_main, tiny_options, write_options
+
+import tests.extra_metrics  # noqa: F401  (registers the two metrics: main_test in this process scores them)
 
 PY = sys.executable
-# main_test.py with the two metrics of tests/extra_metrics.py registered, one full-reference and one no-reference
+# the two metrics of tests/extra_metrics.py, one full-reference and one no-reference (`-m tests.extra_metrics`
+# registers them in a process of its own)
 METRICS = ['--set', 'val.metrics=["mean_abs_error", "brightness"]']
 
 
@@ -16,10 +19,9 @@ def _table(path):
         return list(csv.reader(f))
 
 
-def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_path, demo_images):
-    opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
-    assert run([PY, 'main_train.py', '--opt', opt]).returncode == 0
-    one = run([PY, '-m', 'tests.extra_metrics', 'main_test', '--opt', opt, '--out', str(tmp_path / 'one'), *METRICS])
+def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_path, tiny_run):
+    opt = tiny_run.opt_path
+    one = run_main('main_test', ['--opt', opt, '--out', str(tmp_path / 'one'), *METRICS])
     assert one.returncode == 0, one.stderr[-2000:]
     assert '8_E.pth' in one.stdout                       # newest checkpoint, EMA weights by default
     rows = _table(tmp_path / 'one' / 'results.csv')
@@ -39,5 +41,5 @@ def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_p
 
 def test_main_test_without_a_checkpoint_says_so(tmp_path, demo_images):
     opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
-    res = run([PY, 'main_test.py', '--opt', opt])
+    res = run_main('main_test', ['--opt', opt])
     assert res.returncode == 2 and 'no checkpoint found' in res.stderr and res.stderr.count('\n') == 1

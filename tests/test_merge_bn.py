@@ -4,7 +4,7 @@ import sys
 import pytest
 import torch
 
-from conftest import clean_env, run, tiny_options, write_options
+from conftest import clean_env, run, run_main, tiny_options, write_options
 from models.merge_bn import count_foldable, fold_batchnorm
 from models.networks.dncnn import DnCNN
 from tests.test_resume import _assert_same_run_state, _models
@@ -48,7 +48,7 @@ def _options(tmp_path, demo_images, task, **train):
 @pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_training_folds_batchnorm_after_the_startpoint_and_resumes_bit_exactly(tmp_path, demo_images):
     train = dict(total_iter=8, checkpoint_save=4, checkpoint_test=4, checkpoint_print=2)
-    straight = run([PY, 'main_train.py', '--opt', _options(tmp_path, demo_images, 'straight', **train)])
+    straight = run_main('main_train', ['--opt', _options(tmp_path, demo_images, 'straight', **train)])
     assert straight.returncode == 0, straight.stderr[-2000:]
     assert 'iteration 3: merge_bn folded BatchNorm into the convolutions' in straight.stdout
     models = _models(tmp_path, 'straight')
@@ -57,13 +57,13 @@ def test_training_folds_batchnorm_after_the_startpoint_and_resumes_bit_exactly(t
     DnCNN(in_nc=3, out_nc=3, nc=8, nb=3, act_mode='R').load_state_dict(weights)  # strict
 
     resumed = _options(tmp_path, demo_images, 'resumed', **train)
-    assert run([PY, 'main_train.py', '--opt', resumed, '--set', 'train.total_iter=4']).returncode == 0
-    second = run([PY, 'main_train.py', '--opt', resumed])
+    assert run_main('main_train', ['--opt', resumed, '--set', 'train.total_iter=4']).returncode == 0
+    second = run_main('main_train', ['--opt', resumed])
     assert second.returncode == 0, second.stderr[-2000:]
     assert 'resumed from' in second.stdout and 'merge_bn folded' not in second.stdout.split('resumed from')[1]
     _assert_same_run_state(models, _models(tmp_path, 'resumed'), 8)
 
-    test = run([PY, 'main_test.py', '--opt', resumed, '--no-images', '--out', str(tmp_path / 'results')])
+    test = run_main('main_test', ['--opt', resumed, '--no-images', '--out', str(tmp_path / 'results')])
     assert test.returncode == 0, test.stderr[-2000:]
 
 
@@ -82,15 +82,15 @@ def test_two_processes_keep_identical_weights_across_the_fold(tmp_path, demo_ima
 def test_merge_bn_on_a_network_without_batchnorm_is_a_one_line_error(tmp_path, demo_images, change, message):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images)
     opt.update(merge_bn=True, **change)
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2 and message in res.stderr and res.stderr.count('\n') == 1, res.stderr
     assert not (tmp_path / 'exp').exists()
 
 
 def test_a_folded_checkpoint_is_not_resumed_with_merge_bn_turned_off(tmp_path, demo_images):
     path = _options(tmp_path, demo_images, 'folded', total_iter=4, checkpoint_save=4, checkpoint_test=4)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'merge_bn=false', '--set', 'train.total_iter=6'])
+    assert run_main('main_train', ['--opt', path]).returncode == 0
+    res = run_main('main_train', ['--opt', path, '--set', 'merge_bn=false', '--set', 'train.total_iter=6'])
     assert res.returncode == 2 and 'keep "merge_bn": true to resume it' in res.stderr, res.stderr[-2000:]
 
 
@@ -116,7 +116,7 @@ def test_a_pretrained_netG_saved_after_the_fold_starts_training_folded(tmp_path,
     opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2)
     opt.update(merge_bn=True, merge_bn_startpoint=1)
     opt['path']['pretrained_netG'] = str(tmp_path / 'folded_G.pth')
-    res = run([PY, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'netG is built folded' in res.stdout and 'folded BatchNorm into the convolutions' not in res.stdout
     weights = torch.load(tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth', weights_only=True)

@@ -4,11 +4,10 @@ Every user mistake here is one OptionsError line `<file or --set>: <key>: <messa
 anything is written.
 """
 import os
-import sys
 
 import pytest
 
-from tests.conftest import run, tiny_options, write_options
+from tests.conftest import run_main, tiny_options, write_options
 from utils.errors import OptionsError
 from option_rules import option_rules, read_options
 from utils.options import MAX_DEPTH, REDACTED, SCHEMA, Key, validate
@@ -114,7 +113,7 @@ def test_cli_fresh_with_an_empty_task_exits_2_and_leaves_the_root_where_it_is(tm
     root = tmp_path / 'exp'
     (root / 'other_run').mkdir(parents=True)
     (root / 'other_run' / 'keep.txt').write_text('precious')
-    res = run([sys.executable, 'main_train.py', '--opt', _opts(tmp_path), '--fresh', '--set', 'task='])
+    res = run_main('main_train', ['--opt', _opts(tmp_path), '--fresh', '--set', 'task='])
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: ') and ': task: "" is empty' in lines[0], res.stderr
@@ -253,7 +252,7 @@ def test_cli_reports_parser_and_range_errors_in_one_line_and_exits_2(tmp_path, c
         path = _raw(tmp_path, '[' * 100000)
     else:
         path, args = _opts(tmp_path), ['--set', f'train.manual_seed={2**70}']
-    res = run([sys.executable, 'main_train.py', '--opt', path, *args])
+    res = run_main('main_train', ['--opt', path, *args])
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: '), res.stderr
@@ -362,7 +361,7 @@ def test_a_negative_discriminator_width_stops_main_train_with_one_line_and_nothi
         opt['datasets'][phase]['dataroot_H'] = f'{demo_images}/{phase}'
     opt['train']['F_pretrained_path'] = 'random'
     opt['netD']['base_nc'] = -8
-    res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2 and res.stderr == 'error: netD.base_nc: -8 must not be negative (widths, counts and ' \
         'channel numbers are sizes)\n', res.stderr
     assert not (tmp_path / 'exp').exists()

@@ -1,7 +1,9 @@
 """Checkpoints and resume: bit-exact continuation, kills at any moment, damaged files, faults.
 
-Runs are real processes (`main_train.py`, or `tests/patched_main.py` to inject a fault from the
-outside). Evidence is what the runs leave and report: checkpoint files and log lines.
+Runs are real processes (`main_train.py`, or `tests/patched_main.py` to inject a fault from the outside) where
+a process is killed or signalled, or several ranks run; the others run `main_train` in the test's process
+(`run_main`, `faults=` for injected faults). Evidence is what the runs leave and report: checkpoint files and
+log lines.
 """
 import glob
 import os
@@ -15,7 +17,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, clean_env, free_port, need_spandrel, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, free_port, need_spandrel, run, run_main, tiny_options, write_options
 from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
 
 PY = sys.executable
@@ -72,10 +74,10 @@ def test_interrupted_and_resumed_run_is_bitwise_identical_to_a_straight_run(tmp_
     a['datasets']['train'].update(workers)
     b = dict(a, task='resumed')
     pa, pb = write_options(str(tmp_path / 'a.json'), a), write_options(str(tmp_path / 'b.json'), b)
-    assert run([PY, 'main_train.py', '--opt', pa]).returncode == 0
-    first = run([PY, 'main_train.py', '--opt', pb, '--set', 'train.total_iter=10'])
+    assert run_main('main_train', ['--opt', pa]).returncode == 0
+    first = run_main('main_train', ['--opt', pb, '--set', 'train.total_iter=10'])
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run([PY, 'main_train.py', '--opt', pb])
+    second = run_main('main_train', ['--opt', pb])
     assert second.returncode == 0, second.stderr[-2000:]
     assert 'resumed from' in second.stdout and 'at iteration 10 (epoch 0, 10 iterations into it)' in second.stdout
     _assert_same_run_state(_models(tmp_path, 'straight'), _models(tmp_path, 'resumed'), 20)
@@ -128,7 +130,7 @@ def test_sigterm_saves_and_exits_with_the_preemption_code_then_resumes(tmp_path,
     assert 'stopped by SIGTERM at iteration' in err
     step = int(open(_models(tmp_path) / 'latest').read())
     assert step >= 3 and (_models(tmp_path) / f'{step}_state.pth').exists()
-    res = run([PY, 'main_train.py', '--opt', path, '--set', f'train.total_iter={step + 2}'])
+    res = run_main('main_train', ['--opt', path, '--set', f'train.total_iter={step + 2}'])
     assert res.returncode == 0 and f'at iteration {step} ' in res.stdout, res.stderr[-2000:]
 
 
@@ -160,7 +162,7 @@ def test_sigkill_during_a_checkpoint_write_resumes_from_the_previous_complete_on
     models = _models(tmp_path)
     assert any(n.endswith('.tmp') for n in os.listdir(models))   # the interrupted write
     assert not (models / '8_G.pth').exists() and not (models / '8_state.pth').exists()
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=6'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=6'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'at iteration 4 ' in res.stdout and 'temporary file of an interrupted checkpoint write' in res.stdout
     assert not any(n.endswith('.tmp') for n in os.listdir(models))
@@ -174,16 +176,16 @@ def test_sigkill_mid_training_resumes_from_the_last_complete_checkpoint(tmp_path
     proc.kill()
     proc.communicate()
     latest = int(open(_models(tmp_path) / 'latest').read())
-    res = run([PY, 'main_train.py', '--opt', path, '--set', f'train.total_iter={latest + 1}'])
+    res = run_main('main_train', ['--opt', path, '--set', f'train.total_iter={latest + 1}'])
     assert res.returncode == 0 and f'at iteration {latest} ' in res.stdout, res.stderr[-2000:]
 
 
 def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=8, checkpoint_save=4)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
     state = _models(tmp_path) / '8_G.pth'
     state.write_bytes(state.read_bytes()[:100])        # truncated by a disk fault
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=10'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=10'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'checkpoint 8' in res.stdout and 'is damaged' in res.stdout
     assert 'at iteration 4 ' in res.stdout
@@ -191,7 +193,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, demo
 
 def test_keep_last_prunes_old_saves_after_the_new_one_is_complete(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=10, checkpoint_save=2, checkpoint_keep_last=2)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
     names = sorted(n for n in os.listdir(_models(tmp_path)) if n[0].isdigit())
     assert names == ['10_E.pth', '10_G.pth', '10_state.pth', '8_E.pth', '8_G.pth', '8_state.pth']
 
@@ -204,14 +206,14 @@ def test_checkpoint_that_needs_unrestricted_unpickling_is_refused(tmp_path, demo
     evil = tmp_path / 'evil.pth'
     torch.save({'model.0.weight': torch.zeros(1), 'payload': CodeCarrying()}, evil, pickle_module=pickle)
     path = _opt(tmp_path, demo_images)
-    res = run([PY, 'main_train.py', '--opt', path, '--set', f'path.pretrained_netG={evil}'])
+    res = run_main('main_train', ['--opt', path, '--set', f'path.pretrained_netG={evil}'])
     assert res.returncode == 2
     assert res.stderr.count('\n') == 1 and 'refusing to load' in res.stderr and '--allow-unsafe-load' in res.stderr
 
 
 def test_nan_loss_stops_with_a_clear_message_and_the_last_checkpoint_intact(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=20, checkpoint_save=4)
-    res = run([PY, PATCHED, '--opt', path], env=clean_env(INJECT_NAN_AT='6'))
+    res = run_main('main_train', ['--opt', path], faults={'INJECT_NAN_AT': '6'})
     assert res.returncode == EXIT_NONFINITE
     assert 'iteration 6: non-finite loss' in res.stderr and '4_state.pth' in res.stderr
     assert int(open(_models(tmp_path) / 'latest').read()) == 4
@@ -273,8 +275,8 @@ def test_a_failed_save_stops_every_rank_loudly_unless_told_to_continue(tmp_path,
 def test_resume_without_a_fixed_seed_keeps_the_seed_the_run_started_with(tmp_path, demo_images):
     import re
     path = _opt(tmp_path, demo_images, manual_seed=None, total_iter=6, checkpoint_save=3)
-    first = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=3'])
-    second = run([PY, 'main_train.py', '--opt', path])
+    first = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=3'])
+    second = run_main('main_train', ['--opt', path])
     assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
     seeds = [re.search(r'seed (\d+) \(same on every rank', r.stdout).group(1) for r in (first, second)]
     assert seeds[0] == seeds[1] and 'at iteration 3 ' in second.stdout
@@ -303,7 +305,7 @@ def test_a_new_architecture_resumes_bitwise_identical_to_a_straight_run(tmp_path
 
     def train(task, *more):
         sets = [*common, f'task={task}', *more]
-        res = run([PY, 'main_train.py', '--opt', path] + [a for s in sets for a in ('--set', s)])
+        res = run_main('main_train', ['--opt', path] + [a for s in sets for a in ('--set', s)])
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         return res
 

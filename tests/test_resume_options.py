@@ -8,7 +8,7 @@ import sys
 import cv2
 import torch
 
-from tests.conftest import run, tiny_options, write_options
+from tests.conftest import run, run_main, tiny_options, write_options
 from utils.image import list_images
 
 PY = sys.executable
@@ -20,12 +20,12 @@ def _opt(tmp_path, demo_images, **train):
 
 def test_resume_with_an_edited_learning_rate_trains_at_the_new_rate_and_says_so(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=4, G_optimizer_lr=1e-3, G_scheduler_milestones=[6])
-    first = run([PY, 'main_train.py', '--opt', path])
+    first = run_main('main_train', ['--opt', path])
     assert first.returncode == 0, first.stderr[-3000:]
     assert 'lr:1.000e-03' in first.stdout
 
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=8',
-               '--set', 'train.G_optimizer_lr=1e-5'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=8',
+                                  '--set', 'train.G_optimizer_lr=1e-5'])
     assert res.returncode == 0, res.stderr[-3000:]
     assert 'resumed from' in res.stdout and 'at iteration 4' in res.stdout
     assert 'resume: train.G_optimizer_lr: checkpoint 0.001, options 1e-05; the options win' in res.stdout
@@ -36,12 +36,12 @@ def test_resume_with_an_edited_learning_rate_trains_at_the_new_rate_and_says_so(
 
 def test_a_state_file_from_before_the_batch_layout_was_recorded_resumes_at_the_next_epoch(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=4)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
     state_path = str(tmp_path / 'exp' / 'tiny' / 'models' / '4_state.pth')
     state = torch.load(state_path, weights_only=True)
     del state['batch_size'], state['accumulate_steps']  # as the first versions wrote it
     torch.save(state, state_path)
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=6'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=6'])
     assert res.returncode == 0, res.stderr[-3000:]
     assert 'does not record the batch layout' in res.stdout and 'at iteration 4' in res.stdout
     assert 'Traceback' not in res.stderr
@@ -64,6 +64,6 @@ def test_save_img_writes_every_validation_image_once_from_rank_zero_under_two_pr
 
 def test_without_save_img_no_validation_images_are_written(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
-    res = run([PY, 'main_train.py', '--opt', path])
+    res = run_main('main_train', ['--opt', path])
     assert res.returncode == 0, res.stderr[-3000:]
     assert not (tmp_path / 'exp' / 'tiny' / 'images').exists()

@@ -2,8 +2,9 @@
 refused, and `--fresh` acts on the first start of a job only.
 
 Runs are real processes (`main_train.py` alone or under `torchrun`, and small scripts around
-`utils/parent_watch.py`); evidence is exit codes, output lines, which processes still run, and
-what exists on disk.
+`utils/parent_watch.py`) where the process is what is tested (its launcher's death, a job holding the lock);
+a job that only meets a lock (or makes the checkpoint a test starts from) runs in the test's process
+(`run_main`). Evidence is exit codes, output lines, which processes still run, and what exists on disk.
 """
 import os
 import signal
@@ -15,7 +16,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from tests.conftest import ROOT, clean_env, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, run, run_main, tiny_options, write_options
 from utils.parent_watch import EXIT_ORPHANED, should_watch
 from utils.runlock import lock_path
 from utils.stop import EXIT_PREEMPTED
@@ -213,7 +214,7 @@ def busy_run(tmp_path_factory, demo_images):
     """A run folder with a checkpoint and a job training in it that writes nothing for now."""
     tmp = tmp_path_factory.mktemp('busy')
     path = _options(tmp, demo_images, **QUIET)
-    first = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=2'])
+    first = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=2'])
     assert first.returncode == 0, first.stderr[-2000:]
     out = str(tmp / 'holder.out')
     holder = _start([PY, 'main_train.py', '--opt', path], out, clean_env())
@@ -232,7 +233,7 @@ def test_a_second_job_on_a_busy_run_folder_exits_2_naming_the_holder_and_writes_
     path, root, pid = busy_run
     before = _snapshot(root)
     # --fresh would move the folder aside; total_iter=3: were it not refused, it would end soon.
-    res = run([PY, 'main_train.py', '--opt', path, '--fresh', '--set', 'train.total_iter=3'])
+    res = run_main('main_train', ['--opt', path, '--fresh', '--set', 'train.total_iter=3'])
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: '), res.stderr
     assert f'is in use by another job: host {socket.gethostname()} pid {pid} holds' in res.stderr, res.stderr
@@ -252,7 +253,7 @@ def test_a_second_torchrun_job_on_a_busy_run_folder_stops_every_rank_with_exit_2
 
 def test_main_test_evaluates_a_run_folder_while_its_training_job_holds_the_lock(busy_run):
     path, root, pid = busy_run
-    res = run([PY, 'main_test.py', '--opt', path, '--no-images'])
+    res = run_main('main_test', ['--opt', path, '--no-images'])
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
 
 
@@ -268,7 +269,7 @@ def test_a_lock_left_by_a_sigkilled_job_does_not_block_the_next_start(tmp_path, 
         killed.wait()
     lock = tmp_path / 'exp' / '.tiny.lock'
     assert lock.read_text().split() == [socket.gethostname(), str(killed.pid)]  # left behind, still naming it
-    res = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=2'])
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=2'])
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'end of training at iteration 2' in res.stdout
     assert lock.exists()  # never deleted
@@ -280,7 +281,7 @@ def test_a_torchrun_restart_after_rank_0_crashed_retakes_the_lock_ignores_fresh_
     `--fresh` moved the earlier run aside on the first attempt only; the restart resumes from the save
     that attempt made at iteration 4 instead of archiving it too."""
     path = _options(tmp_path, demo_images, total_iter=8, checkpoint_save=2, checkpoint_test=100000)
-    earlier = run([PY, 'main_train.py', '--opt', path, '--set', 'train.total_iter=2'])
+    earlier = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=2'])
     assert earlier.returncode == 0, earlier.stderr[-2000:]
 
     res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '--max-restarts=1',

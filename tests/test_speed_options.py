@@ -3,12 +3,11 @@
 These pin down behaviour (dtypes, memory formats, saved state, gradients), not timings; the timings
 are in bench/.
 """
-import sys
 
 import pytest
 import torch
 
-from conftest import clean_env, run, tiny_options, write_options
+from conftest import run_main, tiny_options, write_options
 from main_train import micro_batches
 from models.model_plain import ModelPlain, amp_setup
 from option_rules import option_rules
@@ -66,7 +65,7 @@ def test_fp16_on_cpu_is_refused_with_a_user_error_naming_train_amp(tmp_path):
 def test_fp16_on_cpu_stops_main_train_with_one_line_and_exit_2(tmp_path, demo_images):
     opt = tiny_options(str(tmp_path / 'runs'), demo_images, amp='fp16')
     path = write_options(str(tmp_path / 'o.json'), opt)
-    r = run([sys.executable, 'main_train.py', '--opt', path], env=clean_env(), timeout=120)
+    r = run_main('main_train', ['--opt', path])
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: train.amp: "fp16" needs a CUDA device'), r.stderr

@@ -1,18 +1,15 @@
 """Start-up: every user mistake is found before the run folder is written, and `--fresh` acts once per run
 (end to end with a torchrun restart in tests/test_run_folder.py).
 
-Runs are real `main_train.py` processes; evidence is the exit code, stderr and what exists on disk.
+`main_train` runs in the test's process (`run_main`); evidence is the exit code, stderr and what exists on disk.
 """
 import os
-import sys
 
 import pytest
 import torch
 
 from main_train import is_restart
-from tests.conftest import run, tiny_options, write_options
-
-PY = sys.executable
+from tests.conftest import run_main, tiny_options, write_options
 
 
 @pytest.mark.parametrize('override, message', [
@@ -22,10 +19,10 @@ PY = sys.executable
     ('model="gann"', 'model'),
     ('path.pretrained_netG="/nowhere/G.pth"', 'path.pretrained_netG: /nowhere/G.pth: checkpoint file not found'),
 ], ids=['nc-0', 'gray-data-colour-net', 'unknown-loss', 'unknown-model', 'missing-weights'])
-def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing(tmp_path, demo_images,
+def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing(tmp_path, demo_images, console_held,
                                                                                  override, message):
     path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
-    res = run([PY, 'main_train.py', '--opt', path, '--set', override])
+    res = run_main('main_train', ['--opt', path, '--set', override])
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: ') and message in res.stderr, res.stderr
     assert res.stdout == ''  # the start-up lines of a start that did not happen are not shown
@@ -62,9 +59,9 @@ def test_a_network_that_indexes_or_asserts_on_a_sample_is_one_line(tmp_path, dem
 
 def test_rerunning_a_finished_run_writes_nothing_and_says_how_to_train_further(tmp_path, demo_images):
     path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2))
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
     before = sorted(os.listdir(tmp_path / 'exp' / 'tiny')) + sorted(os.listdir(tmp_path / 'exp' / 'tiny' / 'options'))
-    res = run([PY, 'main_train.py', '--opt', path])
+    res = run_main('main_train', ['--opt', path])
     assert res.returncode == 0, res.stderr[-2000:]
     assert ('nothing to do: ' in res.stdout and 'is at iteration 2, train.total_iter is 2; raise train.total_iter to '
             'train further (e.g. --set train.total_iter=4), or --fresh to start over' in res.stdout), res.stdout
@@ -99,18 +96,15 @@ def test_a_network_whose_output_does_not_match_the_target_is_refused_before_trai
     opt['scale'] = 4  # the denoising dataset has no scale: its H is the size of L
     opt['netG'] = {'net_type': 'msrresnet1', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1}
     path = write_options(str(tmp_path / 'o.json'), opt)
-    res = run([PY, 'main_train.py', '--opt', path])
+    res = run_main('main_train', ['--opt', path])
     assert res.returncode == 2, res.stderr[-2000:]
     assert 'but the target H is (3, 24, 24)' in res.stderr and res.stderr.count('\n') == 1, res.stderr
     assert not (tmp_path / 'exp').exists()
 
 
-def test_the_log_file_holds_what_was_logged_before_the_run_folder_existed(tmp_path, demo_images):
-    path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2))
-    res = run([PY, 'main_train.py', '--opt', path])
-    assert res.returncode == 0, res.stderr[-2000:]
-    (log,) = [f for f in os.listdir(tmp_path / 'exp' / 'tiny') if f.startswith('train_') and f.endswith('.log')]
-    text = open(tmp_path / 'exp' / 'tiny' / log).read()
+def test_the_log_file_holds_what_was_logged_before_the_run_folder_existed(tiny_run):
+    (log,) = [f for f in os.listdir(tiny_run.folder) if f.startswith('train_') and f.endswith('.log')]
+    text = open(os.path.join(tiny_run.folder, log)).read()
     for line in ('distributed: mode=single', 'training samples 64', 'network DnCNN', 'end of training'):
         assert line in text, text
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from conftest import ROOT, clean_env, run, tiny_options, write_options
+from conftest import ROOT, clean_env, run_main, tiny_options, write_options
 from data.registry import DATASETS
 from data.sampler import parse_key
 from losses.registry import LOSSES, build_loss
@@ -174,21 +174,13 @@ def test_a_registered_network_takes_its_options_from_its_signature():
         validate({'task': 't', 'netG': {'net_type': 'test_two_conv', 'ncc': 4}}, option_rules())
 
 
-TRAIN_WITH_TEST_NETWORK = """import sys
-sys.path.insert(0, 'tests')
-import test_structure  # registers the network test_two_conv, the loss test_scaled_l1, the dataset test_flat_noise
-import main_train
-sys.exit(main_train.main(sys.argv[1:]))
-"""
-
-
 def test_a_network_defined_in_a_test_module_trains_with_no_edit_elsewhere(tmp_path, demo_images):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_save=2, checkpoint_test=2,
                        G_scheduler_milestones=[])
     opt['netG'] = {'net_type': 'test_two_conv', 'nc': 6}
     opt['logging']['use_tensorboard'] = False
     path = write_options(str(tmp_path / 'o.json'), opt)
-    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1'))  # registered by this module
     assert r.returncode == 0, r.stderr[-2000:]
     weights = torch.load(tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth', weights_only=True)
     assert set(weights) == {'head.weight', 'head.bias', 'tail.weight', 'tail.bias'}
@@ -257,7 +249,7 @@ def test_a_loss_defined_in_a_test_module_trains_with_its_prefixed_key(tmp_path, 
                        G_scheduler_milestones=[], G_lossfn_type='test_scaled_l1', G_l1_scale=2.5)
     opt['logging']['use_tensorboard'] = False
     path = write_options(str(tmp_path / 'o.json'), opt)
-    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1'))  # registered by this module
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / 'exp' / 'tiny' / 'models' / '2_G.pth').is_file()
     saved = (tmp_path / 'exp' / 'tiny' / 'options').glob('*.json')
@@ -294,12 +286,12 @@ def test_a_dataset_defined_in_a_test_module_trains_and_validates_with_its_typed_
                        'test': {'dataset_type': 'test_flat_noise', 'length': 3, 'noise': 10}}
     opt['logging']['use_tensorboard'] = False
     path = write_options(str(tmp_path / 'o.json'), opt)
-    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1'))  # registered by this module
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'validation on 3 items' in r.stdout
     opt['datasets']['train']['patch'] = 0
-    r = run([sys.executable, '-c', TRAIN_WITH_TEST_NETWORK, '--opt', write_options(str(tmp_path / 'bad.json'), opt)],
-            env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', write_options(str(tmp_path / 'bad.json'), opt)],
+                 env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 2 and r.stderr.strip().endswith('datasets.train.patch: 0 must be > 0'), r.stderr
 
 
@@ -389,8 +381,8 @@ def test_every_registered_name_in_the_options_is_checked_with_the_options(tmp_pa
 def test_an_unknown_demo_generator_ends_the_run_before_anything_is_written(tmp_path):
     opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'demo_data'))
     opt['datasets']['train']['generate_demo'] = 'image'
-    r = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)],
-            env=clean_env(OMP_NUM_THREADS='1'))
+    r = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)],
+                 env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
     assert 'datasets.train.generate_demo: unknown demo "image" (did you mean "images"?)' in r.stderr
     assert not (tmp_path / 'exp').exists() and not (tmp_path / 'demo_data').exists()

@@ -1,12 +1,11 @@
 """Testing large images in tiles and with the x8 self-ensemble (`val.tile`, `val.tile_overlap`, `val.self_ensemble`)."""
 import csv
-import sys
 
 import pytest
 import torch
 from torch import nn
 
-from conftest import run, tiny_options, write_options
+from conftest import run_main, tiny_options
 from option_rules import option_rules
 from models.restorer import ConditionedRestorer, ImageRestorer, VideoRestorer
 from utils.errors import UserError
@@ -97,14 +96,13 @@ def test_video_models_refuse_the_image_tiling_options(tmp_path):
 
 
 @pytest.mark.slow  # ~15-25 s; runs in CI (CI=true) and with RUN_SLOW=1
-def test_main_test_restores_in_tiles_and_with_the_ensemble_as_the_options_ask(tmp_path, demo_images):
-    opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
-    assert run([sys.executable, 'main_train.py', '--opt', opt]).returncode == 0
+def test_main_test_restores_in_tiles_and_with_the_ensemble_as_the_options_ask(tmp_path, tiny_run):
+    opt = tiny_run.opt_path
     scores = {}
     for name, sets in (('whole', []), ('tiled', ['val.tile=48', 'val.tile_overlap=16']),
                        ('tiled_x8', ['val.tile=48', 'val.tile_overlap=16', 'val.self_ensemble=true'])):
-        res = run([sys.executable, 'main_test.py', '--opt', opt, '--out', str(tmp_path / name), '--no-images']
-                  + [a for s in sets for a in ('--set', s)])
+        res = run_main('main_test', ['--opt', opt, '--out', str(tmp_path / name), '--no-images']
+                       + [a for s in sets for a in ('--set', s)])
         assert res.returncode == 0, res.stderr[-2000:]
         with open(tmp_path / name / 'results.csv') as f:
             scores[name] = float(list(csv.reader(f))[-1][1])

@@ -43,11 +43,11 @@ class _HeldConsole(logging.StreamHandler):
     cache) shows what it held and goes on live, so a long start is never silent. Errors pass at once.
     """
 
-    def __init__(self, stream: Any, hold_s: float = HOLD_S):
+    def __init__(self, stream: Any, hold_s: Optional[float] = None):
         super().__init__(stream)
         self.held: list = []
         self.shown = False
-        self._timer = threading.Timer(hold_s, self.show)
+        self._timer = threading.Timer(HOLD_S if hold_s is None else hold_s, self.show)
         self._timer.daemon = True
         self._timer.start()
 
@@ -69,6 +69,11 @@ class _HeldConsole(logging.StreamHandler):
                 self.held = []
         finally:
             self.release()
+
+    def close(self) -> None:
+        """A closed console shows nothing more: held lines (a start-up that failed) stay unshown."""
+        self._timer.cancel()
+        super().close()
 
 
 def show_console() -> None:
@@ -186,8 +191,9 @@ class Reporter:
         if dropped:
             get_logger().info(f'{self.history.path}: {dropped} rows after iteration {start_iter} dropped '
                               f'(the run went past its last checkpoint)')
-        self.plotter = BackgroundPlotter(opt['path']['task'])
         log_opt = opt['logging']
+        if log_opt['curves']:
+            self.plotter = BackgroundPlotter(opt['path']['task'])
         if log_opt['use_tensorboard']:
             self.tb_dir = opt['path']['tb_logger']
         if log_opt['use_wandb']:

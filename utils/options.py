@@ -264,6 +264,8 @@ SCHEMA: Dict[str, Any] = {
     },
     'logging': {
         'use_tensorboard': Key(True, (bool,), help='write TensorBoard scalars and images to <run>/tb_logger/'),
+        'curves': Key(True, (bool,), help='redraw <run>/curves.png after each validation (a child process that '
+                                          'imports matplotlib: about 2 s of CPU each time)'),
         'use_wandb': Key(False, (bool,), help='log to Weights & Biases (the key comes from the environment)'),
         'wandb_project': Key('restoration', (str,), help='W&B project'),
         'wandb_name': Key(None, _OPT_STR, help='W&B run name (null: the task)'),
