@@ -27,7 +27,7 @@ from models.regularizers import apply_regularizers, regularizers_due
 from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
-from utils.image import images_to_float, tensor2uint
+from utils.image import bit_depth, images_to_float, tensor2uint
 from utils.logger import get_logger
 from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, unit_interval
 
@@ -304,8 +304,9 @@ class ModelPlain:
         datasets; without metrics there is nothing more to check."""
         if not self.restorer.metrics:
             return
+        bits = bit_depth(sample['H'])
         H = images_to_float({'H': sample['H']})['H']
-        frames = [tensor2uint(f) for f in (H if H.dim() == 4 else H[None])]
+        frames = [tensor2uint(f, bits) for f in (H if H.dim() == 4 else H[None])]
         try:
             self.restorer.score(frames, frames)
         except UserError as e:
