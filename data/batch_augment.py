@@ -47,6 +47,7 @@ from data.sampler import TrainKey, key_step_seed, parse_key
 from utils.errors import UserError
 from utils.options import Key
 
+Batch = Dict[str, Any]
 AUGMENTS = ('none', 'mixup', 'cutmix', 'resizemix', 'cutblur')
 NEEDS_PARTNER = ('mixup', 'cutmix', 'resizemix')
 PLAN_KEY = 'moa_plan'              # the iteration's augmentation (JSON text, identical in its items)
@@ -199,12 +200,14 @@ def _each_image(batch: Dict[str, Any], fn: Callable[[str, torch.Tensor, int], to
     return out
 
 
-def mixup(batch: Dict[str, Any], partner: Dict[str, Any], params: torch.Tensor, plan: Dict[str, Any]) -> Dict[str, Any]:
+def mixup(batch: Batch, partner: Batch, params: torch.Tensor, plan: Batch) -> Batch:
+    """Every image lam x + (1 - lam) x', lam = params[:, 0]."""
     lam = _column(params[:, 0])
     return _each_image(batch, lambda k, x, s: torch.lerp(_planes(partner[k]), x, lam.to(x.dtype)))
 
 
-def cutmix(batch: Dict[str, Any], partner: Dict[str, Any], params: torch.Tensor, plan: Dict[str, Any]) -> Dict[str, Any]:
+def cutmix(batch: Batch, partner: Batch, params: torch.Tensor, plan: Batch) -> Batch:
+    """The partner's box in every image: side ratio sqrt(1 - params[:, 0]), centre (params[:, 1], params[:, 2])."""
     h, w = batch['L'].shape[-2:]
     ratio = (1.0 - params[:, 0]).sqrt()
     half_h, half_w = (h * ratio).floor().div(2).floor(), (w * ratio).floor().div(2).floor()
@@ -227,7 +230,8 @@ def _paste(dst: torch.Tensor, src: torch.Tensor, top: torch.Tensor, left: torch.
     return torch.where(inside[:, None], picked.permute(0, 3, 1, 2), dst)
 
 
-def resizemix(batch: Dict[str, Any], partner: Dict[str, Any], params: torch.Tensor, plan: Dict[str, Any]) -> Dict[str, Any]:
+def resizemix(batch: Batch, partner: Batch, params: torch.Tensor, plan: Batch) -> Batch:
+    """The partner at tau (the plan's) times the size, at (params[:, 1], params[:, 2]) of the free room."""
     h, w = batch['L'].shape[-2:]
     th, tw = max(1, round(plan['tau'] * h)), max(1, round(plan['tau'] * w))
     top, left = (params[:, 1] * (h - th + 1)).floor(), (params[:, 2] * (w - tw + 1)).floor()
@@ -239,8 +243,8 @@ def resizemix(batch: Dict[str, Any], partner: Dict[str, Any], params: torch.Tens
     return _each_image(batch, mix)
 
 
-def cutblur(batch: Dict[str, Any], partner: Optional[Dict[str, Any]], params: torch.Tensor,
-            plan: Dict[str, Any]) -> Dict[str, Any]:
+def cutblur(batch: Batch, partner: Optional[Batch], params: torch.Tensor, plan: Batch) -> Batch:
+    """L takes H's pixels in a box (side ratio params[:, 0]) or, where params[:, 3] is 0, outside it."""
     L, H = _planes(batch['L']), _planes(batch['H'])
     h, w = L.shape[-2:]
     ch, cw = (h * params[:, 0]).floor(), (w * params[:, 0]).floor()

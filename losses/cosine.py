@@ -4,8 +4,8 @@ two images, pixel by pixel.
 The cosine of (R, G, B) of the output and of the target at each pixel is 1 where their hues and
 saturations agree, whatever their brightness: the loss penalises colour shifts that L1 sees as small
 (traiNNer-redux's `cosim` and the angular losses of colour constancy). cos = <x, y> / max(|x| |y|, eps)
-with eps 1e-8, so a black pixel (|x| = 0) counts as orthogonal rather than NaN (its gradient too); images of at least two
-channels (a gray pixel has no direction). Beside a pixel loss, which fixes the brightness
+with eps 1e-8, so a black pixel (|x| = 0) counts as orthogonal rather than NaN (its gradient too);
+images of at least two channels (a gray pixel has no direction). Beside a pixel loss, which fixes the brightness
 (`G_extra_losses`); video batches (N, T, C, H, W) count each frame; float32 also under AMP.
 """
 import torch

@@ -157,7 +157,8 @@ def test_psnr_of_16_bit_images_is_that_of_their_values_over_65535():
 def test_ssim_of_16_bit_images_is_pytorch_msssims_ssim_with_data_range_65535():
     pm = need_module('pytorch_msssim')
     a = _image16(64, 64, seed=3)
-    b = np.clip(a.astype(np.int64) + np.random.default_rng(4).integers(-3000, 3001, a.shape), 0, 65535).astype(np.uint16)
+    noise = np.random.default_rng(4).integers(-3000, 3001, a.shape)
+    b = np.clip(a.astype(np.int64) + noise, 0, 65535).astype(np.uint16)
     theirs = pm.ssim(torch.from_numpy(a.transpose(2, 0, 1)[None].astype(np.float64)),
                      torch.from_numpy(b.transpose(2, 0, 1)[None].astype(np.float64)), data_range=65535.0,
                      size_average=True).item()
@@ -213,6 +214,7 @@ def test_a_16_bit_run_writes_16_bit_validation_images_and_main_test_scores_them_
         assert float(row[1]) == pytest.approx(10 * math.log10(1 / mse), abs=1e-4)  # the table's 4 decimals
 
 
+@pytest.mark.slow  # two runs; the restorer's 8-bit frames are tested alone above
 def test_8_bit_data_still_write_8_bit_images(tmp_path, demo_images):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
     path = write_options(str(tmp_path / 'o.json'), opt)

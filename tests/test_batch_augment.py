@@ -307,7 +307,7 @@ def test_cutblur_at_another_scale_and_items_with_inputs_of_their_own_are_refused
                                    'input/target image pairs, but the training items carry also C' in res.stderr
 
 
-# --- in the loop: no host reads, SR training, resume, DDP ---------------------------------------------------------------
+# --- in the loop: no host reads, SR training, resume, DDP ------------------------------------------------------
 
 def test_a_training_step_with_each_augmentation_never_reads_the_device(tmp_path, monkeypatch):
     opt = validate(tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), use_moa=True, G_optimizer_fused=True),
@@ -335,6 +335,7 @@ def test_a_training_step_with_each_augmentation_never_reads_the_device(tmp_path,
     assert seen == set(ALL)
 
 
+@pytest.mark.slow  # ~10 s; the augmentations at scale 2 are tested alone above
 def test_an_sr_network_trains_with_mixup_cutmix_and_resizemix(tmp_path, demo_images):
     path = _write(tmp_path, demo_images, 'srmix', sr=True, moa_augs=['mixup', 'cutmix', 'resizemix'],
                   moa_probs=[0.3, 0.3, 0.4], total_iter=6, checkpoint_test=6, checkpoint_save=6)
@@ -358,6 +359,7 @@ def _same_files(a, b, step):
                 assert torch.equal(xa, ya), (kind, k)
 
 
+@pytest.mark.slow  # three runs, ~30 s; runs in CI (CI=true) and with RUN_SLOW=1
 def test_a_resumed_run_with_batch_augmentation_is_bitwise_identical_to_a_straight_one(tmp_path, demo_images):
     """Two loader workers, EMA on; interrupted mid-epoch (16 iterations per epoch)."""
     train = dict(total_iter=8, checkpoint_save=4, checkpoint_test=8, checkpoint_print=4,
@@ -390,9 +392,11 @@ def test_two_ranks_with_batch_augmentation_train_the_weights_of_one_process_with
         opt['datasets']['train']['dataloader_batch_size'] = batch
         del opt['datasets']['test']
         path = write_options(str(tmp_path / f'{name}.json'), opt)
-        launcher = [PY, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={procs}'] if procs > 1 else [PY]
+        launcher = ([PY, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={procs}'] if procs > 1
+                    else [PY])
         res = run([*launcher, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         weights[name] = torch.load(tmp_path / name / 'tiny' / 'models' / f'{iters}_G.pth', weights_only=True)
     for k in weights['single']:
-        torch.testing.assert_close(weights['ddp'][k], weights['single'][k], rtol=1e-5, atol=1e-6, msg=lambda m: f'{k}: {m}')
+        torch.testing.assert_close(weights['ddp'][k], weights['single'][k], rtol=1e-5, atol=1e-6,
+                                   msg=lambda m: f'{k}: {m}')
