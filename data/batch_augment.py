@@ -45,6 +45,7 @@ from torch.utils.data import Dataset
 from data.degradations import batch_transforms
 from data.sampler import TrainKey, key_step_seed, parse_key
 from utils.errors import UserError
+from utils.logger import get_logger
 from utils.options import Key
 
 Batch = Dict[str, Any]
@@ -156,7 +157,10 @@ def with_batch_augmentation(dataset: Dataset, train_opt: Dict[str, Any]) -> Data
     """The training set with `train.use_moa`'s batch augmentation, or as it is when off."""
     if not train_opt['use_moa']:
         return dataset
-    return BatchAugmented(dataset, train_opt['moa_augs'], train_opt['moa_probs'])
+    out = BatchAugmented(dataset, train_opt['moa_augs'], train_opt['moa_probs'])
+    chances = ', '.join(f'{a} {p:g}' for a, p in zip(out.augs, out.probs))
+    get_logger().info(f'batch augmentation (train.use_moa), one per iteration on the device: {chances}')
+    return out
 
 
 # --- the device side -----------------------------------------------------------------------------------------
