@@ -224,14 +224,14 @@ def cutmix(batch: Batch, partner: Batch, params: torch.Tensor, plan: Batch) -> B
 
 def _paste(dst: torch.Tensor, src: torch.Tensor, top: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
     """`src` (N, K, h, w) pasted into `dst` (N, K, H, W) at (top, left) of each image, by one gather."""
-    n, _, h, w = dst.shape
+    n, k, h, w = dst.shape
     sh, sw = src.shape[-2:]
-    ys = torch.arange(h, device=dst.device).view(1, h) - top.long().view(n, 1)
-    xs = torch.arange(w, device=dst.device).view(1, w) - left.long().view(n, 1)
-    inside = ((ys >= 0) & (ys < sh))[:, :, None] & ((xs >= 0) & (xs < sw))[:, None, :]  # N, H, W
-    rows = torch.arange(n, device=dst.device).view(n, 1, 1)
-    picked = src[rows, :, ys.clamp(0, sh - 1)[:, :, None], xs.clamp(0, sw - 1)[:, None, :]]  # N, H, W, K
-    return torch.where(inside[:, None], picked.permute(0, 3, 1, 2), dst)
+    ys = torch.arange(h, device=dst.device).view(1, h, 1) - top.long().view(n, 1, 1)
+    xs = torch.arange(w, device=dst.device).view(1, 1, w) - left.long().view(n, 1, 1)
+    inside = (ys >= 0) & (ys < sh) & (xs >= 0) & (xs < sw)  # N, H, W
+    index = (ys.clamp(0, sh - 1) * sw + xs.clamp(0, sw - 1)).view(n, 1, h * w).expand(n, k, h * w)
+    picked = torch.gather(src.reshape(n, k, sh * sw), 2, index).view(n, k, h, w)
+    return torch.where(inside[:, None], picked, dst)
 
 
 def resizemix(batch: Batch, partner: Batch, params: torch.Tensor, plan: Batch) -> Batch:
