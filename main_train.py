@@ -27,6 +27,7 @@ os.environ.setdefault('TORCH_CPP_LOG_LEVEL', 'ERROR')
 
 import torch  # noqa: E402
 
+from data.batch_augment import with_batch_augmentation
 from data.loader import build_train_loader, build_val_loader, val_loader_options
 from data.registry import build_dataset, training_files
 from data.sampler import TrainKey
@@ -126,7 +127,7 @@ class Trainer:
         if 'train' not in opt['datasets']:
             raise UserError(f'{opt["opt_path"]}: datasets.train: required section is missing')
         train_opt_ds = opt['datasets']['train']
-        self.train_set = build_dataset(train_opt_ds)
+        self.train_set = with_batch_augmentation(build_dataset(train_opt_ds), t)  # train.use_moa
         self.train_files = training_files(self.train_set)
         val_set = build_dataset(opt['datasets']['test']) if 'test' in opt['datasets'] else None
 

@@ -5,7 +5,10 @@ the same Adam + MultiStepLR and L1 loss. The framework side is the real `Trainer
 (micro_batches, timing, the finiteness check, `dist.agree_any`, `ModelPlain.backward/step`, print
 steps with `log_losses`), fed by an in-memory loader; only the end-of-run checkpoint write and
 replica check are switched off, since they are not per-step costs. EMA is off (`E_decay: 0`) because
-the bare loop has none; the `EMA on / off` row shows its price.
+the bare loop has none; the `EMA on / off` row shows its price. The batch-augmentation row feeds the same
+samples through the real `BatchAugmented` wrapper (`train.use_moa` with traiNNer-redux's default
+`moa_augs`/`moa_probs`: one of none, mixup, cutmix, resizemix, cutblur per iteration, partners included)
+against the plain batches: the price of the augmentation in the step, on the device.
 
 Every row alternates its two sides rep by rep (A, B, A, B, ...) so machine load hits both alike,
 and reports the median per-step time of each side and their ratio.
@@ -16,6 +19,7 @@ and reports the median per-step time of each side and their ratio.
 """
 import argparse
 import cProfile
+import json
 import os
 import platform
 import pstats
@@ -23,14 +27,18 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
+from torch.utils.data import Dataset, default_collate  # noqa: E402
 
 import main_train  # noqa: E402
+from data.batch_augment import PLAN_KEY, BatchAugmented  # noqa: E402
+from data.sampler import TrainKey, parse_key  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
 from models.networks.layers.init import init_weights  # noqa: E402
 from models.registry import build_network  # noqa: E402
@@ -73,6 +81,28 @@ def make_batches(opt: Dict[str, Any], n: int, seed: int = 0) -> List[Dict[str, t
         H = torch.rand(b, c, p, p, generator=g)
         out.append({'L': H + torch.randn(H.shape, generator=g) * (ds['sigma'] / 255.0), 'H': H})
     return out
+
+
+class _Samples(Dataset):
+    """The samples of `batches`, one by one, as a dataset gives them (the same for any key of an index)."""
+
+    def __init__(self, batches: Sequence[Dict[str, torch.Tensor]]):
+        self.items = [{k: b[k][i] for k in ('L', 'H')} for b in batches for i in range(b['L'].shape[0])]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, key: Any) -> Dict[str, torch.Tensor]:
+        return dict(self.items[parse_key(key)[0]])
+
+
+def augmented_batches(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]]) -> List[Dict[str, Any]]:
+    """`batches` through the `train.use_moa` wrapper: batch j is optimizer step j (its step seed), with the
+    items' plans, draws and partners, collated as the loader does."""
+    t = opt['train']
+    ds = BatchAugmented(_Samples(batches), t['moa_augs'], t['moa_probs'])
+    b = batches[0]['L'].shape[0]
+    return [default_collate([ds[TrainKey(j * b + i, 1000 * j + i, j)] for i in range(b)]) for j in range(len(batches))]
 
 
 class _MemoryLoader:
@@ -241,6 +271,14 @@ def main(argv: Sequence[str] = None) -> None:
             ta, tb, pr = interleaved(on, off, a.steps, a.reps)
             extra = f'(first step incl. compilation {first:.1f} s)' if 'compile' in override else ''
             print(row(label, 'on ', 'off', ta, tb, pr, extra))
+        # batch augmentation: the same samples, plus each iteration's augmentation (and partners) in the batch
+        moa = augmented_batches(base, batches)
+        drawn = Counter(json.loads(b[PLAN_KEY][0])['aug'] for b in moa)
+        on, _ = framework(base, moa)
+        off, _ = framework(base, batches)
+        ta, tb, pr = interleaved(on, off, a.steps, a.reps)
+        kinds = ', '.join(f'{k} {n}' for k, n in sorted(drawn.items()))
+        print(row('batch augment (use_moa) on / off', 'on ', 'off', ta, tb, pr, f'({len(moa)} batches: {kinds})'))
         if a.profile:
             profile(base, batches, a.steps)
 

@@ -13,13 +13,13 @@ All problems come back as one UserError with one line per bad file,
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
 from metrics.fidelity import SSIM_WINDOW
 from utils.errors import UserError
-from utils.image_header import ImageFileError, decode_limit_problem, read_image_size
+from utils.image_header import ImageFileError, decode_limit_problem, header_bit_depth, read_image_size
 
 MAX_LINES = 20
 THREADS = 8                 # for slow (network) file systems: see parallel_map
@@ -83,6 +83,13 @@ def _image_size(path: str) -> Union[Size, str]:
 def image_sizes(paths: Sequence[str]) -> List[Union[Size, str]]:
     """(height, width) of every image from its header, or the problem that makes it unusable."""
     return parallel_map(_image_size, [str(p) for p in paths])
+
+
+def image_depths(paths: Sequence[str]) -> Dict[str, int]:
+    """{path: bits per sample (8 or 16)} from every image's header: what a 16-bit reader decodes it to
+    (the frame cache's layout, data/frame_cache.py)."""
+    paths = [str(p) for p in paths]
+    return dict(zip(paths, parallel_map(header_bit_depth, paths)))
 
 
 def fmt(size: Size) -> str:

@@ -1,5 +1,5 @@
-"""`cache_data`: decoded uint8 frames held in RAM, one copy per node, so training reads crop from memory
-instead of decoding.
+"""`cache_data`: decoded uint8 (or uint16: 16-bit files) frames held in RAM, one copy per node, so training
+reads crop from memory instead of decoding.
 
 Each node keeps one copy, however many training processes it runs. The node's lowest rank (its
 leader) decodes every frame once into an anonymous memory file (`memfd_create`); the node's other
@@ -47,6 +47,7 @@ from utils.progress import progress
 
 Shape = Tuple[int, int, int]
 Reader = Callable[[str], np.ndarray]
+UINT8 = np.dtype(np.uint8)
 
 ROUND_S = 2.0  # seconds a leader decodes between two agreements: far below any workable dist_timeout
 AUTO_SHARE = 0.5  # cache_data "auto": the largest share of a node's available memory the cache may take
@@ -113,7 +114,7 @@ class _Fill:
     map it), else anonymous shared memory (forked workers still share it).
     """
 
-    def __init__(self, index: Dict[str, Tuple[int, Shape]], read: Reader, total: int, where: str,
+    def __init__(self, index: Dict[str, Tuple[int, Shape, np.dtype]], read: Reader, total: int, where: str,
                  show_progress: bool, refused: Optional[str] = None) -> None:
         self.index, self.read, self.total, self.where = index, read, total, where
         self.done = False
@@ -139,12 +140,15 @@ class _Fill:
         out = np.frombuffer(self.writable, np.uint8, count=self.total)
         try:
             for path in self.todo:
-                offset, shape = self.index[path]
+                offset, shape, dtype = self.index[path]
                 img = self.read(path)
                 if img.shape != shape:
                     raise UserError(f'{self.where}: {path} decodes to {"x".join(map(str, img.shape))} but its '
                                     f'header says {shape[0]}x{shape[1]}x{shape[2]}')
-                out[offset:offset + img.size] = img.reshape(-1)
+                if img.dtype != dtype:
+                    raise UserError(f'{self.where}: {path} decodes to {img.dtype} samples but its header says '
+                                    f'{8 * dtype.itemsize}-bit')
+                out[offset:offset + img.nbytes] = np.ascontiguousarray(img).reshape(-1).view(np.uint8)
                 if time.monotonic() >= deadline:
                     return
         except UserError as e:
@@ -211,20 +215,30 @@ def _raise_agreed(job: Optional[_Fill]) -> None:
     raise UserError(errors[0])
 
 
+def frame_bytes(shapes: Dict[str, Shape], dtypes: Optional[Dict[str, np.dtype]] = None) -> int:
+    """The bytes the frames of `shapes` take, of type `dtypes[path]` (default uint8)."""
+    dtypes = dtypes or {}
+    return sum(h * w * c * dtypes.get(p, UINT8).itemsize for p, (h, w, c) in shapes.items())
+
+
 class FrameCache:
-    """Frames of `shapes` (path -> H×W×C of what `read(path)` returns), read once per node into one buffer.
+    """Frames of `shapes` (path -> H×W×C of what `read(path)` returns, of type `dtypes[path]`, default uint8),
+    read once per node into one buffer.
 
     Every rank must build it at the same point (datasets are built in the same order on every rank):
     it runs collectives. Without a process group it is a private cache of this process.
     """
 
-    def __init__(self, shapes: Dict[str, Shape], read: Reader, where: str) -> None:
+    def __init__(self, shapes: Dict[str, Shape], read: Reader, where: str,
+                 dtypes: Optional[Dict[str, np.dtype]] = None) -> None:
         self.where = where
-        self.index: Dict[str, Tuple[int, Shape]] = {}
+        self.index: Dict[str, Tuple[int, Shape, np.dtype]] = {}
         total = 0
         for path, (h, w, c) in shapes.items():
-            self.index[path] = (total, (h, w, c))
-            total += h * w * c
+            dtype = np.dtype((dtypes or {}).get(path, UINT8))
+            total += -total % dtype.itemsize  # aligned to its sample size
+            self.index[path] = (total, (h, w, c), dtype)
+            total += h * w * c * dtype.itemsize
         rank = get_rank()
         peers: List[Tuple[str, int]] = gather_objects((node_key(), os.getpid()))
         node = [r for r, (key, _) in enumerate(peers) if key == peers[rank][0]]
@@ -295,21 +309,23 @@ class FrameCache:
 
     def get(self, path: str) -> np.ndarray:
         """The cached frame as a read-only view (callers crop and copy)."""
-        offset, shape = self.index[path]
-        view = self.buffer[offset:offset + shape[0] * shape[1] * shape[2]].reshape(shape)
+        offset, shape, dtype = self.index[path]
+        view = self.buffer[offset:offset + shape[0] * shape[1] * shape[2] * dtype.itemsize].view(dtype).reshape(shape)
         view.flags.writeable = False
         return view
 
 
-def cache_frames(option: object, shapes: Dict[str, Shape], read: Reader, where: str) -> Optional[FrameCache]:
-    """The dataset's cache for its `cache_data` value (true, false, "auto"), or None when it decodes per sample.
+def cache_frames(option: object, shapes: Dict[str, Shape], read: Reader, where: str,
+                 dtypes: Optional[Dict[str, np.dtype]] = None) -> Optional[FrameCache]:
+    """The dataset's cache for its `cache_data` value (true, false, "auto"), or None when it decodes per sample;
+    `dtypes`: the frames that decode to another type than uint8 (16-bit files: uint16).
 
     Every rank must call it at the same point: "auto" and the cache itself are decided together.
     """
     if _cache_choice(option):
         raise UserError(f'{where}.cache_data: must be true, false or "auto", got {option!r}')
     if option == 'auto':
-        total = sum(h * w * c for h, w, c in shapes.values())
+        total = frame_bytes(shapes, dtypes)
         free = available_memory()
         too_large, = agree_any([free is not None and total > AUTO_SHARE * free])
         if is_main_process():
@@ -321,7 +337,7 @@ def cache_frames(option: object, shapes: Dict[str, Shape], read: Reader, where: 
             return None
     elif not option:
         return None
-    return FrameCache(shapes, read, where)
+    return FrameCache(shapes, read, where, dtypes)
 
 
 def frame_shapes(paths: Sequence[str], sizes: Dict[str, Tuple[int, int]], channels: int) -> Dict[str, Shape]:

@@ -37,21 +37,24 @@ class VGGFeatures(nn.Module):
     """Outputs of VGG19's `features` at the given layer indices, on inputs in [0, 1] (or [-1, 1] with
     `use_range_norm`), normalised with ImageNet's mean and std when `use_input_norm`. Frozen."""
 
-    def __init__(self, layers: Sequence[int], use_input_norm: bool, use_range_norm: bool, weights: str):
+    def __init__(self, layers: Sequence[int], use_input_norm: bool, use_range_norm: bool, weights: str,
+                 weights_key: str = 'train.F_pretrained_path', layers_key: str = 'train.F_feature_layer'):
+        """`weights_key` and `layers_key` name the options the weights file and the layers came from in messages
+        (the perceptual loss's; the contextual loss has its own)."""
         super().__init__()
         if weights != RANDOM_VGG:  # checked before building 143 M parameters
-            weights_path('vgg19', weights, 'train.F_pretrained_path')
+            weights_path('vgg19', weights, weights_key)
         from torchvision.models import vgg19  # torchvision is heavy: imported only for GAN training
         net = vgg19(weights=None)
         if weights != RANDOM_VGG:
             try:
                 net.load_state_dict(load_checkpoint(weights))
             except RuntimeError as e:
-                raise UserError(f'train.F_pretrained_path: {weights} is not torchvision\'s VGG19: '
+                raise UserError(f'{weights_key}: {weights} is not torchvision\'s VGG19: '
                                 f'{str(e).splitlines()[0][:200]}') from None
         last = max(layers)
         if not 0 <= min(layers) or last >= len(net.features):
-            raise UserError(f'train.F_feature_layer: layers must be in 0..{len(net.features) - 1}, got {list(layers)}')
+            raise UserError(f'{layers_key}: layers must be in 0..{len(net.features) - 1}, got {list(layers)}')
         self.layers = sorted(set(int(i) for i in layers))
         self.features = net.features[:last + 1].eval()
         for p in self.features.parameters():

@@ -1,7 +1,11 @@
-"""PSNR / SSIM on uint8 images, numerically compatible with KAIR and BasicSR.
+"""PSNR / SSIM on uint8 images, numerically compatible with KAIR and BasicSR, and on 16-bit images.
 
 Matching their numbers matters because results are compared with published tables. Inputs are
-HWC (or HW) arrays in [0, 255]; `test_y_channel` evaluates on the BT.601 luma of RGB images.
+HWC (or HW) arrays in [0, 255]; `test_y_channel` evaluates on the BT.601 luma of RGB images. uint16
+images (16-bit data) are scored on their own range [0, 65535]: the peak of PSNR, SSIM's constants
+(K L)^2 and the luma's offset scale with it (`peak`; default: 65535 for a uint16 first image, else 255),
+so the score of a 16-bit image is the score of its [0, 1] values, as for 8 bits, without rounding them
+to 256 levels first.
 """
 import math
 from typing import Optional
@@ -34,8 +38,14 @@ def metric_round_y(scale: int, given: Optional[bool]) -> bool:
 _Y_WEIGHTS = np.array([65.481, 128.553, 24.966], dtype=np.float64)  # R, G, B (BT.601, studio swing)
 
 
-def rgb2y(img: np.ndarray) -> np.ndarray:
-    """BT.601 luma in [16, 235] (float64 HxW) of an RGB image in [0, 255].
+def data_peak(img: np.ndarray) -> float:
+    """The range an image's values are scored on: 65535 for uint16 (16-bit data), else 255."""
+    return 65535.0 if np.asarray(img).dtype == np.uint16 else 255.0
+
+
+def rgb2y(img: np.ndarray, peak: float = 255.0) -> np.ndarray:
+    """BT.601 luma in [16, 235] (float64 HxW) of an RGB image in [0, 255]; in [16, 235] x peak / 255 for an
+    image in [0, peak] (16-bit: x 257).
 
     Same formula as KAIR's `bgr2ycbcr(only_y=True)` / BasicSR's `to_y_channel`, with the channel
     order for RGB input; not rounded (as BasicSR's metric code and KAIR's test scripts).
@@ -48,7 +58,7 @@ def rgb2y(img: np.ndarray) -> np.ndarray:
         return img
     if img.ndim != 3 or img.shape[2] != 3:
         raise ValueError(f'rgb2y expects HxWx3, got shape {img.shape}')
-    return img @ _Y_WEIGHTS / 255.0 + 16.0
+    return img @ _Y_WEIGHTS / 255.0 + 16.0 * peak / 255.0
 
 
 def _same_shape(img1: np.ndarray, img2: np.ndarray) -> None:
@@ -56,11 +66,12 @@ def _same_shape(img1: np.ndarray, img2: np.ndarray) -> None:
         raise ValueError(f'image shapes differ: {np.shape(img1)} vs {np.shape(img2)}')
 
 
-def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channel: bool, round_y: bool):
+def _prepare(img1: np.ndarray, img2: np.ndarray, crop_border: int, test_y_channel: bool, round_y: bool,
+             peak: float = 255.0):
     _same_shape(img1, img2)
     size = _size(np.shape(img1))
     if test_y_channel:
-        img1, img2 = rgb2y(img1), rgb2y(img2)
+        img1, img2 = rgb2y(img1, peak), rgb2y(img2, peak)
         if round_y:
             img1, img2 = np.round(img1), np.round(img2)
     img1 = np.asarray(img1, dtype=np.float64)
@@ -81,18 +92,19 @@ def _size(shape) -> str:
 
 
 def calculate_psnr(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
-                   test_y_channel: bool = False, round_y: bool = False) -> float:
-    """PSNR in dB with peak 255; inf for identical images."""
-    a, b = _prepare(img1, img2, crop_border, test_y_channel, round_y)
+                   test_y_channel: bool = False, round_y: bool = False, peak: Optional[float] = None) -> float:
+    """PSNR in dB with peak 255 (65535 for uint16 images, or `peak`); inf for identical images."""
+    peak = data_peak(img1) if peak is None else float(peak)
+    a, b = _prepare(img1, img2, crop_border, test_y_channel, round_y, peak)
     mse = float(np.mean((a - b) ** 2))
     if mse == 0:
         return float('inf')
-    return 20.0 * math.log10(255.0 / math.sqrt(mse))
+    return 20.0 * math.log10(peak / math.sqrt(mse))
 
 
-def _ssim_plane(a: np.ndarray, b: np.ndarray) -> float:
-    c1 = (0.01 * 255) ** 2
-    c2 = (0.03 * 255) ** 2
+def _ssim_plane(a: np.ndarray, b: np.ndarray, peak: float = 255.0) -> float:
+    c1 = (0.01 * peak) ** 2
+    c2 = (0.03 * peak) ** 2
     kernel = cv2.getGaussianKernel(11, 1.5)
     window = np.outer(kernel, kernel.transpose())
 
@@ -110,8 +122,10 @@ def _ssim_plane(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def calculate_ssim(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
-                   test_y_channel: bool = False, round_y: bool = False) -> float:
-    """SSIM (Wang et al. 2004: 11x11 gaussian, sigma 1.5), averaged over channels like KAIR."""
+                   test_y_channel: bool = False, round_y: bool = False, peak: Optional[float] = None) -> float:
+    """SSIM (Wang et al. 2004: 11x11 gaussian, sigma 1.5), averaged over channels like KAIR; its constants
+    for the data's range (`peak`: 255, 65535 for uint16 images)."""
+    peak = data_peak(img1) if peak is None else float(peak)
     _same_shape(img1, img2)
     h, w = np.shape(img1)[:2]
     need = SSIM_WINDOW + 2 * crop_border
@@ -119,5 +133,5 @@ def calculate_ssim(img1: np.ndarray, img2: np.ndarray, crop_border: int = 0,
         crop = f' after cropping the {crop_border}-pixel border' if crop_border else ''
         raise UserError(f'cannot score a {h}x{w} image with SSIM: it needs {SSIM_WINDOW}x{SSIM_WINDOW} pixels{crop}, '
                         f'i.e. images of at least {need}x{need}')
-    a, b = _prepare(img1, img2, crop_border, test_y_channel, round_y)
-    return float(np.mean([_ssim_plane(a[:, :, c], b[:, :, c]) for c in range(a.shape[2])]))
+    a, b = _prepare(img1, img2, crop_border, test_y_channel, round_y, peak)
+    return float(np.mean([_ssim_plane(a[:, :, c], b[:, :, c], peak) for c in range(a.shape[2])]))

@@ -19,13 +19,14 @@ import numpy as np
 
 from models.restorer import ImageRestorer
 from utils import dist
-from utils.image import encode_image
+from utils.image import encode_image, to_uint8
 from utils.logger import get_logger
 from utils.progress import progress
 
 METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')  # always scored, first, all higher-is-better
 
-# rank 0 writes one restored item: (name, PNG bytes of each frame); an OSError stops further writes
+# rank 0 writes one restored item: (name, PNG bytes of each frame: 16-bit PNGs for 16-bit data); an OSError
+# stops further writes
 WriteItem = Callable[[str, List[bytes]], None]
 
 
@@ -75,7 +76,7 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
                       for name, I, H, upscale in restorer.input_items(batch)} if score_input else {}
             for name, E, H in restorer.restore(batch):
                 if len(previews) < num_previews:
-                    previews[name] = E[len(E) // 2]
+                    previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
                 given = inputs.get(name)
                 mine.append((Row(name, len(E), restorer.score(E, H)),
                              None if given is None else [*given[0], float(given[1])],

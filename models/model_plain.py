@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from data import batch_augment
 from data.degradations import batch_transforms
 from losses.registry import LOSSES, build_extra_losses, build_loss, extra_weights
 from models.compile import compile_training_net, eager
@@ -27,7 +28,7 @@ from models.regularizers import apply_regularizers, regularizers_due
 from models.restorer import ImageRestorer, build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
-from utils.image import images_to_float, tensor2uint
+from utils.image import bit_depth, images_to_float, tensor2uint
 from utils.logger import get_logger
 from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, rule, unit_interval
 
@@ -118,6 +119,9 @@ class ModelPlain:
         'channels_last': Key(False, (bool,), help='channels-last memory format for the network and its inputs'),
         'compile_mode': Key(None, (str, type(None)), _compile_mode,
                             'torch.compile mode with train.compile (reduce-overhead: CUDA graphs); null: default'),
+        # batch augmentation (traiNNer-redux's MoA): drawn with the training items (the loop wraps the training
+        # set, data/batch_augment.py), applied on the device in `to_device`
+        **batch_augment.MOA_OPTIONS,
         # KAIR's video keys (models/model_vrt.py), which its image models ignore
         'fix_iter': IGNORED, 'fix_lr_mul': IGNORED, 'fix_keys': IGNORED,
     }
@@ -289,11 +293,12 @@ class ModelPlain:
         """The batch on the device, uint8 images scaled to [0, 1] there: loaders pass images as uint8 (pinned
         on CUDA, so the copy overlaps the previous step), a quarter of the bytes of float32. Then the
         dataset's device-side transform, if its items name one (data/degradations/batch_transforms.py: Real-ESRGAN's
-        degradations run here, on the device, in float32 whatever `train.amp` says)."""
+        degradations run here, on the device, in float32 whatever `train.amp` says), and the
+        iteration's batch augmentation, if its items carry one (`train.use_moa`, data/batch_augment.py)."""
         nb = self.device.type == 'cuda'
         out = images_to_float({k: v.to(self.device, non_blocking=nb) if torch.is_tensor(v) else v
                                for k, v in batch.items()})
-        out = batch_transforms.apply(out)
+        out = batch_augment.apply(out)
         if self.channels_last:
             for k, v in out.items():
                 if torch.is_tensor(v) and v.dim() == 4:
@@ -360,8 +365,9 @@ class ModelPlain:
         datasets; without metrics there is nothing more to check."""
         if not self.restorer.metrics:
             return
+        bits = bit_depth(sample['H'])
         H = images_to_float({'H': sample['H']})['H']
-        frames = [tensor2uint(f) for f in (H if H.dim() == 4 else H[None])]
+        frames = [tensor2uint(f, bits) for f in (H if H.dim() == 4 else H[None])]
         try:
             self.restorer.score(frames, frames)
         except UserError as e:

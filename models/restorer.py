@@ -20,13 +20,15 @@ from models.merge_bn import fold_batchnorm
 from models.registry import build_network, build_on_meta
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
-from utils.image import images_to_float, imresize_bicubic, tensor2uint
+from utils.image import bit_depth, images_to_float, imresize_bicubic, tensor2uint, to_uint8
 from utils.logger import get_logger
 from utils.memory import available_memory
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
-Item = Tuple[str, List[np.ndarray], List[np.ndarray]]  # (name, restored frames, GT frames), HWC uint8
+# (name, restored frames, GT frames), HWC uint8, or uint16 for items of 16-bit data (`utils.image.bit_depth`):
+# scored on that range, written as 16-bit PNGs
+Item = Tuple[str, List[np.ndarray], List[np.ndarray]]
 InputItem = Tuple[str, List[np.ndarray], List[np.ndarray], int]  # (name, input frames, GT frames, upscale)
 
 
@@ -200,11 +202,13 @@ class ImageRestorer:
     def restore(self, batch: Dict[str, Any]) -> List[Item]:
         """Restore one evaluation batch: (name, restored frames, ground-truth frames) per item.
 
-        Images are single-frame items; video restorers return whole clips. Frames are HWC uint8.
+        Images are single-frame items; video restorers return whole clips. Frames are HWC uint8, uint16
+        where the item's images are 16-bit (its L or H a uint16 tensor).
         """
+        bits = bit_depth(batch.get('L'), batch.get('H'))
         batch = images_to_float(batch)
         out = self.test(*self.inputs(batch))
-        return [(_image_name(batch, j), [tensor2uint(out[j])], [tensor2uint(batch['H'][j])])
+        return [(_image_name(batch, j), [tensor2uint(out[j], bits)], [tensor2uint(batch['H'][j], bits)])
                 for j in range(out.shape[0])]
 
     def input_items(self, batch: Dict[str, Any]) -> List[InputItem]:
@@ -215,17 +219,18 @@ class ImageRestorer:
         (super-resolution; `upscale` is the factor, 1 for none). Extra input channels (noise level
         maps, kernels) are left out; items whose L cannot be compared with H are left out too.
         """
+        bits = bit_depth(batch.get('L'), batch.get('H'))
         batch = images_to_float(batch)
         out = []
         for j in range(batch['H'].shape[0]):
-            frame = input_as_target(batch['L'][j], batch['H'][j])
+            frame = input_as_target(batch['L'][j], batch['H'][j], bits)
             if frame is not None:
-                out.append((_image_name(batch, j), [frame[0]], [tensor2uint(batch['H'][j])], frame[1]))
+                out.append((_image_name(batch, j), [frame[0]], [tensor2uint(batch['H'][j], bits)], frame[1]))
         return out
 
 
-def input_as_target(L: torch.Tensor, H: torch.Tensor) -> Optional[Tuple[np.ndarray, int]]:
-    """CHW float L as an HWC uint8 image of H's size, and the bicubic factor it took (1: none).
+def input_as_target(L: torch.Tensor, H: torch.Tensor, bits: int = 8) -> Optional[Tuple[np.ndarray, int]]:
+    """CHW float L as an HWC uint8 (`bits` 16: uint16) image of H's size, and the bicubic factor it took (1: none).
 
     Only L's first channels (as many as H has) are the image; None when L is not H's size or an
     integer fraction of it.
@@ -233,12 +238,12 @@ def input_as_target(L: torch.Tensor, H: torch.Tensor) -> Optional[Tuple[np.ndarr
     L = L[:H.shape[0]]
     (h, w), (lh, lw) = H.shape[-2:], L.shape[-2:]
     if (h, w) == (lh, lw):
-        return tensor2uint(L), 1
+        return tensor2uint(L, bits), 1
     if h % lh or w % lw or h // lh != w // lw:
         return None
     factor = h // lh
     up = imresize_bicubic(L.float().cpu().permute(1, 2, 0).numpy().astype(np.float64), factor)
-    return tensor2uint(torch.from_numpy(np.ascontiguousarray(up)).permute(2, 0, 1)), factor
+    return tensor2uint(torch.from_numpy(np.ascontiguousarray(up)).permute(2, 0, 1), bits), factor
 
 
 class ConditionedRestorer(ImageRestorer):
@@ -480,11 +485,13 @@ def _starts(size: int, tile: int, stride: int) -> List[int]:
 def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int, round_y: bool = False,
                  metrics: Optional[Mapping[str, Metric]] = None) -> List[float]:
     """Metrics of one item (an image, or a clip: mean over its frames): the four of `image_metrics`, then
-    each of `metrics` on the same frames with the same `border` cropped (a no-reference one without H)."""
+    each of `metrics` on the same frames with the same `border` cropped (a no-reference one without H).
+    PSNR/SSIM score 16-bit frames on their own range; the `val.metrics` (LPIPS, DISTS, NIQE: networks and
+    statistics fitted to 8-bit images) take them rounded to 8 bits."""
     extra = list((metrics or {}).values())
     per_frame = np.array([image_metrics(e, h, border, round_y) + [
-        float(m(_crop(e, border), _crop(h, border) if m.needs_reference else None)) for m in extra]
-        for e, h in zip(E, H)], dtype=np.float64)
+        float(m(_crop(to_uint8(e), border), _crop(to_uint8(h), border) if m.needs_reference else None))
+        for m in extra] for e, h in zip(E, H)], dtype=np.float64)
     return per_frame.mean(axis=0).tolist()
 
 

@@ -95,13 +95,13 @@ def main() -> None:
     if scenario == 'plain_copies':
         class PrivateCopy(frame_cache.FrameCache):
             """As before this change: np.empty filled by every rank."""
-            def __init__(self, shapes, read, where):
+            def __init__(self, shapes, read, where, dtypes=None):
                 self.where, self.index, total = where, {}, 0
                 for path, shape in shapes.items():
-                    self.index[path] = (total, shape)
+                    self.index[path] = (total, shape, np.dtype(np.uint8))
                     total += int(np.prod(shape))
                 self.buffer = np.empty(total, np.uint8)
-                for path, (offset, shape) in self.index.items():
+                for path, (offset, shape, _) in self.index.items():
                     self.buffer[offset:offset + int(np.prod(shape))] = read(path).reshape(-1)
         import data.datasets.image
         data.datasets.image.FrameCache = PrivateCopy

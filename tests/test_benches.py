@@ -86,7 +86,8 @@ EXPECTED: Dict[str, Expected] = {
             r'framework loop / bare PyTorch loop', r'framework \(nan_policy=off\) / bare loop')
     ] + [rf'^per-step overhead \(tiny net .* overhead +-?\d+ us = -?{NUM} % of a demo bare step$'] + [
         rf'^{row} +on +{NUM} ms/step \| off +{NUM} ms/step \| ratio +{NUM} \(paired +{NUM}\)' for row in (
-            r'EMA on \(E_decay 0.99\) / off', 'amp bf16 / fp32', 'channels_last on / off')
+            r'EMA on \(E_decay 0.99\) / off', 'amp bf16 / fp32', 'channels_last on / off',
+            r'batch augment \(use_moa\) on / off')
     ], slow=False),
     'bench_resume.py': Expected([
         rf'^  fresh : first step done after {NUM} s', rf'^  resume: first step done after {NUM} s',

@@ -212,7 +212,7 @@ def test_cache_data_auto_caches_what_fits_in_half_the_available_memory(tmp_path,
         assert auto.cache is not None and 'cache_data "auto": the decoded frames' in caplog.text
         for key in TRAIN_KEYS:
             _items_equal(plain[key], auto[key])
-        need = sum(h * w * c for _, (h, w, c) in auto.cache.index.values())
+        need = sum(h * w * c for _, (h, w, c), _ in auto.cache.index.values())
         monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need - 1)  # just over half
         assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is None
         assert 'exceed 50% of the' in caplog.text and 'decoded per sample' in caplog.text

@@ -16,7 +16,8 @@ from data.loader import build_train_loader, build_val_loader
 from data.registry import DATASETS
 from data.synthetic.demo import COMPLETE_MARKER, ensure_demo_data
 from utils.errors import UserError
-from utils.image import imread_uint, imresize_bicubic, imwrite, list_images, tensor2uint, uint2tensor
+from utils.image import (imread_uint, imresize_bicubic, imwrite, list_images, tensor2uint, to_float_image,
+                         uint2tensor)
 from utils.logger import get_logger
 
 
@@ -274,7 +275,7 @@ def test_dncnn_training_sample_is_a_function_of_its_seed(tmp_path):
     assert a['L'].shape == a['H'].shape == (3, 24, 24)
     assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H'])
     assert not torch.equal(a['L'], c['L'])
-    noise_std = float((a['L'] - a['H']).std()) * 255
+    noise_std = float((a['L'] - to_float_image(a['H'])).std()) * 255  # H stays uint8: its float copy
     assert 22 < noise_std < 28
 
 
@@ -284,7 +285,7 @@ def test_dncnn_eval_noise_uses_sigma_test_and_is_fixed_per_index(tmp_path):
     first, again, other = ds[0], ds[0], ds[1]
     assert first['H'].shape == (3, 64, 64)
     assert torch.equal(first['L'], again['L'])
-    noise0, noise1 = first['L'] - first['H'], other['L'] - other['H']
+    noise0, noise1 = first['L'] - to_float_image(first['H']), other['L'] - to_float_image(other['H'])
     assert not torch.allclose(noise0, noise1)
     assert 47 < float(noise0.std()) * 255 < 53
 

@@ -9,6 +9,7 @@ from models.model_plain2 import ModelPlain2
 from models.registry import NETWORKS
 from option_rules import option_rules
 from utils.errors import UserError
+from utils.image import to_float_image
 from utils.options import validate
 
 
@@ -25,7 +26,7 @@ def test_a_training_sample_draws_its_noise_level_from_the_range_and_its_seed(dem
     assert not torch.equal(a['C'], c['C'])
     levels = [ds[(0, s)]['C'].item() * 255 for s in range(200)]
     assert min(levels) < 15 and max(levels) > 45
-    noise = (a['L'] - a['H']).std().item()
+    noise = (a['L'] - to_float_image(a['H'])).std().item()  # H stays uint8: its float copy
     assert noise == pytest.approx(a['C'].item(), rel=0.1)
 
 
@@ -33,7 +34,7 @@ def test_evaluation_uses_sigma_test_with_noise_fixed_per_image(demo_images):
     ds = _ffdnet(demo_images, 'test', sigma_test=15)
     x, y = ds[2], ds[2]
     assert x['C'].item() == pytest.approx(15 / 255) and torch.equal(x['L'], y['L'])
-    assert (x['L'] - x['H']).std().item() == pytest.approx(15 / 255, rel=0.05)
+    assert (x['L'] - to_float_image(x['H'])).std().item() == pytest.approx(15 / 255, rel=0.05)
 
 
 def test_fdncnn_appends_the_noise_level_map_as_the_last_input_channel(demo_images):

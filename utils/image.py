@@ -1,7 +1,10 @@
 """Image file I/O, numpy <-> tensor conversion and MATLAB-compatible bicubic resizing.
 
-Conventions: numpy images are HWC uint8 RGB (C=1 for gray); tensors are float32 CHW in [0, 1].
-Files are decoded with cv2 (BGR) and converted, so every reader in the project sees RGB.
+Conventions: numpy images are HWC uint8 RGB (C=1 for gray), or uint16 for 16-bit files read with
+`keep_16bit` (PNG, TIFF, PNM of 16 bits per sample: their full precision, 0..65535); tensors are float32 CHW
+in [0, 1] (the sample value over its type's peak, 255 or 65535). Files are decoded with cv2 (BGR) and
+converted, so every reader in the project sees RGB. Restored images go back to the bit depth of their
+data (`tensor2uint(..., bits=16)`) and are written as 16-bit PNGs then.
 """
 import math
 import os
@@ -29,19 +32,39 @@ def list_images(folder: str) -> List[str]:
     return sorted(paths)
 
 
-def _to_uint8(img: np.ndarray, path: str) -> np.ndarray:
+PEAKS = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}  # the largest sample value of each integer image type
+
+
+def image_peak(img: Any) -> int:
+    """255 for uint8 images (arrays, tensors or dtypes), 65535 for uint16 ones."""
+    dtype = img.dtype if hasattr(img, 'dtype') else img
+    if isinstance(dtype, torch.dtype):
+        return 65535 if dtype == torch.uint16 else 255
+    return PEAKS.get(np.dtype(dtype), 255)
+
+
+def to_uint8(img: np.ndarray) -> np.ndarray:
+    """A uint16 image mapped to uint8 (65535 -> 255, rounded); a uint8 image as it is."""
+    if img.dtype == np.uint16:
+        return np.round(img.astype(np.float64) / 257.0).astype(np.uint8)
+    return img
+
+
+def _sample_type(img: np.ndarray, path: str, keep_16bit: bool) -> np.ndarray:
     if img.dtype == np.uint8:
         return img
-    if img.dtype == np.uint16:  # 16-bit PNG/TIFF: map 65535 -> 255
-        return np.round(img.astype(np.float64) / 257.0).astype(np.uint8)
+    if img.dtype == np.uint16:  # 16-bit PNG/TIFF: kept, or mapped 65535 -> 255
+        return img if keep_16bit else to_uint8(img)
     raise UserError(f'cannot use image {path}: {img.dtype} samples are not supported (8- or 16-bit images only)')
 
 
-def imread_uint(path: str, n_channels: int = 3, bgr: bool = False) -> np.ndarray:
+def imread_uint(path: str, n_channels: int = 3, bgr: bool = False, keep_16bit: bool = False) -> np.ndarray:
     """Read an image as HWC uint8: RGB for n_channels=3, gray (C=1) for n_channels=1.
 
     `bgr=True` leaves colour in the decoder's BGR order: a caller that crops first then reverses only
     the crop's channels (`bgr_to_rgb`), the same pixels as converting the whole image, for less work.
+    `keep_16bit=True` returns a file of 16 bits per sample as uint16 (its full precision) instead of
+    mapping it to uint8; 8-bit files stay uint8 either way.
     """
     if n_channels not in (1, 3):
         raise UserError(f'n_channels: must be 1 or 3, got {n_channels!r}')
@@ -54,13 +77,15 @@ def imread_uint(path: str, n_channels: int = 3, bgr: bool = False) -> np.ndarray
     # EXIF orientation is ignored in both modes (IMREAD_UNCHANGED ignores it), so gray and colour
     # reads of a file agree in size with each other and with the header checks (data/checks.py).
     flag = cv2.IMREAD_GRAYSCALE | cv2.IMREAD_IGNORE_ORIENTATION if n_channels == 1 else cv2.IMREAD_UNCHANGED
+    if n_channels == 1 and keep_16bit:
+        flag |= cv2.IMREAD_ANYDEPTH  # gray of a 16-bit file at 16 bits (IMREAD_GRAYSCALE alone gives 8)
     try:
         img = cv2.imdecode(data, flag) if data.size else None
     except cv2.error as e:  # e.g. the size limits (validateInputImageSize): a traceback is no help
         raise UserError(f'cannot decode image {path}: {_cv2_problem(e, path)}') from None
     if img is None:
         raise UserError(f'cannot decode image {path} (corrupt or not an image)')
-    img = _to_uint8(img, path)
+    img = _sample_type(img, path, keep_16bit)
     if img.ndim == 2:
         img = img[:, :, None]
     if img.shape[2] == 4:
@@ -91,7 +116,8 @@ def _cv2_problem(e: 'cv2.error', path: str) -> str:
 
 
 def encode_image(img: np.ndarray, ext: str = '.png') -> bytes:
-    """An HWC (or HW) uint8 RGB/gray image as the bytes of an image file (`ext` picks the format)."""
+    """An HWC (or HW) uint8 RGB/gray image as the bytes of an image file (`ext` picks the format); a uint16
+    image as a 16-bit one (PNG, TIFF)."""
     img = np.asarray(img)
     if img.ndim == 3 and img.shape[2] == 3:
         img = cv2.cvtColor(img, cv2.COLOR_RGB2BGR)
@@ -104,7 +130,7 @@ def encode_image(img: np.ndarray, ext: str = '.png') -> bytes:
 
 
 def imwrite(path: str, img: np.ndarray) -> None:
-    """Write an HWC (or HW) uint8 RGB/gray image; creates the parent folder."""
+    """Write an HWC (or HW) uint8 (or uint16: 16-bit) RGB/gray image; creates the parent folder."""
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
@@ -120,16 +146,27 @@ def uint2tensor(img: np.ndarray) -> torch.Tensor:
 
 def uint8_tensor(img: np.ndarray) -> torch.Tensor:
     """HWC (or HW) uint8 -> CHW uint8 tensor: what loader workers pass on (a quarter of float32's bytes
-    through worker queues, pinned memory and the host-to-device copy); `to_float_image` scales it."""
+    through worker queues, pinned memory and the host-to-device copy); `to_float_image` scales it. A uint16
+    image gives a uint16 tensor the same way (half of float32's bytes)."""
     if img.ndim == 2:
         img = img[:, :, None]
     return torch.from_numpy(np.array(img.transpose(2, 0, 1), order='C'))  # always a copy: never a view of a cache
 
 
 def to_float_image(t: torch.Tensor) -> torch.Tensor:
-    """A uint8 image tensor -> float32 in [0, 1] (other tensors unchanged): the one place images are
-    normalised, on the device in the train step, so every path gives the same floats."""
-    return t.float().div_(255.0) if t.dtype == torch.uint8 else t
+    """A uint8 (uint16) image tensor -> float32 in [0, 1], the value over 255 (65535); other tensors unchanged:
+    the one place images are normalised, on the device in the train step, so every path gives the same floats."""
+    if t.dtype == torch.uint8:
+        return t.float().div_(255.0)
+    if t.dtype == torch.uint16:
+        return t.float().div_(65535.0)
+    return t
+
+
+def bit_depth(*tensors: Any) -> int:
+    """16 when any of `tensors` holds 16-bit samples (a uint16 image tensor), else 8: the depth an item's
+    restored images are written and scored at."""
+    return 16 if any(torch.is_tensor(t) and t.dtype == torch.uint16 for t in tensors) else 8
 
 
 def images_to_float(batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -137,8 +174,8 @@ def images_to_float(batch: Dict[str, Any]) -> Dict[str, Any]:
     return {k: to_float_image(v) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
-def tensor2uint(t: torch.Tensor) -> np.ndarray:
-    """CHW or 1xCHW float tensor in [0, 1] -> HWC uint8 (clamped, rounded)."""
+def tensor2uint(t: torch.Tensor, bits: int = 8) -> np.ndarray:
+    """CHW or 1xCHW float tensor in [0, 1] -> HWC uint8 (clamped, rounded); `bits=16`: uint16 (0..65535)."""
     t = t.detach()
     if t.dim() == 4:
         if t.shape[0] != 1:
@@ -146,10 +183,15 @@ def tensor2uint(t: torch.Tensor) -> np.ndarray:
         t = t[0]
     if t.dim() != 3:
         raise ValueError(f'tensor2uint expects CHW or 1xCHW, got shape {tuple(t.shape)}')
-    if t.dtype == torch.uint8:  # a loader's image, not yet scaled
+    if bits not in (8, 16):
+        raise ValueError(f'tensor2uint: bits must be 8 or 16, got {bits}')
+    dtype = torch.uint16 if bits == 16 else torch.uint8
+    if t.dtype == dtype:  # a loader's image, not yet scaled
         return np.ascontiguousarray(t.cpu().permute(1, 2, 0).numpy())
-    t = (t.float().cpu().clamp(0, 1) * 255.0).round()  # out of place: never modify the caller's tensor
-    return np.ascontiguousarray(t.to(torch.uint8).permute(1, 2, 0).numpy())
+    t = to_float_image(t)  # a loader's image of the other depth: through [0, 1]
+    peak = 65535.0 if bits == 16 else 255.0
+    t = (t.float().cpu().clamp(0, 1) * peak).round()  # out of place: never modify the caller's tensor
+    return np.ascontiguousarray(t.to(dtype).permute(1, 2, 0).numpy())
 
 
 def _cubic(x: np.ndarray) -> np.ndarray:
@@ -193,7 +235,7 @@ def imresize_bicubic(img: np.ndarray, scale_factor: float) -> np.ndarray:
 
     This is the degradation SR papers and KAIR/BasicSR use to make LR images, so models trained on
     on-the-fly LR match published test sets. Accepts HWC or HW; output size is ceil(size * scale).
-    uint8 input gives uint8 output (rounded and clipped, like MATLAB); float input stays float.
+    uint8 (uint16) input gives uint8 (uint16) output (rounded and clipped, like MATLAB); float input stays float.
     """
     if scale_factor <= 0:
         raise ValueError(f'scale_factor must be positive, got {scale_factor}')
@@ -212,6 +254,6 @@ def imresize_bicubic(img: np.ndarray, scale_factor: float) -> np.ndarray:
     out = np.ascontiguousarray(np.tensordot(out, mat_w, axes=(1, 1)).transpose(0, 2, 1))  # out_h, out_w, c
     if squeeze:
         out = out[:, :, 0]
-    if img.dtype == np.uint8:
-        return np.clip(np.round(out), 0, 255).astype(np.uint8)
+    if img.dtype in (np.uint8, np.uint16):
+        return np.clip(np.round(out), 0, image_peak(img)).astype(img.dtype)
     return out.astype(img.dtype, copy=False)

@@ -196,6 +196,42 @@ def header_size(path: str) -> Optional[Tuple[int, int]]:
     return height, width
 
 
+def header_bit_depth(path: str) -> int:
+    """Bits per sample of an image file from its header: 16 for 16-bit PNG, TIFF and PNM (maxval above 255),
+    8 for everything else (JPEG, BMP, WebP are 8-bit; a header that cannot be read counts as 8, its problem is
+    `read_image_size`'s). What a reader that keeps 16 bits (`utils.image.imread_uint(keep_16bit=True)`) returns."""
+    try:
+        with open(path, 'rb') as f:
+            head = f.read(512)
+            if head.startswith(_PNG_SIGNATURE) and len(head) >= 26:
+                return 16 if head[24] == 16 else 8
+            if head[:4] in (b'II*\x00', b'MM\x00*'):
+                return 16 if _tiff_bits(f, head) == 16 else 8
+            if len(head) >= 2 and head[0:1] == b'P' and head[1:2] in b'2356':  # PNM with a maxval
+                fields = re.sub(rb'#[^\n]*', b' ', head[2:]).split()
+                return 16 if len(fields) >= 3 and fields[2].isdigit() and int(fields[2]) > 255 else 8
+    except (OSError, struct.error, ValueError):
+        return 8
+    return 8
+
+
+def _tiff_bits(f: BinaryIO, head: bytes) -> int:
+    """BitsPerSample (tag 258, of the first sample) of a TIFF's first image directory; 8 when absent."""
+    order = '<' if head[:2] == b'II' else '>'
+    f.seek(struct.unpack(order + 'I', head[4:8])[0])
+    count = struct.unpack(order + 'H', f.read(2))[0]
+    entries = f.read(12 * count)
+    for i in range(0, len(entries) - 11, 12):
+        tag, kind, n = struct.unpack(order + 'HHI', entries[i:i + 8])
+        if tag == 258 and kind == 3:
+            value = entries[i + 8:i + 12]
+            if n * 2 > 4:  # the values are elsewhere: the field holds their offset
+                f.seek(struct.unpack(order + 'I', value)[0])
+                value = f.read(2)
+            return struct.unpack(order + 'H', value[:2])[0]
+    return 8
+
+
 def read_image_size(path: str) -> Tuple[int, int]:
     """(height, width) of an image file from its header, without decoding the pixels.
 

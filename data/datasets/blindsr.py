@@ -26,6 +26,8 @@ from utils.options import Key, one_of
 
 @DATASETS.register('blindsr')
 class DatasetBlindSR(ImageDataset):
+    reads_16bit = False  # 16-bit files mapped to 8 bits: the BSRGAN degradations work on 8-bit images
+
     OPTIONS = {
         **IMAGE_OPTIONS,
         'n_channels': Key(3, (int,), only(3, 'the BSRGAN degradations are colour')),

@@ -8,6 +8,12 @@ training images cheap; images read from files leave as uint8 tensors and are sca
 they are used (`utils.image.to_float_image`: on the device in the train step). `cache_data: true`
 keeps every decoded image in RAM, one copy per node that its ranks share (data/frame_cache.py).
 
+16-bit files (PNG, TIFF, PNM) keep their precision (`reads_16bit`): they are decoded as uint16, leave as
+uint16 tensors and become [0, 1] floats over 65535; H stays an integer tensor in every item (noise is
+added to its float copy), so its type tells evaluation the item's bit depth, at which the restored image
+is scored and written (models/restorer.py). Datasets whose own work is 8-bit (JPEG round trips, the
+kernel and BSRGAN degradations) read 16-bit files mapped to 8 bits, as before (`reads_16bit = False`).
+
 The options check each value alone (the `Key`s in OPTIONS, data/option_checks.py); a dataset checks
 what relates several keys and the header of every file when it is built (data/checks.py), so a bad
 value or file ends the run at start-up with one line per problem.
@@ -20,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.checks import FileProblems, Size, fmt, image_sizes, ssim_problem
+from data.checks import FileProblems, Size, fmt, image_depths, image_sizes, ssim_problem
 from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.option_checks import at_least, noise_level
@@ -28,8 +34,8 @@ from data.registry import DATASETS
 from data.sampler import parse_key
 from metrics.fidelity import metric_border
 from utils.errors import UserError
-from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, imread_uint, imresize_bicubic, list_images, uint2tensor,
-                         uint8_tensor)
+from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, image_peak, imread_uint, imresize_bicubic, list_images,
+                         to_float_image, uint8_tensor)
 from utils.options import REQUIRED, Key, one_of
 
 ItemKey = Any  # int (evaluation) or (index, seed) tuple (training)
@@ -88,6 +94,7 @@ class ImageDataset(Dataset):
     """
 
     needs_L = False  # dataroot_L is required (paired folders)
+    reads_16bit = True  # 16-bit files are read as uint16 (False: mapped to uint8, for 8-bit pipelines)
 
     def __init__(self, opt: Dict[str, Any]) -> None:
         self.opt = opt
@@ -105,8 +112,10 @@ class ImageDataset(Dataset):
         self.files_checked_for_training = False
         self.check_files()
         paths = self.paths_H + (self.paths_L or [])
-        self.cache: Optional[FrameCache] = cache_frames(opt['cache_data'], frame_shapes(
-            paths, self.header_sizes, self.n_channels), self._decode, self.where)
+        depths = image_depths(paths) if self.reads_16bit and opt['cache_data'] else {}
+        self.cache: Optional[FrameCache] = cache_frames(
+            opt['cache_data'], frame_shapes(paths, self.header_sizes, self.n_channels), self._decode, self.where,
+            {p: np.dtype(np.uint16) for p, bits in depths.items() if bits == 16})
 
     def check_options(self) -> None:
         """What relates several option values, at construction (the options check each value alone)."""
@@ -218,7 +227,7 @@ class ImageDataset(Dataset):
         return ('H', problem) if problem else None
 
     def _decode(self, path: str) -> np.ndarray:
-        return imread_uint(path, self.n_channels, bgr=True)
+        return imread_uint(path, self.n_channels, bgr=True, keep_16bit=self.reads_16bit)
 
     def _read_bgr(self, path: str) -> np.ndarray:
         """HWC uint8 with colour in BGR order (`bgr_to_rgb` after cropping), from the cache if there is one."""
@@ -282,9 +291,9 @@ class ImageDataset(Dataset):
 
     @staticmethod
     def _item(img_L: np.ndarray, img_H: np.ndarray, path_L: str, path_H: str) -> Dict[str, Any]:
-        """Tensors of an item: uint8 images as uint8 tensors (scaled where they are used), float images
-        (already in [0, 1]) as float32."""
-        L = uint8_tensor(img_L) if img_L.dtype == np.uint8 else torch.from_numpy(
+        """Tensors of an item: uint8 (uint16) images as uint8 (uint16) tensors (scaled where they are used),
+        float images (already in [0, 1]) as float32."""
+        L = uint8_tensor(img_L) if img_L.dtype in (np.uint8, np.uint16) else torch.from_numpy(
             np.ascontiguousarray(img_L.transpose(2, 0, 1))).float()
         return {'L': L, 'H': uint8_tensor(img_H), 'L_path': path_L, 'H_path': path_H}
 
@@ -333,9 +342,9 @@ class DatasetDnCNN(ImageDataset):
             sigma, noise_seed = self.sigma, seed
         else:
             sigma, noise_seed = self.sigma_test, index
-        H = uint2tensor(img_H)
+        H = uint8_tensor(img_H)  # stays integer: its type is the item's bit depth
         gen = torch.Generator().manual_seed(noise_seed)
-        L = H + torch.randn(H.shape, generator=gen).mul_(sigma / 255.0)
+        L = to_float_image(H) + torch.randn(H.shape, generator=gen).mul_(sigma / 255.0)
         return {'L': L, 'H': H, 'L_path': path_H, 'H_path': path_H}
 
 
@@ -361,10 +370,10 @@ class DatasetSR(ImageDataset):
         self.quantize_L = self.opt['quantize_L']
 
     def _downscale(self, img_H: np.ndarray) -> Any:
-        """Bicubic L of H: float in [0, 1] (KAIR), or uint8 with `quantize_L`."""
+        """Bicubic L of H: float in [0, 1] (KAIR), or uint8 (uint16 for 16-bit H) with `quantize_L`."""
         if self.quantize_L:
             return imresize_bicubic(img_H, 1.0 / self.scale)
-        return imresize_bicubic(img_H.astype(np.float64) / 255.0, 1.0 / self.scale).astype(np.float32)
+        return imresize_bicubic(img_H.astype(np.float64) / image_peak(img_H), 1.0 / self.scale).astype(np.float32)
 
     def _eval_size(self, size: Size) -> Optional[Size]:
         """Evaluation crops H to a multiple of the scale."""

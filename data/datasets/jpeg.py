@@ -24,6 +24,8 @@ QUALITY = Key(40, (int,), between(1, 100, 'a JPEG quality'))
 
 @DATASETS.register('jpeg')
 class DatasetJPEG(ImageDataset):
+    reads_16bit = False  # 16-bit files mapped to 8 bits: JPEG is 8-bit
+
     OPTIONS = {
         **IMAGE_OPTIONS,
         'H_size': patch_size(128),

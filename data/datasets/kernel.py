@@ -65,6 +65,8 @@ def dihedral(k: np.ndarray, mode: int) -> np.ndarray:
 class _KernelDataset(ImageDataset):
     """L is always synthesized from H: the kernel and noise must be known to the network."""
 
+    reads_16bit = False  # 16-bit files mapped to 8 bits: KAIR's kernel degradations work on 0..255 images
+
     def check_options(self) -> None:
         if self.opt['dataroot_L']:
             raise UserError(f'{self.where}.dataroot_L: {self.opt["dataset_type"]} makes L from H with a known '

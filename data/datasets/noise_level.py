@@ -17,7 +17,7 @@ import torch
 from data.datasets.image import DatasetDnCNN, DatasetSR, ImageDataset
 from data.option_checks import noise_level, noise_range
 from data.registry import DATASETS
-from utils.image import to_float_image, uint2tensor
+from utils.image import to_float_image, uint8_tensor
 from utils.options import Key
 
 
@@ -42,8 +42,8 @@ class _NoiseLevelDataset(ImageDataset):
             level, noise_seed = rng.uniform(*self.sigma_range) / 255.0, seed
         else:
             level, noise_seed = self.sigma_test / 255.0, index
-        H = uint2tensor(img_H)
-        L = H + torch.randn(H.shape, generator=torch.Generator().manual_seed(noise_seed)).mul_(level)
+        H = uint8_tensor(img_H)  # stays integer: its type is the item's bit depth
+        L = to_float_image(H) + torch.randn(H.shape, generator=torch.Generator().manual_seed(noise_seed)).mul_(level)
         return H, L, level
 
     def _paired_item(self, index: int, seed: Optional[int]) -> Dict[str, Any]:
