@@ -16,13 +16,14 @@ at the input size, flows computed on a bicubic ×1/4 copy).
 The deformable alignment is always built (BasicSR builds it only where CUDA is available and skips
 alignment elsewhere); it runs through torchvision's `deform_conv2d` on CUDA and the pure-PyTorch path on CPU.
 A mirror-extended clip (second half = first half reversed, as Vimeo-90K training uses) reuses the backward
-flows for the forward branches (one comparison of the two halves per forward, a host read). When a clip on
-an accelerator is longer than `cpu_cache_length` frames, features wait on the CPU between uses (inference on
-long sequences: memory instead of speed).
+flows for the forward branches (one comparison of the two halves per forward, a host read). A clip longer
+than `cpu_cache_length` frames has its features extracted frame by frame and kept on the CPU between uses
+(inference on long sequences on a GPU: memory instead of speed; on a CPU the moves are no-ops and the result
+is the same as without).
 
 Input N×T×3×H×W, H and W larger than 32 at the flows' resolution (SpyNet's limit; BasicSR asserts 64) and
 multiples of 4 for full-size input; output N×T×3×4H×4W (N×T×3×H×W when `is_low_res_input` is false), on the
-CPU when the features were cached there.
+CPU when the features were cached there without autograd (inference).
 """
 from typing import Callable, Dict, List, Optional
 
@@ -175,7 +176,7 @@ class BasicVSRPlusPlus(nn.Module):
         if not self.is_low_res_input and (h % 4 or w % 4):
             raise ValueError(f'BasicVSR++ with full-size input needs height and width divisible by 4, got {h}x{w}')
         device = lqs.device
-        cache = device.type != 'cpu' and t > self.cpu_cache_length
+        cache = t > self.cpu_cache_length  # frame by frame, features kept on the CPU (no-op moves on a CPU)
 
         def on(x: torch.Tensor) -> torch.Tensor:
             return x.to(device, non_blocking=True) if cache else x
@@ -213,5 +214,5 @@ class BasicVSRPlusPlus(nn.Module):
                 hr = hr + F.interpolate(lqs[:, i], scale_factor=4, mode='bilinear', align_corners=False)
             else:
                 hr = hr + lqs[:, i]
-            outputs.append(park(hr))
+            outputs.append(hr if torch.is_grad_enabled() else park(hr))  # training: the loss is on the device
         return torch.stack(outputs, 1)
