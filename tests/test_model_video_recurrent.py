@@ -220,3 +220,44 @@ def test_a_network_that_takes_any_size_is_tested_on_unpadded_frames(tmp_path):
     restorer = VideoRestorer.from_options(net, opt, torch.device('cpu'))
     assert restorer.test_video(torch.rand(1, 3, 3, 45, 38)).shape == (1, 3, 3, 180, 152)
     assert net.calls == [(45, 38)]
+
+
+# Each full option file: the table its netG builds, and BasicSR's recipe values (options/train/*/*.yml)
+FULL = {
+    'basicvsr/train_BasicVSR_REDS.json': ('basicvsr__BasicVSR_REDS4', dict(G_optimizer_lr=2e-4, total_iter=300000,
+                                                                          fix_flow=5000, flow_lr_mul=0.125)),
+    'basicvsr/train_BasicVSR_Vimeo90K_BIx4.json': ('basicvsr__BasicVSR_REDS4', dict(fix_flow=5000, flow_lr_mul=0.125)),
+    'basicvsr/train_BasicVSR_Vimeo90K_BDx4.json': ('basicvsr__BasicVSR_REDS4', dict(fix_flow=5000, flow_lr_mul=0.125)),
+    'basicvsr/train_IconVSR_REDS.json': ('iconvsr__IconVSR_REDS', dict(fix_flow=5000, flow_lr_mul=0.125)),
+    'basicvsr/train_IconVSR_Vimeo90K_BIx4.json': ('iconvsr__IconVSR_Vimeo90K_BIx4', dict(fix_flow=5000)),
+    'basicvsr/train_IconVSR_Vimeo90K_BDx4.json': ('iconvsr__IconVSR_Vimeo90K_BIx4', dict(fix_flow=5000)),
+    'basicvsrpp/train_BasicVSRPP_REDS.json': ('basicvsrpp__BasicVSRPP_REDS', dict(
+        G_optimizer_lr=1e-4, total_iter=600000, fix_flow=5000, flow_lr_mul=0.25, G_scheduler_periods=[600000])),
+    'edvr/train_EDVR_M_x4_SR_REDS_woTSA.json': ('edvr__EDVR_M_woTSA_x4_SR_REDS', dict(
+        G_optimizer_lr=4e-4, G_scheduler_periods=[150000] * 4, G_lossfn_type='charbonnier_sum')),
+    'edvr/train_EDVR_M_x4_SR_REDS.json': ('edvr__EDVR_M_x4_SR_REDS', dict(
+        tsa_iter=50000, dcn_lr_mul=1, G_scheduler_periods=[50000, 100000, 150000, 150000, 150000])),
+    'edvr/train_EDVR_L_x4_SR_REDS.json': ('edvr__EDVR_L_x4_SR_REDS', dict(
+        tsa_iter=50000, G_scheduler_restart_weights=[1, 0.5, 0.5, 0.5, 0.5])),
+    'edvr/train_EDVR_L_deblur_REDS.json': ('edvr__EDVR_L_deblur_REDS', dict(G_optimizer_lr=2e-4)),
+}
+
+
+@pytest.mark.parametrize('path', sorted(FULL))
+def test_each_full_option_file_builds_its_released_table_and_carries_basicsrs_recipe(path):
+    import os
+    from models.registry import build_on_meta
+    from option_rules import read_options
+    from tests.conftest import ROOT
+    from tests.test_arch_tables import read_table
+    table, recipe = FULL[path]
+    opt = read_options(os.path.join(ROOT, 'options', path))
+    netG = {k: (None if k in ('spynet_path', 'edvr_path') else v) for k, v in opt['netG'].items()}  # files not here
+    _, _, kwargs, entries = read_table(f'{table}.tsv')
+    assert {k: netG[k] for k in kwargs} == kwargs
+    net = build_on_meta(netG)
+    assert [(k, str(tuple(v.shape)), str(v.dtype).replace('torch.', '')) for k, v in net.state_dict().items()] == entries
+    assert {k: opt['train'][k] for k in recipe} == recipe
+    assert opt['model'] == ('edvr' if table.startswith('edvr') else 'video_recurrent')
+    if table.startswith(('basicvsr', 'iconvsr')):
+        assert opt['netG']['spynet_path'].endswith('spynet_sintel_final-3d2a1287.pth') and opt['train']['E_decay'] == 0.999
