@@ -261,3 +261,35 @@ def test_each_full_option_file_builds_its_released_table_and_carries_basicsrs_re
     assert opt['model'] == ('edvr' if table.startswith('edvr') else 'video_recurrent')
     if table.startswith(('basicvsr', 'iconvsr')):
         assert opt['netG']['spynet_path'].endswith('spynet_sintel_final-3d2a1287.pth') and opt['train']['E_decay'] == 0.999
+
+
+@pytest.mark.slow  # an end-to-end main_test.py run: ~20 s of CPU
+def test_main_test_writes_every_frame_of_every_clip_and_the_table_for_edvr(tmp_path):
+    """The tiny EDVR file's test set (2 REDS4-like clips of 6 frames) through main_test.py with given weights: one
+    PNG per frame, one row per clip (the mean over its frames), the mean row; the input scored by bicubic x4."""
+    import csv
+    import os
+    import sys
+    from data.synthetic.reds import make_reds
+    from models.registry import build_network
+    from option_rules import read_options
+    from tests.conftest import ROOT, run
+    reds = make_reds(str(tmp_path / 'demo_data' / 'reds'))
+    tiny = os.path.join(ROOT, 'options', 'edvr', 'train_EDVR_tiny.json')
+    torch.manual_seed(0)
+    weights = tmp_path / 'w.pth'
+    torch.save({'params': build_network(read_options(tiny)['netG']).state_dict()}, weights)
+    sets = [f'path.root={tmp_path / "exp"}', f'datasets.test.dataroot_gt={reds}/REDS4/GT',
+            f'datasets.test.dataroot_lq={reds}/REDS4/sharp_bicubic', 'datasets.test.num_frame=-1',
+            f'datasets.train.dataroot_gt={reds}/train_sharp', f'datasets.train.dataroot_lq={reds}/train_sharp_bicubic/X4',
+            f'datasets.train.meta_info_file={reds}/meta_info_REDS_GT.txt']
+    res = run([sys.executable, 'main_test.py', '--opt', tiny, '--weights', str(weights), '--out', str(tmp_path / 'out')]
+              + [a for s in sets for a in ('--set', s)])
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    files = sorted(os.listdir(tmp_path / 'out'))
+    assert files == sorted([f'{c}_{t:03d}.png' for c in ('000', '011') for t in range(6)] + ['results.csv'])
+    with open(tmp_path / 'out' / 'results.csv') as f:
+        rows = list(csv.reader(f))
+    assert rows[0][:5] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y']
+    assert [r[0] for r in rows[1:]] == ['000', '011', 'mean']
+    assert 'input: the input upscaled by bicubic x4' in res.stdout
