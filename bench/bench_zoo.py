@@ -15,16 +15,19 @@ timed run after the warm-up) builds and steps every configuration in seconds: a 
 
 The video tables (BasicVSR, IconVSR, BasicVSR++, EDVR) have their own rows: one forward and backward of a
 1 x T x 3 x 64 x 64 clip (x4 out; EDVR's deblurring model 256 x 256 in and out): T = 5 (the sliding window
-of EDVR; IconVSR-Vimeo's keyframe padding needs 7). `--quick` takes the fewest frames each accepts at the
-least size SpyNet takes (33 x 33; EDVR 16 x 16, 64 x 64 full-size), one run without warm-up.
+of EDVR; IconVSR-Vimeo's keyframe padding needs 7), wall and process CPU seconds. `--quick` takes the
+fewest frames each accepts at the least size SpyNet takes (33 x 33; EDVR 16 x 16, 64 x 64 full-size), one run
+without warm-up.
 """
 import argparse
 import glob
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
+import time
 from typing import Any, Dict, List, Tuple
 
 import torch
@@ -150,21 +153,28 @@ def video_clip(netG: Dict[str, Any], quick: bool) -> Tuple[int, ...]:
 
 
 def bench_video_networks(repeat: int, only: str, quick: bool) -> None:
-    print(f'\n{"video configuration":45s} {"net_type":11s} {"parameters":>12s} {"clip":>14s} {"fwd+bwd s":>10s}')
+    """Wall and process CPU seconds of each step (medians): on a shared machine the CPU time of a one-thread run
+    is what the step costs, the wall time what it took among the other jobs."""
+    print(f'\n{"video configuration":45s} {"net_type":11s} {"parameters":>12s} {"clip":>14s} {"fwd+bwd s":>10s} '
+          f'{"cpu s":>9s}')
     for name, netG in video_configurations():
         if only and only not in name:
             continue
         torch.manual_seed(0)
         net = build_network(netG).train()
         clip = torch.rand(video_clip(netG, quick))
+        cpu: List[float] = []
 
         def step() -> None:
+            c0 = time.process_time()
             net.zero_grad(set_to_none=True)
             net(clip).mean().backward()
-        seconds = median_seconds(step, repeat, warmup=0 if quick else 1)
+            cpu.append(time.process_time() - c0)
+        warmup = 0 if quick else 1
+        seconds = median_seconds(step, repeat, warmup=warmup)
         shape = 'x'.join(map(str, clip.shape))
         print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
-              f'{seconds:10.3f}')
+              f'{seconds:10.3f} {statistics.median(cpu[warmup:]):9.3f}')
 
 
 def bench_gan(repeat: int) -> None:
