@@ -1,11 +1,13 @@
-"""Video training memory and time: VRT 006 and RVRT 002, one forward + backward + Adam step on a CUDA GPU.
+"""Video training memory and time: VRT 006, RVRT 002 and BasicVSR++, one forward + backward + Adam step on a CUDA GPU.
 
 GPU rows, each in a fresh process (same weights, seed 0; median of `--reps` steps after `--warmup`;
 peak = torch.cuda.max_memory_allocated over the steps):
   - VRT 006 (GoPro deblurring), 1×6×3×192², KAIR's checkpoint settings (attention and FFN checkpointed
     but for stages [2,3,4] / [1,2,3,4,5,9]): fp32, bf16 autocast; `netG.checkpoint: "memory"` fp32, bf16;
   - RVRT 002 (Vimeo ×4 SR), 1×14×3×64² → 256², KAIR's settings (no checkpointing): fp32, bf16;
-    `checkpoint: "memory"` fp32.
+    `checkpoint: "memory"` fp32;
+  - BasicVSR++ (BasicSR's REDS configuration, ×4 SR), 1×30×3×64² → 256² (its 30-frame training clips at
+    64² LR): fp32, bf16.
 The official implementations are not part of this repository; their figures, measured on one H100
 with the same protocol (issue "Video models that fit"), are printed beside ours for reference:
 VRT 006 1834 ms / 28.98 GiB (bf16 1554 ms / 22.39 GiB), RVRT 002 830 ms / 16.35 GiB.
@@ -42,15 +44,19 @@ RVRT_002 = {'net_type': 'rvrt', 'upscale': 4, 'clip_size': 2, 'img_size': [2, 64
             'num_blocks': [1, 2, 1], 'depths': [2, 2, 2], 'embed_dims': [144, 144, 144], 'num_heads': [6, 6, 6],
             'inputconv_groups': [1, 1, 1, 1, 1, 1], 'deformable_groups': 12, 'attention_heads': 12,
             'attention_window': [3, 3]}
+BASICVSRPP_REDS = {'net_type': 'basicvsrpp', 'mid_channels': 64, 'num_blocks': 7, 'is_low_res_input': True}
 # --quick: the same layouts, tiny
-TINY = {'vrt': {'img_size': [2, 40, 40], 'window_size': [2, 4, 4], 'depths': [1] * 11, 'embed_dims': [8] * 11,
+TINY = {'basicvsrpp': {'mid_channels': 16, 'num_blocks': 1},
+        'vrt': {'img_size': [2, 40, 40], 'window_size': [2, 4, 4], 'depths': [1] * 11, 'embed_dims': [8] * 11,
                 'num_heads': [1] * 11, 'deformable_groups': 2},
         'rvrt': {'num_blocks': [1, 1, 1], 'depths': [1, 1, 1], 'embed_dims': [8, 8, 8], 'num_heads': [2, 2, 2],
                  'deformable_groups': 4, 'attention_heads': 4}}
 NETS = {'vrt': (VRT_006, (1, 6, 3, 192, 192), (1, 2, 3, 40, 40)),
-        'rvrt': (RVRT_002, (1, 14, 3, 64, 64), (1, 4, 3, 16, 16))}
+        'rvrt': (RVRT_002, (1, 14, 3, 64, 64), (1, 4, 3, 16, 16)),
+        'basicvsrpp': (BASICVSRPP_REDS, (1, 30, 3, 64, 64), (1, 3, 3, 33, 33))}
 ROWS = [('vrt', 'KAIR', 'fp32'), ('vrt', 'KAIR', 'bf16'), ('vrt', 'memory', 'fp32'), ('vrt', 'memory', 'bf16'),
-        ('rvrt', 'KAIR', 'fp32'), ('rvrt', 'KAIR', 'bf16'), ('rvrt', 'memory', 'fp32')]
+        ('rvrt', 'KAIR', 'fp32'), ('rvrt', 'KAIR', 'bf16'), ('rvrt', 'memory', 'fp32'),
+        ('basicvsrpp', 'BasicSR', 'fp32'), ('basicvsrpp', 'BasicSR', 'bf16')]
 OFFICIAL = {('vrt', 'fp32'): '1834 ms, 28.98 GiB', ('vrt', 'bf16'): '1554 ms, 22.39 GiB',
             ('rvrt', 'fp32'): '830 ms, 16.35 GiB'}
 
@@ -188,10 +194,10 @@ def main() -> int:
     if not steps:
         print('no CUDA GPU here: the step rows need one (--quick runs tiny ones anywhere)')
         return 0
-    print(f'\n{"network":<8} {"checkpointing":<14} {"precision":<9} {"ms/step":>9} {"peak GiB":>9}  official (H100, issue)')
+    print(f'\n{"network":<10} {"checkpointing":<14} {"precision":<9} {"ms/step":>9} {"peak GiB":>9}  official (H100, issue)')
     for net_name, checkpoint, precision, r in steps:
         ref = OFFICIAL.get((net_name, precision), '-') if checkpoint == 'KAIR' and not args.quick else '-'
-        print(f'{net_name:<8} {checkpoint:<14} {precision:<9} {r["ms"]:9.1f} {r["peak_gib"]:9.2f}  {ref}')
+        print(f'{net_name:<10} {checkpoint:<14} {precision:<9} {r["ms"]:9.1f} {r["peak_gib"]:9.2f}  {ref}')
     return 0
 
 

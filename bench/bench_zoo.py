@@ -12,14 +12,22 @@ of `--repeat` runs after one warm-up, with `--threads` intra-op threads. The las
 training iteration of model `gan` (pixel + VGG perceptual + adversarial, D step) against model
 `plain` with the same generator and batch, measured in this run. `--quick` (16 x 16 inputs, one
 timed run after the warm-up) builds and steps every configuration in seconds: a smoke run, noisy.
+
+The video tables (BasicVSR, IconVSR, BasicVSR++, EDVR) have their own rows: one forward and backward of a
+1 x T x 3 x 64 x 64 clip (x4 out; EDVR's deblurring model 256 x 256 in and out): T = 5 (the sliding window
+of EDVR; IconVSR-Vimeo's keyframe padding needs 7), wall and process CPU seconds. `--quick` takes the
+fewest frames each accepts at the least size SpyNet takes (33 x 33; EDVR 16 x 16, 64 x 64 full-size), one run
+without warm-up.
 """
 import argparse
 import glob
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
+import time
 from typing import Any, Dict, List, Tuple
 
 import torch
@@ -36,6 +44,7 @@ LISTINGS = os.path.join(ROOT, 'tests', 'data', 'kair')
 ARCH_TABLES = os.path.join(ROOT, 'tests', 'data', 'archs')
 ARCH_TINY = os.path.join(ROOT, 'options', 'archs')
 VIDEO_NETWORKS = ('vrt', 'rvrt')
+VIDEO_TABLES = ('basicvsr', 'iconvsr', 'basicvsrpp', 'edvr')  # tables of clip networks: bench_video_networks
 TABLE_NET_TYPE = {'rrdbnet': 'esrgan'}  # table prefix → net_type where they differ
 CHANNEL_KEYS = ('in_nc', 'in_chans', 'num_in_ch', 'inp_channels', 'img_channel', 'in_ch', 'in_channels')
 
@@ -66,9 +75,11 @@ def arch_configurations() -> List[Tuple[str, Dict[str, Any], int]]:
     every net_type of options/archs without a table."""
     raw = []
     for path in sorted(glob.glob(os.path.join(ARCH_TABLES, '*.tsv'))):
+        name = os.path.basename(path)[:-len('.tsv')]
+        if name.split('__')[0] in VIDEO_TABLES:
+            continue
         with open(path) as f:
             kwargs = json.loads(f.readline().split('kwargs: ', 1)[1])
-        name = os.path.basename(path)[:-len('.tsv')]
         scale = next((kwargs[k] for k in NETWORK_SCALE_KEYS if k in kwargs), 1)
         raw.append((name, {'net_type': TABLE_NET_TYPE.get(name.split('__')[0], name.split('__')[0]), **kwargs}, scale))
     tabled = {netG['net_type'] for _, netG, _ in raw}
@@ -113,6 +124,57 @@ def bench_networks(repeat: int, only: str, size: int) -> None:
         shape = 'x'.join(map(str, args[0].shape))
         print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
               f'{seconds:10.3f}')
+
+
+def video_configurations() -> List[Tuple[str, Dict[str, Any]]]:
+    """(name, validated netG) of each video table: BasicSR's released BasicVSR, IconVSR, BasicVSR++, EDVR."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ARCH_TABLES, '*.tsv'))):
+        name = os.path.basename(path)[:-len('.tsv')]
+        if name.split('__')[0] not in VIDEO_TABLES:
+            continue
+        with open(path) as f:
+            kwargs = json.loads(f.readline().split('kwargs: ', 1)[1])
+        scale = 1 if kwargs.get('hr_in') else 4
+        opt = validate({'task': 't', 'scale': scale, 'netG': {'net_type': name.split('__')[0], **kwargs}},
+                       option_rules(), source=name)
+        out.append((name, opt['netG']))
+    return out
+
+
+def video_clip(netG: Dict[str, Any], quick: bool) -> Tuple[int, ...]:
+    """The clip shape a video table is timed on (see the module docstring)."""
+    kind = netG['net_type']
+    if kind == 'edvr':
+        side = (64 if quick else 256) if netG['hr_in'] else (16 if quick else 64)
+        return 1, netG['num_frame'], 3, side, side
+    least = {'basicvsr': 2, 'basicvsrpp': 3, 'iconvsr': 2 * netG.get('temporal_padding', 0) + 1}[kind]
+    return (1, least, 3, 33, 33) if quick else (1, max(5, least), 3, 64, 64)
+
+
+def bench_video_networks(repeat: int, only: str, quick: bool) -> None:
+    """Wall and process CPU seconds of each step (medians): on a shared machine the CPU time of a one-thread run
+    is what the step costs, the wall time what it took among the other jobs."""
+    print(f'\n{"video configuration":45s} {"net_type":11s} {"parameters":>12s} {"clip":>14s} {"fwd+bwd s":>10s} '
+          f'{"cpu s":>9s}')
+    for name, netG in video_configurations():
+        if only and only not in name:
+            continue
+        torch.manual_seed(0)
+        net = build_network(netG).train()
+        clip = torch.rand(video_clip(netG, quick))
+        cpu: List[float] = []
+
+        def step() -> None:
+            c0 = time.process_time()
+            net.zero_grad(set_to_none=True)
+            net(clip).mean().backward()
+            cpu.append(time.process_time() - c0)
+        warmup = 0 if quick else 1
+        seconds = median_seconds(step, repeat, warmup=warmup)
+        shape = 'x'.join(map(str, clip.shape))
+        print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
+              f'{seconds:10.3f} {statistics.median(cpu[warmup:]):9.3f}')
 
 
 def bench_gan(repeat: int) -> None:
@@ -161,6 +223,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {args.threads} threads, CPU')
     bench_networks(args.repeat, args.only, args.size)
+    bench_video_networks(args.repeat, args.only, args.quick)
     if not args.only:
         bench_gan(args.repeat)
 

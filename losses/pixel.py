@@ -10,15 +10,17 @@ from utils.options import Key, positive
 
 
 class CharbonnierLoss(nn.Module):
-    """mean(sqrt((x - y)^2 + eps)): a differentiable L1 (KAIR/VRT; eps is added inside the root, not squared)."""
+    """mean(sqrt((x - y)^2 + eps)): a differentiable L1 (KAIR/VRT; eps is added inside the root, not squared);
+    with `reduction` 'sum' the sum instead (BasicSR's EDVR recipes)."""
 
-    def __init__(self, eps: float = 1e-9):
+    def __init__(self, eps: float = 1e-9, reduction: str = 'mean'):
         super().__init__()
         self.eps = eps
+        self.reduce = torch.sum if reduction == 'sum' else torch.mean
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         diff = x - y
-        return torch.mean(torch.sqrt(diff * diff + self.eps))
+        return self.reduce(torch.sqrt(diff * diff + self.eps))
 
 
 class SSIMLoss(nn.Module):
@@ -77,3 +79,11 @@ def l2sum() -> nn.Module:
 def charbonnier(charbonnier_eps: float) -> nn.Module:
     """CharbonnierLoss with KAIR's `G_charbonnier_eps`."""
     return CharbonnierLoss(float(charbonnier_eps))
+
+
+@LOSSES.register('charbonnier_sum', options={'charbonnier_eps': Key(1e-9, (int, float), positive)})
+def charbonnier_sum(charbonnier_eps: float) -> nn.Module:
+    """The sum over all pixels of sqrt((x - y)^2 + eps): BasicSR's CharbonnierLoss with `reduction: sum`, which its
+    EDVR recipes train with (named like KAIR's 'l2sum'). With Adam the scale barely matters: the steps are the
+    mean's, but eps (1e-8) weighs relatively less."""
+    return CharbonnierLoss(float(charbonnier_eps), 'sum')

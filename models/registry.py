@@ -116,7 +116,7 @@ def discriminator_options(net_type: str, where: str = 'netD.net_type') -> Dict[s
 
 
 def model_options(model: str, where: str = 'model') -> Dict[str, Any]:
-    """What a model adds to the options: `{section: {key: default}}` for `train` and `path`, `netD` (True)
+    """What a model adds to the options: `{section: {key: default}}` for `train`, `path` and `val`, `netD` (True)
     when it trains a discriminator, and `choices`: its `train` type keys with the registry and prefix of
     the members they choose (utils.options.Choice)."""
     cls = MODELS.get(model, where)
@@ -125,6 +125,8 @@ def model_options(model: str, where: str = 'model') -> Dict[str, Any]:
         extra['train'] = cls.TRAIN_OPTIONS
     if getattr(cls, 'PATH_OPTIONS', None):
         extra['path'] = cls.PATH_OPTIONS
+    if getattr(cls, 'VAL_OPTIONS', None):
+        extra['val'] = cls.VAL_OPTIONS
     if getattr(cls, 'CHOICES', None):
         extra['choices'] = cls.CHOICES
     if getattr(cls, 'HAS_NETD', False):

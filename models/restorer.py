@@ -301,7 +301,9 @@ class VideoRestorer(ImageRestorer):
       - `center_frame_only`: only the centre frame is returned (and compared).
     Time reversal (flip_seq, temporal mirror padding) also reverses the order of the spike
     channels within each frame, since every spike representation lists them in exposure order.
-    All input channels (RGB, noise map, spikes) go to the network; the output and GT are RGB.
+    All input channels (RGB, noise map, spikes) go to the network; the output and GT are RGB. A network that
+    says which frame sizes it takes (`size_multiple`, e.g. BasicVSR's 1: any) is padded only to that multiple;
+    others to the multiple of 8 and of their window VRT's testing pads to.
     """
 
     TILE_OVERLAP = 20  # KAIR's fixed spatial tile overlap (VRT's main_test default --tile_overlap 20)
@@ -315,6 +317,9 @@ class VideoRestorer(ImageRestorer):
         self.val = val
         self.window_size = (int(window_size[0]), int(window_size[1]), int(window_size[2]))
         self.spike_chans = int(spike_chans)
+        multiple = getattr(net, 'size_multiple', None)  # the frame sizes the network takes, when it says
+        self.size_multiple = (math.lcm(8, self.window_size[1]), math.lcm(8, self.window_size[2])) if multiple is None \
+            else (int(multiple), int(multiple))
         self._check_val_options()
 
     @classmethod
@@ -410,8 +415,8 @@ class VideoRestorer(ImageRestorer):
         for s in starts:
             out = self.test_clip(L[:, s:s + nft])
             if out.shape[1] != min(nft, d):
-                raise UserError(f'model "vrt": the network returns {out.shape[1]} frames for {min(nft, d)}; video '
-                                f'testing needs one output frame per input frame')
+                raise UserError(f'netG returns {out.shape[1]} frames for {min(nft, d)}; chunked video testing '
+                                f'(val.num_frame_testing) needs one output frame per input frame')
             if E is None:
                 E = out.new_zeros(L.shape[0], d, *out.shape[2:])
                 W = out.new_zeros(L.shape[0], d, 1, 1, 1)
@@ -454,9 +459,8 @@ class VideoRestorer(ImageRestorer):
 
     def _run(self, L: torch.Tensor) -> torch.Tensor:
         """One network call (eval mode, no grad) on a mirror-padded input; float32 output on CPU."""
-        _, wh, ww = self.window_size
         h, w = L.shape[-2:]
-        mh, mw = math.lcm(8, wh), math.lcm(8, ww)
+        mh, mw = self.size_multiple
         ph, pw = (mh - h % mh) % mh, (mw - w % mw) % mw
         if ph:
             L = torch.cat([L, L[..., -ph:, :].flip(-2)], -2)
@@ -465,6 +469,67 @@ class VideoRestorer(ImageRestorer):
         out = self.test(L).float().cpu()
         sf = out.shape[-1] // L.shape[-1]
         return out[..., :h * sf, :w * sf]
+
+
+PADDINGS = ('replicate', 'reflection', 'reflection_circle', 'circle')
+
+
+def window_indices(centre: int, length: int, num_frame: int, position: int, padding: str) -> List[int]:
+    """Frame indices of the `num_frame`-frame window whose frame `position` is frame `centre` of a clip of `length`
+    frames; indices outside the clip are replaced as BasicSR's `generate_frame_indices` does (its windows are
+    centred, `position` = num_frame // 2): 'replicate' the end frame, 'reflection' mirrored about the end frame,
+    'reflection_circle' continued from the window's other side backwards, 'circle' wrapped by num_frame."""
+    last = length - 1
+    before, after = position, num_frame - 1 - position
+    out = []
+    for i in range(centre - before, centre + after + 1):
+        if i < 0:
+            i = {'replicate': 0, 'reflection': -i, 'reflection_circle': centre + after - i,
+                 'circle': num_frame + i}[padding]
+        elif i > last:
+            i = {'replicate': last, 'reflection': 2 * last - i, 'reflection_circle': centre - before - (i - last),
+                 'circle': i - num_frame}[padding]
+        out.append(min(max(i, 0), last))  # clips shorter than the window: stay inside
+    return out
+
+
+class SlidingWindowRestorer(VideoRestorer):
+    """Whole clips restored one frame at a time by a sliding-window network (EDVR): for each frame, the
+    `netG.num_frame` frames around it (frame t at the window's `center_frame_idx`) in, that frame out; windows
+    reaching past the clip's ends take frames by `val.padding` (BasicSR's VideoTestDataset: 'reflection_circle'
+    for REDS SR, 'replicate' for deblurring). Spatial tiles (`val.size_patch_testing`), `pad_seq`, `flip_seq`
+    and scoring are VideoRestorer's; temporal chunks are not (each frame has its own window)."""
+
+    def __init__(self, net: nn.Module, device: torch.device, val: Dict[str, Any], num_frame: int, position: int,
+                 metrics: Optional[Mapping[str, Metric]] = None):
+        if val['num_frame_testing']:
+            raise UserError(f'val.num_frame_testing: {val["num_frame_testing"]}: a sliding-window network restores '
+                            f'each frame from its own window of {num_frame} frames; set it to 0')
+        super().__init__(net, device, val, self.NO_WINDOW, 0, metrics)
+        self.num_frame, self.position, self.padding = num_frame, position, val['padding']
+
+    @classmethod
+    def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'SlidingWindowRestorer':
+        netG, v = opt['netG'], opt['val']
+        if v['tile'] or v['self_ensemble']:
+            key = 'val.tile' if v['tile'] else 'val.self_ensemble'
+            raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
+                            f'and in time with val.flip_seq')
+        num_frame = int(netG['num_frame']) if 'num_frame' in netG else 5
+        centre = netG['center_frame_idx'] if 'center_frame_idx' in netG else None
+        return cls(net, device, v, num_frame, num_frame // 2 if centre is None else int(centre),
+                   build_metrics(v, device))
+
+    def test_video(self, L: torch.Tensor) -> torch.Tensor:
+        d = L.shape[1]
+        frames = [self.test_clip(L[:, window_indices(t, d, self.num_frame, self.position, self.padding)])
+                  for t in range(d)]
+        return torch.cat(frames, 1)
+
+    def _run(self, L: torch.Tensor) -> torch.Tensor:
+        """The network's one frame as a clip of one (N×1×C×H×W), for the tiling and the clip bookkeeping."""
+        out = super()._run(L)
+        return out.unsqueeze(1) if out.dim() == 4 else out
 
 
 SCORING_KEYS = ('metric_border', 'metric_round_y')  # a test section's scoring conventions (data/datasets/image.py)

@@ -113,7 +113,8 @@ EXPECTED: Dict[str, Expected] = {
         r'^network +checkpointing +precision +ms/step +peak GiB',
         *[rf'^{net} +{ckpt} +{prec} +{NUM} +nan +-$' for net, ckpt, prec in (
             ('vrt', 'KAIR', 'fp32'), ('vrt', 'KAIR', 'bf16'), ('vrt', 'memory', 'fp32'), ('vrt', 'memory', 'bf16'),
-            ('rvrt', 'KAIR', 'fp32'), ('rvrt', 'KAIR', 'bf16'), ('rvrt', 'memory', 'fp32'))],
+            ('rvrt', 'KAIR', 'fp32'), ('rvrt', 'KAIR', 'bf16'), ('rvrt', 'memory', 'fp32'),
+            ('basicvsrpp', 'BasicSR', 'fp32'), ('basicvsrpp', 'BasicSR', 'bf16'))],
     ], slow=True),
     'gpu_check.py': Expected([
         r'^== gpu_check.py \(quick\): CPU, torch .*, 11 rows; out ',
@@ -137,6 +138,10 @@ EXPECTED: Dict[str, Expected] = {
         rf'^hat__HAT_SRx4 +hat +20,772,507 +1x3x16x16 +{NUM}$',
         rf'^restormer__withbias_derain_deblur +restormer +26,126,644 +1x3x16x16 +{NUM}$',
         rf'^uformer__tiny +uformer +[\d,]+ +1x3x64x64 +{NUM}$',
+        rf'^basicvsr__BasicVSR_REDS4 +basicvsr +6,291,311 +1x2x3x33x33 +{NUM} +{NUM}$',
+        rf'^basicvsrpp__BasicVSRPP_REDS +basicvsrpp +7,322,927 +1x3x3x33x33 +{NUM} +{NUM}$',
+        rf'^edvr__EDVR_L_deblur_REDS +edvr +23,602,019 +1x5x3x64x64 +{NUM} +{NUM}$',
+        rf'^iconvsr__IconVSR_Vimeo90K_BIx4 +iconvsr +8,711,375 +1x7x3x33x33 +{NUM} +{NUM}$',
         rf'^  plain {NUM} s/iter, gan {NUM} s/iter, gan / plain = {NUM}$',
     ], slow=True),
 }

@@ -1,6 +1,7 @@
 """The new losses against independent computations on fixed tensors: the focal frequency loss against its
 authors' package and a numpy DFT, MS-SSIM against pytorch_msssim and a numpy version of Wang's definition,
-the luma losses against metrics/fidelity.rgb2y, the hinge loss and LDL's artifact map against loops."""
+the luma losses against metrics/fidelity.rgb2y, the hinge loss and LDL's artifact map against loops, the summed
+Charbonnier loss against numpy."""
 import math
 
 import numpy as np
@@ -256,3 +257,14 @@ def test_ldl_artifact_map_and_loss_match_a_pixel_loop():
     expected_grad = torch.from_numpy(expected).float() * torch.sign(sr.detach() - hr) / sr.numel()
     assert torch.allclose(grad, expected_grad, rtol=1e-4, atol=1e-9)
     assert math.isclose(ldl_loss(hr, ema, hr).item(), 0.0, abs_tol=0.0)
+
+
+def test_charbonnier_sum_is_the_sum_over_every_pixel_as_basicsrs_reduction_sum():
+    x, y = _pair(2, 3, 8, 8)
+    eps = 1e-12
+    total = LOSSES.get('charbonnier_sum', 'test')(charbonnier_eps=eps)(x, y)
+    expected = np.sqrt((x.double().numpy() - y.double().numpy()) ** 2 + eps).sum()
+    assert total.item() == pytest.approx(expected, rel=1e-5)
+    mean = LOSSES.get('charbonnier', 'test')(charbonnier_eps=eps)(x, y)
+    assert total.item() == pytest.approx(mean.item() * x.numel(), rel=1e-5)
+    assert LOSSES.options('charbonnier_sum', 'test').keys() == LOSSES.options('charbonnier', 'test').keys()

@@ -557,7 +557,7 @@ class Rules:
     network: Callable[[str, str], Dict[str, Any]]
     dataset: Callable[[str, str], Dict[str, Any]]
     names: Mapping[str, Callable[[str, str], Any]] = field(default_factory=dict)
-    # `model(name, where)`: what the model adds, {'train': {...}, 'path': {...}, 'netD': True,
+    # `model(name, where)`: what the model adds, {'train': {...}, 'path': {...}, 'val': {...}, 'netD': True,
     # 'choices': {train type key: Choice}}
     model: Optional[Callable[[str, str], Dict[str, Any]]] = None
     discriminator: Optional[Callable[[str, str], Dict[str, Any]]] = None  # keys of `netD`, as `network`
@@ -707,7 +707,8 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
     extra: Dict[str, Any] = {}
     if rules.model is not None:  # the model's own keys join the sections (a GAN's D_*, F_*, netD)
         extra = v.named('model', data['model'] if 'model' in data else SCHEMA['model'].default, rules.model)
-    schema = {**SCHEMA, **{sec: {**SCHEMA[sec], **keys} for sec, keys in extra.items() if sec in ('train', 'path')}}
+    schema = {**SCHEMA, **{sec: {**SCHEMA[sec], **keys} for sec, keys in extra.items()
+                           if sec in ('train', 'path', 'val')}}
     choices = {sec: dict(c) for sec, c in rules.choices.items()}
     if extra.get('choices'):
         choices.setdefault('train', {}).update(extra['choices'])

@@ -48,7 +48,8 @@ WEIGHTS: Dict[str, WeightsFile] = {
                          'DISTS alpha/beta (the DISTS_pytorch package\'s weights.pt)', 'MIT', 'dists'),
     'spynet': WeightsFile('spynet_sintel_final-3d2a1287.pth',
                           'https://github.com/JingyunLiang/VRT/releases/download/v0.0/spynet_sintel_final-3d2a1287.pth',
-                          '3d2a1287', 'SpyNet trained on Sintel (VRT/RVRT\'s optical flow, netG.spynet_path)',
+                          '3d2a1287', 'SpyNet trained on Sintel (the optical flow of VRT, RVRT, BasicVSR, IconVSR and '
+                          'BasicVSR++, netG.spynet_path)',
                           'CC-BY-NC-4.0 (released with VRT)'),
     'niqe': WeightsFile('niqe_pris_params.npz',
                         'https://github.com/XPixelGroup/BasicSR/raw/master/basicsr/metrics/niqe_pris_params.npz',

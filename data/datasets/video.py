@@ -38,9 +38,10 @@ REDS_VAL_PARTITIONS = {
 }
 
 
-@DATASETS.register('VideoRecurrentTrainDataset', 'video_train')
+@DATASETS.register('VideoRecurrentTrainDataset', 'video_train', 'REDSRecurrentDataset')
 class VideoRecurrentTrainDataset(TrainingWindows):
-    """Random `num_frame`-frame crops around every frame of the listed clips (GoPro/REDS training).
+    """Random `num_frame`-frame crops around every frame of the listed clips (GoPro/REDS training; BasicSR calls
+    it REDSRecurrentDataset: BasicVSR, IconVSR, BasicVSR++ train on 15/30-frame windows of it).
 
     Randomness (interval, start clamp, reverse, crop, flips) comes only from the key's seed: keys are
     `(index, seed)` from the train sampler, or a plain index (then seeded by the index).
@@ -195,14 +196,19 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         index, rng = item_rng(key)
         clip, first = self.keys[index]
         num, start = self.clips[clip]
-
         neighbors, reverse = sample_neighbors(rng, first, start, num, self.num_frame, self.interval_list,
                                               self.opt['random_reverse'])
-        frames = [f'{i:{self.tmpl}}' for i in neighbors]
-        gts = [self._read_bgr('gt', clip, frame) for frame in frames]
-        lqs = [self._read_bgr('lq', clip, frame) for frame in frames]
+        L, H = self.sample(clip, neighbors, neighbors, reverse, rng, f'{clip}/{first:{self.tmpl}}')
+        return {'L': L, 'H': H, 'key': f'{clip}/{first:{self.tmpl}}', 'folder': clip}
 
-        item_key = f'{clip}/{self.keys[index][1]:{self.tmpl}}'
+    def sample(self, clip: str, lq_frames: List[int], gt_frames: List[int], reverse: bool, rng: Any,
+               item_key: str) -> Tuple[Any, Any]:
+        """(L, H) stacked from the LQ frames `lq_frames` and the GT frames `gt_frames` of `clip`, one random crop
+        and one flip/rotation for all of them (drawn from `rng` in that order); `reverse`: the frames run
+        backwards, which also reverses each frame's spike channels."""
+        frames = [f'{i:{self.tmpl}}' for i in lq_frames]
+        gts = [self._read_bgr('gt', clip, f'{i:{self.tmpl}}') for i in gt_frames]
+        lqs = [self._read_bgr('lq', clip, frame) for frame in frames]
         where = f'{self.prefix} {item_key}'
         lq_hw = common_size(lqs, 'low-quality', where)
         top, left = paired_crop_window(common_size(gts, 'ground-truth', where), lq_hw, self.gt_size, self.scale, rng,
@@ -218,7 +224,44 @@ class VideoRecurrentTrainDataset(TrainingWindows):
                 lqs[j] = np.concatenate([to_float(lqs[j]), spikes], axis=2)
         out = augment(lqs + gts, self.opt['use_hflip'], self.opt['use_rot'], rng, copy=False)
         n = len(lqs)
-        return {'L': stack_tensor(out[:n]), 'H': stack_tensor(out[n:]), 'key': item_key, 'folder': clip}
+        return stack_tensor(out[:n]), stack_tensor(out[n:])
+
+
+@DATASETS.register('REDSDataset')
+class REDSDataset(VideoRecurrentTrainDataset):
+    """EDVR's training set (BasicSR's REDSDataset): `num_frame` (odd) LQ frames centred on a frame of the clip,
+    with the GT of the centre frame only (H is C×H×W): the sliding-window networks restore one frame.
+
+    Every frame of the listed clips (the `val_partition` clips held out) is a centre frame; a window running
+    past the clip's ends is moved to a centre drawn at random from those whose window fits, as BasicSR does.
+    `random_reverse` plays the window backwards (the centre stays the centre). `dataroot_flow` (BasicSR's
+    precomputed flows) is not supported: EDVR aligns by itself.
+    """
+
+    OPTIONS: Dict[str, Any] = {
+        **VideoRecurrentTrainDataset.OPTIONS,
+        'num_frame': Key(5, (int,), lambda v: None if v >= 1 and v % 2 else 'must be odd (a centre frame and as many '
+                                                                           'neighbours on each side), e.g. 5'),
+        'dataroot_flow': Key(None, (str, type(None)), lambda v: None if v is None else
+                             'is not supported: EDVR aligns the frames itself (BasicSR reads no flows for it either); '
+                             'set it to null'),
+    }
+
+    def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
+        index, rng = item_rng(key)
+        clip, centre = self.keys[index]
+        num, start = self.clips[clip]
+        interval = rng.choice(self.interval_list)
+        half = self.num_frame // 2 * interval
+        while centre - half < start or centre + half > start + num - 1:  # the window fits some centre (checked)
+            centre = rng.randint(start, start + num - 1)
+        neighbors = list(range(centre - half, centre + half + 1, interval))
+        reverse = self.opt['random_reverse'] and rng.random() < 0.5
+        if reverse:
+            neighbors.reverse()
+        item_key = f'{clip}/{centre:{self.tmpl}}'
+        L, H = self.sample(clip, neighbors, [centre], reverse, rng, item_key)
+        return {'L': L, 'H': H[0], 'key': item_key, 'folder': clip}
 
 
 @DATASETS.register('VideoRecurrentTestDataset', 'video_test')

@@ -232,6 +232,25 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
                 'key': seq, 'folder': seq}
 
 
+@DATASETS.register('Vimeo90KRecurrentDataset')
+class Vimeo90KRecurrentDataset(VideoRecurrentTrainVimeoDataset):
+    """BasicSR's Vimeo-90K training set for recurrent networks (BasicVSR, IconVSR), with its keys: every frame of
+    each septuplet (`num_frame` -1, BasicSR's "not needed", or 7) and `flip_sequence`, the clip followed by its
+    reversal (7 → 14 frames, as BasicSR trains BasicVSR on Vimeo-90K). `random_reverse` plays it backwards."""
+
+    OPTIONS: Dict[str, Any] = {
+        **{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
+           if k not in ('num_frame', 'mirror_sequence', 'pad_sequence', 'temporal_scale')},
+        'num_frame': Key(-1, (int,), lambda v: None if v in (-1, VIMEO_FRAMES) else
+                         f'must be -1 (every frame of the septuplet, as BasicSR) or {VIMEO_FRAMES}'),
+        'flip_sequence': False,
+    }
+
+    def __init__(self, opt: Dict[str, Any]):
+        super().__init__({**opt, 'num_frame': VIMEO_FRAMES, 'mirror_sequence': opt['flip_sequence'],
+                          'pad_sequence': False, 'temporal_scale': 1})
+
+
 # Keys of the SR types that the VFI types fix (the values they get).
 _VFI_TRAIN_FIXED = {'scale': 1, 'pad_sequence': False, 'mirror_sequence': False}
 _VFI_TEST_FIXED = {'temporal_scale': 2, 'pad_sequence': False, 'mirror_sequence': False}

@@ -24,7 +24,8 @@ from torch import nn
 
 from models.networks.layers.guided_attention import guided_deformable_attention
 from models.networks.swinir import Mlp
-from models.networks.vrt import RTMSA, TMSA, FrameConv3d, SpyNet, Upsample, checkpoint_plan, flow_warp
+from models.networks.layers.flow import SpyNet, flow_warp
+from models.networks.vrt import RTMSA, TMSA, FrameConv3d, Upsample, checkpoint_plan
 from models.registry import NETWORKS
 from utils.errors import UserError
 

@@ -1,5 +1,6 @@
-"""Pieces BasicSR's SR networks share (EDSR, RCAN): the pixel-shuffle upsampler with BasicSR's
-state_dict names, and the fixed mean/range normalisation around the network.
+"""Pieces BasicSR's networks share: the pixel-shuffle upsampler with BasicSR's state_dict names and the fixed
+mean/range normalisation around the network (EDSR, RCAN), and the residual blocks and convolutional trunks of
+its video networks (EDVR, BasicVSR, IconVSR, BasicVSR++).
 
 Written from the papers; the layout (names, order) is BasicSR's so that its released checkpoints load.
 """
@@ -9,6 +10,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from models.networks.layers.init import scaled_kaiming_
 from utils.errors import UserError
 
 
@@ -62,3 +64,38 @@ class ResidualSR(nn.Module):
         x = self.conv_first(self.norm.normalise(x))
         x = x + self.conv_after_body(self.body(x))
         return self.norm.restore(self.conv_last(self.upsample(x)))
+
+
+class ResidualBlockNoBN(nn.Module):
+    """x + res_scale · conv2(relu(conv1(x))), as BasicSR's video networks build it (`pytorch_init` off): Kaiming
+    normal weights scaled by 0.1 and zero biases, so a deep stack starts close to the identity."""
+
+    def __init__(self, num_feat: int = 64, res_scale: float = 1.0):
+        super().__init__()
+        self.res_scale = res_scale
+        self.conv1 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.conv2 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.relu = nn.ReLU(inplace=True)
+        scaled_kaiming_([self.conv1, self.conv2], 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv2(self.relu(self.conv1(x)))
+        return x + out if self.res_scale == 1 else x + out * self.res_scale
+
+
+def residual_blocks(num_block: int, num_feat: int) -> nn.Sequential:
+    """`num_block` ResidualBlockNoBN in a row (BasicSR's `make_layer`: names `<i>.conv1`, `<i>.conv2`)."""
+    return nn.Sequential(*[ResidualBlockNoBN(num_feat) for _ in range(num_block)])
+
+
+class ConvResidualBlocks(nn.Module):
+    """conv 3×3 in→out + LeakyReLU(0.1), then `num_block` residual blocks (`main.0`, `main.2.<i>`): the trunk of
+    every propagation branch of BasicVSR, IconVSR and BasicVSR++."""
+
+    def __init__(self, num_in_ch: int = 3, num_out_ch: int = 64, num_block: int = 15):
+        super().__init__()
+        self.main = nn.Sequential(nn.Conv2d(num_in_ch, num_out_ch, 3, 1, 1), nn.LeakyReLU(0.1, inplace=True),
+                                  residual_blocks(num_block, num_out_ch))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.main(x)

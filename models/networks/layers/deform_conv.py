@@ -16,13 +16,18 @@ it uses the implementation chosen by `DEFORM_IMPL`:
 
 The default is read once from the environment variable ``VRT_DEFORM_IMPL`` (``torch`` if unset);
 assign ``models.networks.layers.deform_conv.DEFORM_IMPL`` to switch at run time.
+
+`ModulatedDeformConvPack` holds the weights of one such layer with BasicSR's names and initialisation
+(EDVR's PCD alignment, BasicVSR++'s second-order alignment).
 """
+import math
 import os
 from typing import Any, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 import torchvision
+from torch import nn
 
 IMPLS = ('torch', 'torchvision')
 DEFORM_IMPL: str = os.environ.get('VRT_DEFORM_IMPL', 'torch')
@@ -142,3 +147,27 @@ def deform_conv2d_autograd(input: torch.Tensor, offset: torch.Tensor, weight: to
     if bias is not None:
         out = out + bias.view(1, -1, 1, 1)
     return out
+
+
+class ModulatedDeformConvPack(nn.Module):
+    """`weight` (out, in, k, k) and `bias` of a modulated deformable convolution, named and initialised as BasicSR's
+    ModulatedDeformConvPack: weights uniform in ±1/sqrt(in·k·k), zero bias. Subclasses add the `conv_offset` that
+    predicts offsets and masks (its state_dict entries follow `weight` and `bias`) and zero its last layer, so
+    that sampling starts on the regular grid (or on the optical flow the offsets are added to)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
+                 padding: int = 1, dilation: int = 1, deformable_groups: int = 1):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+        self.deformable_groups = deformable_groups
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
+        self.bias = nn.Parameter(torch.empty(out_channels))
+        stdv = 1.0 / math.sqrt(in_channels * kernel_size * kernel_size)
+        with torch.no_grad():
+            self.weight.uniform_(-stdv, stdv)
+            self.bias.zero_()
+
+    def deform(self, x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The convolution of `x` sampled at `offset` ((dy, dx) per tap and deformable group), weighted by `mask`."""
+        return deform_conv2d(x, offset, self.weight, self.bias, self.stride, self.padding, self.dilation, mask)

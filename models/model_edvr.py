@@ -1,0 +1,43 @@
+"""BasicSR's training of EDVR: model `edvr`, BasicSR's EDVRModel, with its keys.
+
+- `train.tsa_iter`: for the first `tsa_iter` iterations only the fusion module trains (parameters whose name
+  contains "fusion": the TSA module, or the 1×1 fusion conv without TSA), as BasicSR does when it starts
+  EDVR with TSA from the weights of the model trained without it (path.pretrained_netG with
+  train.G_param_strict false);
+- `train.dcn_lr_mul`: the deformable convolutions' parameters (names containing "dcn": each DCN's weights and
+  its offset/mask conv) train at G_optimizer_lr × dcn_lr_mul (1 in every released recipe).
+
+The frozen start is models/model_video_recurrent.py's `StagedTraining` (gradients dropped, graph unchanged).
+Evaluation slides the network's window over whole clips (`SlidingWindowRestorer`): each frame restored from
+the `netG.num_frame` frames around it, the clip's ends padded by `val.padding` (BasicSR's VideoTestDataset
+key: "reflection_circle" for REDS SR, "replicate" for deblurring); scores are per clip, averaged over clips.
+"""
+from typing import Any, Dict
+
+from models.model_plain import ModelPlain
+from models.model_video_recurrent import StagedTraining
+from models.registry import MODELS
+from models.restorer import PADDINGS, SlidingWindowRestorer
+from utils.options import Key, non_negative, one_of
+
+
+@MODELS.register('edvr')
+class ModelEDVR(StagedTraining):
+    """EDVR as BasicSR trains it: `tsa_iter`, `dcn_lr_mul`; clips in, each frame restored from its window."""
+
+    restorer_class = SlidingWindowRestorer
+    TRAIN_OPTIONS: Dict[str, Any] = {
+        **ModelPlain.TRAIN_OPTIONS,
+        'tsa_iter': Key(0, (int,), non_negative),
+        'dcn_lr_mul': Key(1.0, (int, float), non_negative),
+    }
+    VAL_OPTIONS: Dict[str, Any] = {'padding': Key('reflection_circle', (str,), one_of(*PADDINGS))}
+    FREEZE_KEY, LR_KEY = 'tsa_iter', 'dcn_lr_mul'
+    FROZEN_WHAT = 'parameters outside the fusion module (names without *fusion*)'
+    SCALED_WHAT = 'deformable convolution (parameters named *dcn*)'
+
+    def frozen_at_start(self, name: str) -> bool:
+        return 'fusion' not in name
+
+    def scaled(self, name: str) -> bool:
+        return 'dcn' in name
