@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, TrainingWindows, WholeClips,
-                        add_noise, check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        add_noise, check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.spike import SPIKE_OPTIONS, SpikeSource
 from data.datasets.transforms import augment, common_size, paired_crop_window
@@ -54,7 +54,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         'val_partition': Key('REDS4', (str,), one_of(*REDS_VAL_PARTITIONS)),  # REDS clips held out for validation
         'test_mode': False,            # True keeps only the val_partition clips
         'io_backend': IO_BACKEND,
-        'num_frame': positive(6),
+        'num_frame': window_length(6),
         'gt_size': positive(256),
         'scale': positive(1),
         'interval_list': INTERVALS,

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 
 from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, add_noise,
-                        check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.transforms import augment, random_crop
 from data.option_checks import all_or_first, noise_level, only
@@ -40,7 +40,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
         'meta_info_file': REQUIRED,
         'io_backend': IO_BACKEND,
         **frame_name_keys('08d'),      # DAVIS: "05d", "jpg"
-        'num_frame': positive(6),
+        'num_frame': window_length(6),
         'gt_size': positive(256),
         'scale': Key(1, (int,), only(1, 'denoising keeps the frame size')),
         'interval_list': INTERVALS,
