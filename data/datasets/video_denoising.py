@@ -21,6 +21,7 @@ from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameSt
                         check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.transforms import augment, random_crop
+from data.frame_cache import CACHE_DATA, cache_frames, frame_shapes
 from data.option_checks import all_or_first, noise_level, only
 from data.registry import DATASETS
 from utils.errors import UserError
@@ -109,7 +110,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
 class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
     """Every clip folder of dataroot_gt, whole (or its first `num_frame` frames), noised at `sigma`.
 
-    `cache_data` is accepted for KAIR option files and ignored: clips are read when asked for.
+    Clips are read when asked for, unless `cache_data` holds their decoded frames in RAM, one copy per node
+    (data/frame_cache.py).
     """
 
     train_type = 'VideoRecurrentTrainNonblindDenoisingDataset'
@@ -119,7 +121,7 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
         'io_backend': IO_BACKEND_DISK,
         'num_frame': Key(-1, (int,), all_or_first('clips')),
         'sigma': SIGMA,                # noise std on the 0..255 scale
-        'cache_data': False,
+        'cache_data': CACHE_DATA,
     }
 
     def __init__(self, opt: Dict[str, Any]):
@@ -135,10 +137,14 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
                 self.clips.append((clip_dir.name, paths[:num_frame] if num_frame > 0 else paths))
         if not self.clips:
             raise UserError(f'{p}.dataroot_gt: no clip folders with images in {root}')
-        check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None, None)
+        sizes = check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None,
+                             None)
+        self.cache = cache_frames(opt['cache_data'], frame_shapes([q for _, paths in self.clips for q in paths], sizes, 3),
+                                  lambda path: imread_uint(path, 3), p)
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         clip, paths = self.clip(index)
-        H = stack_tensor([to_float(imread_uint(path, 3)) for path in paths])
+        H = stack_tensor([to_float(self.cache.get(path) if self.cache is not None else imread_uint(path, 3))
+                          for path in paths])
         return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
                 'lq_path': list(paths), 'gt_path': list(paths)}
