@@ -151,7 +151,9 @@ class Trainer:
 
         self.model: TrainingModel = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
-        self.model.check_sample(self.train_set[TrainKey(0, 0)], train_opt_ds['_where'])
+        channels = getattr(self.train_set, 'channels_note', None)  # image datasets say what sets their channels
+        self.model.check_sample(self.train_set[TrainKey(0, 0)], train_opt_ds['_where'],
+                                channels() if channels is not None else None)
         if val_set is not None and len(val_set):
             self.model.check_test_sample(val_set[0], opt['datasets']['test']['_where'])
 
