@@ -40,7 +40,7 @@ from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, ato
 from utils.diskspace import describe_write_error, object_bytes
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger, show_console
-from utils.options import dumps
+from utils.options import dumps, training_notes
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
@@ -743,7 +743,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         log.info(dist.banner(state, device))
         if threads:
             log.info(threads)
-        for note in opt['_notes']:
+        for note in opt['_notes'] + training_notes(opt):
             log.warning(f'options: {note}')
         opt, args, notes = settle_launch(opt, state, args, os.environ)
         for note in notes:
