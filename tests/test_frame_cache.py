@@ -31,6 +31,7 @@ from data.synthetic.gopro import make_gopro_spike
 from frame_cache_worker import mapping_of
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite
+from utils.memory import MemoryBudget
 
 PY = sys.executable
 TRAIN_KEYS = [(0, 11), (3, 12345), (5, 7)]
@@ -214,7 +215,7 @@ def test_main_train_with_a_corrupt_cached_image_exits_2_with_one_line_and_writes
 
 def test_a_cache_larger_than_the_available_memory_is_refused_before_filling(tmp_path, monkeypatch):
     root = _images(tmp_path / 'H')
-    monkeypatch.setattr(frame_cache, 'available_memory', lambda: 1000)
+    monkeypatch.setattr(frame_cache, 'memory_budget', lambda: MemoryBudget(1000))
     with pytest.raises(UserError, match=r'datasets\.train: the decoded frames need .* GiB but this machine has .* '
                                         r'available; set cache_data to false'):
         DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
@@ -242,10 +243,10 @@ def test_cache_data_auto_caches_what_fits_in_half_the_available_memory(tmp_path,
         for key in TRAIN_KEYS:
             _items_equal(plain[key], auto[key])
         need = sum(h * w * c for _, (h, w, c) in auto.cache.index.values())
-        monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need - 1)  # just over half
+        monkeypatch.setattr(frame_cache, 'memory_budget', lambda: MemoryBudget(2 * need - 1))  # just over half
         assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is None
         assert 'exceed 50% of the' in caplog.text and 'decoded per sample' in caplog.text
-        monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need)
+        monkeypatch.setattr(frame_cache, 'memory_budget', lambda: MemoryBudget(2 * need))
         assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is not None
 
 
