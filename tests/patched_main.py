@@ -13,8 +13,13 @@ The production code has no test hooks; this wrapper patches it from outside:
 - POISON_AT=k: after the optimizer step of iteration k a weight of netG becomes NaN (the loss
   and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
-  first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
+  first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed;
+- RECORD_SAMPLES=prefix: each rank appends one JSON line per micro-batch to `<prefix>.<rank>.jsonl`:
+  {"call": its n-th backward in this process, "micro": i, "samples": [file name + a hash of the input]},
+  what identifies each training sample (the image, and its crop and noise).
 """
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -41,8 +46,16 @@ def install() -> None:
     original_backward = ModelPlain.backward
     calls = {'n': 0}
 
+    record = os.environ.get('RECORD_SAMPLES')
+
     def backward(self, batches):
         calls['n'] += 1
+        if record:
+            with open(f'{record}.{dist.get_rank()}.jsonl', 'a') as f:
+                for i, batch in enumerate(batches):
+                    samples = [f'{os.path.basename(path)}:{hashlib.sha1(x.numpy().tobytes()).hexdigest()[:12]}'
+                               for path, x in zip(batch['H_path'], batch['L'])]
+                    f.write(json.dumps({'call': calls['n'], 'micro': i, 'samples': samples}) + '\n')
         loss = original_backward(self, batches)
         first_attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
         if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK') and first_attempt:

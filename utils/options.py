@@ -186,6 +186,9 @@ SCHEMA: Dict[str, Any] = {
         'manual_seed': Key(None, _OPT_INT, _seed),
         'total_iter': Key(1_000_000, (int,), _iterations),
         'accumulate_steps': Key(1, (int,), positive),
+        # on a resume with another number of processes (or batch): accumulate_steps becomes what keeps the
+        # resumed run's effective batch (processes x batch x accumulation)
+        'keep_effective_batch': Key(False, (bool,)),
         'checkpoint_test': Key(5000, (int,), positive),
         'checkpoint_save': Key(5000, (int,), positive),
         'checkpoint_print': Key(200, (int,), positive),
