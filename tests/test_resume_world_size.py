@@ -144,3 +144,31 @@ def test_a_resume_at_a_position_that_is_no_whole_step_goes_on_there_with_steps_o
     assert [k[:2] for step in before + after[:6] for k in step] == flat[:60]  # nothing replayed or skipped
     assert [k[:2] for k in after[6]] == [k[:2] for k in _step_keys(64, 2, 4, 1, 1, 0, 1)[0]]  # then the next epoch
     assert all(len({k[2] for k in step}) == 1 for step in after)  # one step seed per step
+
+
+def _accumulation(keep, world, batch, accum, saved):
+    """main_train's choice of accumulate_steps for a resume of a run saved with (world, batch, accum) `saved`."""
+    import logging
+    from types import SimpleNamespace
+
+    import main_train
+    from utils.dist import DistState
+    from utils.resume import ResumePoint
+    training = {} if saved is None else dict(zip(('world_size', 'batch_size', 'accumulate_steps'), saved))
+    trainer = SimpleNamespace(train_opt={'accumulate_steps': accum, 'keep_effective_batch': keep},
+                              state=DistState('env', world_size=world, rank=0), log=logging.getLogger('restoration'))
+    return main_train.Trainer.resumed_accumulation(trainer, ResumePoint('m/3_state.pth', {}, training), batch)
+
+
+def test_keep_effective_batch_raises_or_lowers_the_accumulation_or_says_in_one_line_why_it_cannot():
+    from utils.errors import UserError
+    assert _accumulation(True, 1, 4, 1, (2, 4, 1)) == 2      # 2 processes -> 1: accumulate twice
+    assert _accumulation(True, 4, 4, 1, (1, 4, 8)) == 2      # 1 process x 8 -> 4 processes: accumulate twice
+    assert _accumulation(True, 1, 8, 3, (2, 4, 1)) == 1      # a larger batch per process does it alone
+    assert _accumulation(True, 1, 4, 1, (1, 4, 1)) == 1      # nothing changed
+    assert _accumulation(False, 1, 4, 1, (2, 4, 1)) == 1     # not asked for: the options' accumulation
+    assert _accumulation(True, 1, 4, 1, None) == 1           # an older file without its layout
+    with pytest.raises(UserError, match=r'^train\.keep_effective_batch: m/3_state\.pth trained with an effective batch '
+                                        r'of 8 \(2 processes x batch 4 x 1 accumulation\), which 3 processes x batch 4 '
+                                        r'cannot make with whole accumulation steps'):
+        _accumulation(True, 3, 4, 1, (2, 4, 1))
