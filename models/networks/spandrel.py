@@ -4,7 +4,8 @@ spandrel (MIT, https://github.com/chaiNNer-org/spandrel) maintains these archite
 `nn.Module`s built from the official constructor arguments; re-writing forty of them would only add
 bugs. Each is registered here as a `net_type` whose netG keys are the spandrel constructor's keyword
 arguments (validated by signature like our own networks), except `realplksr`, which takes the
-official RealPLKSR class's (see `realplksr_kwargs`).
+official RealPLKSR class's (see `realplksr_kwargs`), and `nafnet`, which adds `tlc`, the official
+NAFNetLocal's test-time local converter (`nafnet_tlc`).
 
 spandrel is imported only when a spandrel net_type is validated or built: importing this module (the
 registry scans every module of models/networks/ for names) must work where spandrel is not installed, and
