@@ -21,7 +21,10 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-import torch
+# OpenMP's idle threads sleep instead of spinning (see main_train.py and utils/dist/group.py set_cpu_threads)
+os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
+
+import torch  # noqa: E402
 
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset

@@ -24,6 +24,10 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 # c10d's C++ warnings (store retries, shutdown notes) are noise next to our one-line errors;
 # TORCH_CPP_LOG_LEVEL=INFO shows them. Must be set before torch is imported.
 os.environ.setdefault('TORCH_CPP_LOG_LEVEL', 'ERROR')
+# OpenMP's idle threads sleep instead of spinning, so torch's threads leave a core to a loader worker or
+# another program the moment they do not compute (utils/dist/group.py set_cpu_threads); read once, when torch
+# loads OpenMP.
+os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
 
 import torch  # noqa: E402
 
@@ -42,7 +46,7 @@ from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, ato
 from utils.diskspace import describe_write_error, object_bytes
 from utils.errors import UserError, first_line
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger, show_console
-from utils.options import dumps
+from utils.options import dumps, training_notes
 from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
@@ -136,6 +140,7 @@ class Trainer:
         self.seed = self.choose_seed(self.point)
         seed_everything(self.seed)
         self.log.info(f'seed {self.seed} (same on every rank; data order comes from the sampler)')
+        t['accumulate_steps'] = self.resumed_accumulation(self.point, train_opt_ds['dataloader_batch_size'])
 
         self.train_loader, self.sampler = build_train_loader(
             self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device,
@@ -157,7 +162,9 @@ class Trainer:
 
         self.model: TrainingModel = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())
-        self.model.check_sample(self.train_set[TrainKey(0, 0)], train_opt_ds['_where'])
+        channels = getattr(self.train_set, 'channels_note', None)  # image datasets say what sets their channels
+        self.model.check_sample(self.train_set[TrainKey(0, 0)], train_opt_ds['_where'],
+                                channels() if channels is not None else None)
         if val_set is not None and len(val_set):
             self.model.check_test_sample(val_set[0], opt['datasets']['test']['_where'])
 
@@ -181,6 +188,28 @@ class Trainer:
         if error is not None:
             raise UserError(error)
 
+    def resumed_accumulation(self, point: Optional[ResumePoint], batch: int) -> int:
+        """`train.accumulate_steps`, or with `train.keep_effective_batch` on a resume with another number of
+        processes (or batch), the accumulation that keeps the resumed run's effective batch: one log line."""
+        accum = self.train_opt['accumulate_steps']
+        if point is None or not self.train_opt['keep_effective_batch'] or 'batch_size' not in point.training:
+            return accum
+        s = point.training
+        saved = s['world_size'] * s['batch_size'] * s['accumulate_steps']
+        per_step = self.state.world_size * batch
+        if saved == per_step * accum:
+            return accum
+        if saved % per_step:
+            raise UserError(f'train.keep_effective_batch: {point.path} trained with an effective batch of {saved} '
+                            f'({s["world_size"]} processes x batch {s["batch_size"]} x {s["accumulate_steps"]} '
+                            f'accumulation), which {self.state.world_size} processes x batch {batch} cannot make with '
+                            f'whole accumulation steps; change the batch per process or the number of processes, or '
+                            f'set train.keep_effective_batch to false')
+        self.log.info(f'train.keep_effective_batch: {s["world_size"]} -> {self.state.world_size} processes, batch '
+                      f'{s["batch_size"]} -> {batch} per process: train.accumulate_steps {accum} -> {saved // per_step}, '
+                      f'the effective batch stays {saved}')
+        return saved // per_step
+
     def choose_seed(self, point: Optional[ResumePoint]) -> int:
         """`train.manual_seed`, else the resumed run's seed, else one drawn on rank 0 for every rank."""
         seed = self.train_opt['manual_seed']
@@ -200,7 +229,9 @@ class Trainer:
             lambda e: f'tidying {self.ckpt.folder} failed: {first_line(e)}' if isinstance(e, OSError) else None)
         if error is not None:
             raise UserError(error)
-        self.step, self.epoch, self.epoch_step = 0, 0, 0
+        # the epoch, the global position its steps started from in this process (0 but after a resume with another
+        # effective batch), and the steps done since: the next sample is epoch_start + epoch_step * effective_batch
+        self.step, self.epoch, self.epoch_start, self.epoch_step = 0, 0, 0, 0
         wandb_id = None
         if self.point is not None:
             wandb_id = self.restore(self.point)
@@ -237,18 +268,26 @@ class Trainer:
         # state files written before the batch layout was recorded lack it: the layout is unknown
         saved = (s['world_size'], s['batch_size'], s['accumulate_steps']) if 'batch_size' in s else None
         files_changed = self.training_set_change(s)
-        if saved == layout and s['seed'] == self.seed and s['epoch_step'] < self.steps_per_epoch and not files_changed:
-            self.epoch, self.epoch_step = s['epoch'], s['epoch_step']
+        if saved is not None and s['seed'] == self.seed and not files_changed:
+            # The order is a function of (seed, epoch, global position): any layout goes on at the sample where
+            # the run stopped (the position in the epoch; older files give it as steps of their effective batch).
+            saved_batch = saved[0] * saved[1] * saved[2]
+            position = s['epoch_position'] if 'epoch_position' in s else s['epoch_step'] * saved_batch
+            self.continue_epoch(s['epoch'], position)
+            if saved != layout:
+                self.log.info(f'resume: (world size, batch per process, accumulation) {saved} -> {layout}: '
+                              f'epoch {s["epoch"]} goes on at its sample {position} of '
+                              f'{self.steps_per_epoch * self.effective_batch} (the same data order)')
+            if saved_batch != self.effective_batch:
+                self.log.warning(f'resume: the effective batch changes {saved_batch} -> {self.effective_batch} '
+                                 f'(lr and schedule are per iteration, as set); train.keep_effective_batch: true '
+                                 f'keeps it by changing train.accumulate_steps')
         else:
-            # Shards and batches differ with the world size, batch size, accumulation and seed, so
-            # the mid-epoch position has no equivalent: the next epoch starts with a fresh permutation.
-            self.epoch, self.epoch_step = s['epoch'] + 1, 0
+            # A new seed or another training set has another order: the next epoch starts a fresh permutation.
+            self.epoch, self.epoch_start, self.epoch_step = s['epoch'] + 1, 0, 0
             if saved is None:
                 self.log.warning(f'resume: {point.path} does not record the batch layout (an older version wrote '
                                  f'it); continuing at the start of epoch {self.epoch}')
-            elif saved != layout:
-                self.log.warning(f'resume: (world size, batch per process, accumulation) changed {saved} -> '
-                                 f'{layout}; continuing at the start of epoch {self.epoch}')
             if files_changed:
                 self.log.warning(f'resume: the training set changed since checkpoint {s["iter"]}: {files_changed}; '
                                  f'continuing at the start of epoch {self.epoch}')
@@ -259,6 +298,20 @@ class Trainer:
         if same_run:
             self.last_saved = self.step
         return s['wandb_id']
+
+    def continue_epoch(self, epoch: int, position: int) -> None:
+        """Go on at global `position` of `epoch`, or at the start of the next epoch when no whole step is left."""
+        size = self.effective_batch
+        if (self.steps_per_epoch * size - position) // size >= 1:
+            self.epoch, self.epoch_start, self.epoch_step = epoch, position % size, position // size
+        else:
+            self.epoch, self.epoch_start, self.epoch_step = epoch + 1, 0, 0
+
+    def steps_in_epoch(self) -> int:
+        """Optimizer steps of the current epoch (counted from its start position: fewer after a resume that
+        changed the effective batch mid-epoch)."""
+        size = self.effective_batch
+        return (self.steps_per_epoch * size - self.epoch_start) // size
 
     def training_set_change(self, s: Mapping[str, Any]) -> str:
         """What differs between the training files a checkpoint recorded and those of this start ('' if
@@ -294,6 +347,7 @@ class Trainer:
             files.update(self.model.state_files())
             files['state'] = {
                 'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
+                'epoch_position': self.epoch_start + self.epoch_step * self.effective_batch,
                 'world_size': self.state.world_size, 'batch_size': self.train_loader.batch_size,
                 'accumulate_steps': self.accum, 'seed': self.seed, 'rng': rngs, 'best': self.best,
                 'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
@@ -391,9 +445,9 @@ class Trainer:
             self.model.end_iteration(self.step)
             self.timing.step_done()
             self.after_step(total)
-            if self.epoch_step == self.steps_per_epoch:
+            if self.epoch_step == self.steps_in_epoch():
                 self.epoch += 1
-                self.epoch_step = 0
+                self.epoch_start, self.epoch_step = 0, 0
             self.timing.tick()
         best = self.best
         self.log.info(f'end of training at iteration {self.step}; ' + (
@@ -434,7 +488,7 @@ class Trainer:
         """
         while True:
             self.sampler.set_epoch(self.epoch)
-            self.sampler.set_start(self.epoch_step * self.accum * self.train_loader.batch_size)
+            self.sampler.set_position(self.epoch_start + self.epoch_step * self.effective_batch)
             steps = 0
             for group in micro_batches(iter(self.train_loader), self.accum):
                 steps += 1
@@ -779,7 +833,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         log.info(dist.banner(state, device))
         if threads:
             log.info(threads)
-        for note in opt['_notes']:
+        for note in opt['_notes'] + training_notes(opt):
             log.warning(f'options: {note}')
         opt, args, notes = settle_launch(opt, state, args, os.environ)
         for note in notes:

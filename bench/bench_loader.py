@@ -33,7 +33,11 @@ Measured per kind, the two sides interleaved rep by rep (A, B, A, B, ...), media
   - decoders: one 720p and one 2K PNG (--quick: the smaller frames) with cv2.imdecode and
     torchvision.io.decode_png, from bytes;
   - where the time goes: a cProfile of a few samples per side, split into PNG decoding, float
-    conversion, spike reading + representation and the rest.
+    conversion, spike reading + representation and the rest;
+  - cache fill: the start-up fill of `cache_data` (every frame of the set decoded into RAM), one
+    decoding thread (as before the fill used threads) against the default, one per processor
+    (`data.frame_cache.fill_threads`), interleaved; the files are in the page cache after the first
+    rep, so this is the decoding speed the fill reaches, not a cold disk's.
 The full run takes about 3 minutes on 2 cores (~20 s of it generating the data), --quick seconds.
 
     python bench/bench_loader.py [--quick] [--reps 5] [--data DIR] [--workers 2]
@@ -273,6 +277,28 @@ def per_process(row: Row, reps: int, batches: int, workers: int, seed: int) -> N
                 it._shutdown_workers()
 
 
+def fill_rows(rows: Sequence[Row], reps: int) -> List[Tuple[str, int, float, float, int]]:
+    """(kind, frames, frames/s with 1 thread, frames/s with fill_threads(), threads) of the cache fill of each
+    cached row's frames, the two interleaved rep by rep (a fresh cache each time, freed before the next)."""
+    from data.frame_cache import FrameCache, fill_threads
+    from utils.image import imread_uint
+    out = []
+    threads = fill_threads()
+    for row in rows:
+        if row.ours is None or getattr(row.ours, 'cache', None) is None:
+            continue
+        shapes = {path: shape for path, (_, shape) in row.ours.cache.index.items()}
+        times: Dict[int, List[float]] = {1: [], threads: []}
+        for rep in range(reps):
+            for t in ((1, threads) if rep % 2 == 0 else (threads, 1)):
+                t0 = time.perf_counter()
+                cache = FrameCache(shapes, lambda path: imread_uint(path, 3, bgr=True), 'bench', threads=t)
+                times[t].append(len(shapes) / (time.perf_counter() - t0))
+                del cache
+        out.append((row.kind, len(shapes), statistics.median(times[1]), statistics.median(times[threads]), threads))
+    return out
+
+
 def decoder_rows(files: Dict[str, str], reps: int) -> Dict[str, Dict[str, float]]:
     """Seconds per decode of each file, cv2.imdecode vs torchvision.io.decode_png (interleaved), plus the
     baseline's whole-frame float conversion."""
@@ -462,6 +488,12 @@ def main() -> None:
                 parts.append(f'{side} {split["total"] * 1e3 / len(keys):6.1f} ms: ' + ', '.join(
                     f'{name} {100 * split[name] / split["total"]:3.0f} %' for name in names))
             print(f'  {row.kind:46s} ' + '; '.join(parts))
+        fills = fill_rows(rows, reps)
+        print(f'\ncache fill (cache_data at start-up: every frame decoded into RAM; median of {reps} interleaved '
+              f'reps; frames/s):')
+        print(f'  {"kind":46s} | {"frames":>6s} | {"1 thread/s":>10s} | {"default/s":>9s} | default / 1 thread')
+        for kind, frames, one, many, threads in fills:
+            print(f'  {kind:46s} | {frames:6d} | {one:10.2f} | {many:9.2f} | {many / one:.2f} ({threads} threads)')
         print(f'\n{machine()}')
         print(f'== done {time.strftime("%H:%M:%S")}')
     finally:

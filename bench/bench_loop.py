@@ -123,7 +123,7 @@ class _NoSampler:
     def set_epoch(self, epoch: int) -> None:
         pass
 
-    def set_start(self, start: int) -> None:
+    def set_position(self, position: int) -> None:
         pass
 
 

@@ -36,7 +36,7 @@ sf, sigma) or an L with more channels than H (noise-level maps, spike streams) a
 """
 import json
 import random
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F

@@ -17,31 +17,37 @@ on the same kernel and in the same pid namespace. A rank that cannot open its le
 restricted, another user) warns once and decodes a private copy.
 
 The size is known from the file headers before anything is decoded. Each leader checks it against
-the memory its node has available. Every rank learns whether the check passed and whether any file
+the memory its node has available: MemAvailable, or what the job's memory cgroup leaves where that is
+less (SLURM `--mem`, Docker, Kubernetes; utils/memory.py). Every rank learns whether the check passed and whether any file
 failed to decode while filling, so all ranks stop with the same one line and none is left waiting
 in a collective. The fill runs in rounds of ROUND_S seconds with a small agreement after each, so a
 rank waiting for its leader spends one round in a collective, not the whole fill: an hour of decoding
 does not run into dist_timeout.
 
 Frames are stored exactly as the dataset's reader returns them, so a cached run sees the same
-pixels as an uncached one.
+pixels as an uncached one. A leader decodes with a pool of threads, one per processor it may run on
+(`fill_threads`; PNG decoding releases the GIL), each writing its frames into their own bytes of the
+buffer, so a large training set is cached at the speed of the disk and the cores, not of one core;
+frames are taken up in index order, and the first one that fails in that order is the one reported.
 
 `cache_data: "auto"` caches when the decoded set takes at most AUTO_SHARE of the memory every node
 has available, and otherwise decodes per sample; the ranks decide together and the log says which.
 """
+import collections
 import fcntl
 import mmap
 import os
 import socket
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from utils.dist import agree_any, gather_objects, get_rank, is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.memory import available_memory, gib
+from utils.memory import memory_budget, gib
 from utils.options import Key, rule
 from utils.progress import progress
 
@@ -51,6 +57,20 @@ UINT8 = np.dtype(np.uint8)
 
 ROUND_S = 2.0  # seconds a leader decodes between two agreements: far below any workable dist_timeout
 AUTO_SHARE = 0.5  # cache_data "auto": the largest share of a node's available memory the cache may take
+FILL_THREADS: Optional[int] = None  # decoding threads of a fill; None: one per processor (fill_threads)
+MAX_FILL_THREADS = 32  # beyond this a disk, not the cores, is the bound
+
+
+def fill_threads() -> int:
+    """Threads a fill decodes with: FILL_THREADS, else one per processor this process may run on (its
+    affinity: a job pinned to a few cores of a large node gets that many)."""
+    if FILL_THREADS is not None:
+        return max(1, FILL_THREADS)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_FILL_THREADS))
 
 
 @rule('true, false or "auto"', enum=[True, False, 'auto'])
@@ -108,14 +128,18 @@ def _map_read_only(fd: int, size: int) -> np.ndarray:
 
 
 class _Fill:
-    """Decodes frames into a new buffer a few seconds at a time; an error is kept as one line.
+    """Decodes frames into a new buffer a few seconds at a time, with `threads` decoding threads; an error
+    is kept as one line.
 
     The buffer is a memory file when the system has memfd_create (the node's other ranks can then
-    map it), else anonymous shared memory (forked workers still share it).
+    map it), else anonymous shared memory (forked workers still share it). Frames are handed to the
+    threads in index order, at most 2 x threads ahead of the oldest one not yet done, and taken back in
+    that order: the first failure in index order is the one reported, whatever the threads' timing.
+    Threads go on decoding while the ranks agree between two rounds.
     """
 
     def __init__(self, index: Dict[str, Tuple[int, Shape, np.dtype]], read: Reader, total: int, where: str,
-                 show_progress: bool, refused: Optional[str] = None) -> None:
+                 show_progress: bool, refused: Optional[str] = None, threads: int = 1) -> None:
         self.index, self.read, self.total, self.where = index, read, total, where
         self.done = False
         self.error = refused  # the first problem, one line; `refused`: the memory check failed, nothing to fill
@@ -123,10 +147,15 @@ class _Fill:
         self.buffer: Optional[np.ndarray] = None
         self.fd: Optional[int] = None
         self.writable: Optional[mmap.mmap] = None
+        self.pool: Optional[ThreadPoolExecutor] = None
         if refused is not None:
             return
         self.fd = _memory_file(max(total, 1), f'frame_cache {where}')
         self.writable = mmap.mmap(-1 if self.fd is None else self.fd, max(total, 1))
+        self.out: Optional[np.ndarray] = np.frombuffer(self.writable, np.uint8, count=self.total)
+        self.threads = max(1, threads)
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix='frame_cache')
+        self.pending: Deque[Future] = collections.deque()
         self.todo: Iterator[str] = iter(progress(list(index), len(index), f'{where}: cache_data',
                                                  enabled=show_progress))
 
@@ -134,35 +163,56 @@ class _Fill:
     def running(self) -> bool:
         return not self.done and self.error is None
 
+    def _decode(self, path: str) -> None:
+        """One frame into its bytes of the buffer (in a pool thread; frames never share bytes)."""
+        offset, shape, dtype = self.index[path]
+        img = self.read(path)
+        if img.shape != shape:
+            raise UserError(f'{self.where}: {path} decodes to {"x".join(map(str, img.shape))} but its '
+                            f'header says {shape[0]}x{shape[1]}x{shape[2]}')
+        if img.dtype != dtype:
+            raise UserError(f'{self.where}: {path} decodes to {img.dtype} samples but its header says '
+                            f'{8 * dtype.itemsize}-bit')
+        assert self.out is not None
+        self.out[offset:offset + img.nbytes] = np.ascontiguousarray(img).reshape(-1).view(np.uint8)
+
     def step(self, seconds: float) -> None:
         """Decode frames for about `seconds` (at least one), or to the end."""
+        assert self.pool is not None
         deadline = time.monotonic() + seconds
-        out = np.frombuffer(self.writable, np.uint8, count=self.total)
         try:
-            for path in self.todo:
-                offset, shape, dtype = self.index[path]
-                img = self.read(path)
-                if img.shape != shape:
-                    raise UserError(f'{self.where}: {path} decodes to {"x".join(map(str, img.shape))} but its '
-                                    f'header says {shape[0]}x{shape[1]}x{shape[2]}')
-                if img.dtype != dtype:
-                    raise UserError(f'{self.where}: {path} decodes to {img.dtype} samples but its header says '
-                                    f'{8 * dtype.itemsize}-bit')
-                out[offset:offset + img.nbytes] = np.ascontiguousarray(img).reshape(-1).view(np.uint8)
+            while True:
+                while len(self.pending) < 2 * self.threads:
+                    path = next(self.todo, None)
+                    if path is None:
+                        break
+                    self.pending.append(self.pool.submit(self._decode, path))
+                if not self.pending:
+                    break
+                self.pending.popleft().result()
                 if time.monotonic() >= deadline:
                     return
         except UserError as e:
+            self._stop()
             text = str(e)
             self.error = text if text.startswith(self.where) else f'{self.where}: {text}'
             return
         except Exception as e:
+            self._stop()
             self.error = f'{self.where}: filling the frame cache failed on rank {get_rank()}: {type(e).__name__}: {e}'
             self.exception = e
             return
-        finally:
-            del out  # the writable mapping can close only without views
+        self._stop()
         self.done = True
         self.buffer = self._read_only()
+
+    def _stop(self) -> None:
+        """Cancel what no thread has begun, wait for the rest, and drop the writable view."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+        self.pending.clear()
+        self.out = None  # the writable mapping can close only without views
 
     def _read_only(self) -> np.ndarray:
         """The filled buffer, from now on read-only: a memory file is sealed against any change and mapped
@@ -189,6 +239,8 @@ class _Fill:
 
     def close(self) -> None:
         """Drop this process's own handle; the mappings keep the memory as long as they live."""
+        if self.pool is not None:
+            self._stop()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -226,12 +278,14 @@ class FrameCache:
     read once per node into one buffer.
 
     Every rank must build it at the same point (datasets are built in the same order on every rank):
-    it runs collectives. Without a process group it is a private cache of this process.
+    it runs collectives. Without a process group it is a private cache of this process. `threads`: the
+    decoding threads of a fill (default `fill_threads()`).
     """
 
     def __init__(self, shapes: Dict[str, Shape], read: Reader, where: str,
-                 dtypes: Optional[Dict[str, np.dtype]] = None) -> None:
+                 dtypes: Optional[Dict[str, np.dtype]] = None, threads: Optional[int] = None) -> None:
         self.where = where
+        self.threads = threads if threads is not None else fill_threads()
         self.index: Dict[str, Tuple[int, Shape, np.dtype]] = {}
         total = 0
         for path, (h, w, c) in shapes.items():
@@ -277,17 +331,18 @@ class FrameCache:
 
     def _start(self, read: Reader, total: int, sharing: int) -> _Fill:
         """A fill of `total` bytes after the memory check, or a failed one saying why not."""
-        free = available_memory()
-        if free is not None and total > 0.9 * free:
+        budget = memory_budget()
+        if budget is not None and total > 0.9 * budget.available:
             return _Fill(self.index, read, total, self.where, False, refused=(
                 f'{self.where}: the decoded frames need {gib(total)} '
                 + (f'(one copy per node, for its {_processes(sharing)}) ' if sharing > 1 else '')
-                + f'but this machine has {gib(free)} available; set cache_data to false (frames are then '
+                + f'but {budget.has(gib(budget.available))}; set cache_data to false (frames are then '
                 f'decoded per sample)'))
         shared = f'shared by its {_processes(sharing)}' if sharing > 1 else 'for its only training process'
         get_logger().info(f'{self.where}: caching {len(self.index)} decoded frames in RAM: {gib(total)} per node, '
-                          f'one copy {shared}' + (f' ({gib(free)} available)' if free is not None else ''))
-        return _Fill(self.index, read, total, self.where, show_progress=is_main_process())
+                          f'one copy {shared}, {self.threads} decoding thread{"s" if self.threads > 1 else ""}'
+                          + (f' ({budget.has(gib(budget.available))})' if budget is not None else ''))
+        return _Fill(self.index, read, total, self.where, show_progress=is_main_process(), threads=self.threads)
 
     @staticmethod
     def _map_leader(pid: int, share: Optional[Tuple[int, int, int]], total: int) -> np.ndarray:
@@ -326,10 +381,11 @@ def cache_frames(option: object, shapes: Dict[str, Shape], read: Reader, where: 
         raise UserError(f'{where}.cache_data: must be true, false or "auto", got {option!r}')
     if option == 'auto':
         total = frame_bytes(shapes, dtypes)
-        free = available_memory()
-        too_large, = agree_any([free is not None and total > AUTO_SHARE * free])
+        budget = memory_budget()
+        too_large, = agree_any([budget is not None and total > AUTO_SHARE * budget.available])
         if is_main_process():
-            room = f'{AUTO_SHARE:.0%} of the {gib(free)} this machine has available' if free is not None else 'memory'
+            room = (f'{AUTO_SHARE:.0%} of the memory ({budget.has(gib(budget.available))})' if budget is not None
+                    else 'memory')
             get_logger().info(f'{where}: cache_data "auto": the decoded frames ({gib(total)}) '
                               + (f'exceed {room} (on some node): decoded per sample' if too_large
                                  else f'fit in {room}: cached'))

@@ -101,6 +101,7 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
     if continuous:
         per_step = batch_size * accumulate_steps
         sampler.per_epoch, sampler.continuous = sampler.num_samples // per_step * per_step, True
+        sampler.per_step = per_step
     if sampler.num_samples < batch_size:
         raise UserError(f'{dataset_opt["_where"]}.dataloader_batch_size: each of the {world_size} process(es) gets '
                         f'{sampler.num_samples} of the {len(dataset)} training samples, fewer than one '

@@ -6,6 +6,13 @@ training sample (a random patch, augmentation, noise, all from its seed); an ind
 item (the whole image or clip, nothing random). Datasets derive all randomness of a sample from its seed, which depends only on (seed, epoch, position in the epoch's global
 permutation). Batches are therefore identical for any number of loader workers, and a resumed run
 sees exactly the samples (and crops, flips, noise) the interrupted run would have seen.
+
+The data order is a function of (seed, epoch) and the global position alone: the sample at global
+position p of epoch e is permutation(seed + e)[p] with seed sample_seed(seed, e, p), whatever the number
+of ranks. Rank r of N takes positions r, r + N, ... from where the epoch stands, so an optimizer step of
+N ranks x batch b x accumulation a consumes the next N·b·a consecutive positions, as one rank x batch b x
+accumulation N·a does. A run resumed with another world size therefore goes on at the global position
+where the interrupted run stopped (`set_position`): nothing replayed, nothing skipped.
 """
 import hashlib
 import math
@@ -72,18 +79,22 @@ def _seed(text: str) -> int:
 class ResumableDistributedSampler(DistributedSampler):
     """DistributedSampler that yields per-sample seeds and can skip the consumed part of an epoch.
 
-    `set_start(k)` skips the first k samples of this rank's shard in the current epoch (used on
-    resume); `set_epoch` resets it to 0. `len()` is the number of samples still to come.
+    `set_position(p)` starts the current epoch at its global position p (used on resume: the samples
+    the ranks consumed before, whatever their number); `set_start(k)` is the same for k samples of this
+    rank's shard (p = k x world size); `set_epoch` resets it to 0. `len()` is the number of this rank's
+    samples still to come in the epoch.
 
-    With `per_epoch` an epoch uses only the first keys of the shard (the training loop's whole steps), and
-    with `continuous` one iteration runs on through the following epochs, so a loader's workers keep
-    working across epoch boundaries: the keys are exactly those of iterating epoch by epoch.
+    With `per_epoch` an epoch uses only the first keys of the shard (the training loop's whole steps of
+    `per_step` samples per rank), and with `continuous` one iteration runs on through the following
+    epochs, so a loader's workers keep working across epoch boundaries: the keys are exactly those of
+    iterating epoch by epoch. An epoch started at position p holds the whole steps left after p.
 
     With `step_size` (samples per optimizer step over all ranks: world size x batch x accumulation)
     keys also carry a seed shared by every sample of one optimizer step, on every rank and in every
     micro-batch, for randomness drawn per batch (USRNet's scale factor). Rank r's positions are
     r, r + N, ..., so position // step_size is the step for any number of ranks: N ranks x batch b
-    see the same step seeds as 1 rank x batch N*b.
+    see the same step seeds as 1 rank x batch N*b. (A resume at a position that is no multiple of
+    step_size has steps of its own: each is seeded by its first position.)
     """
 
     def __init__(self, dataset: Dataset, num_replicas: int, rank: int, shuffle: bool = True,
@@ -91,7 +102,8 @@ class ResumableDistributedSampler(DistributedSampler):
                  per_epoch: Optional[int] = None, continuous: bool = False) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
                          seed=seed, drop_last=drop_last)
-        self.start = 0
+        self.position = 0  # the global position the current epoch starts at
+        self.per_step = 1  # this rank's samples per optimizer step (batch x accumulation; set by the loader)
         self.step_size = step_size
         if per_epoch is not None and not 0 <= per_epoch <= self.num_samples:
             raise ValueError(f'per_epoch must be in [0, {self.num_samples}], got {per_epoch}')
@@ -116,40 +128,63 @@ class ResumableDistributedSampler(DistributedSampler):
         return indices
 
     def __iter__(self) -> Iterator[Tuple[int, ...]]:
-        """This epoch's keys from `start` (`continuous`: then every following epoch's, without end)."""
-        epoch, start = self.epoch, self.start
+        """This epoch's keys from `position` (`continuous`: then every following epoch's, without end)."""
+        epoch, position = self.epoch, self.position
         while True:
-            yield from self._epoch_keys(epoch, start)
+            yield from self._epoch_keys(epoch, position)
             if not self.continuous or self.per_epoch == 0:
                 return
-            epoch, start = epoch + 1, 0
+            epoch, position = epoch + 1, 0
 
-    def _epoch_keys(self, epoch: int, start: int) -> Iterator[TrainKey]:
+    def remaining(self, position: int) -> int:
+        """This rank's keys in an epoch started at global `position`: the whole steps left before the epoch's
+        end (its first `per_epoch` x world size positions), `per_step` keys each."""
+        step = self.per_step * self.num_replicas
+        return (self.per_epoch * self.num_replicas - position) // step * self.per_step
+
+    def _epoch_keys(self, epoch: int, position: int) -> Iterator[TrainKey]:
         indices = self._global_order(epoch)
-        positions = range(self.rank, self.total_size, self.num_replicas)
-        for pos in positions[start:self.per_epoch]:
-            step = None if self.step_size is None else step_seed(self.seed, epoch, pos // self.step_size)
+        n = self.num_replicas
+        first = position + self.rank
+        for pos in range(first, first + n * self.remaining(position), n):
+            step = None if self.step_size is None else self._step_seed(epoch, position, pos)
             yield TrainKey(indices[pos], sample_seed(self.seed, epoch, pos), step)
+
+    def _step_seed(self, epoch: int, start: int, pos: int) -> int:
+        """The seed of the optimizer step holding `pos` in an epoch started at `start` (steps of step_size)."""
+        assert self.step_size is not None
+        first = start + (pos - start) // self.step_size * self.step_size
+        if first % self.step_size == 0:
+            return step_seed(self.seed, epoch, first // self.step_size)
+        return _seed(f'{self.seed}:{epoch}:step@{first}')
 
     def __len__(self) -> int:
         """Keys left in the current epoch (a continuous sampler goes on into the next ones)."""
-        return self.per_epoch - self.start
+        return self.remaining(self.position)
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
-        self.start = 0
+        self.position = 0
+
+    def set_position(self, position: int) -> None:
+        """Start the current epoch at global position `position` (0 to the epoch's end)."""
+        end = self.per_epoch * self.num_replicas
+        if not 0 <= position <= end:
+            raise ValueError(f'position must be in [0, {end}], got {position}')
+        self.position = int(position)
 
     def set_start(self, start: int) -> None:
+        """Skip the first `start` keys of this rank's shard (every rank the same number)."""
         if not 0 <= start <= self.per_epoch:
             raise ValueError(f'start must be in [0, {self.per_epoch}], got {start}')
-        self.start = int(start)
+        self.set_position(int(start) * self.num_replicas)
 
     def state_dict(self) -> Dict[str, Any]:
-        return {'epoch': self.epoch, 'start': self.start}
+        return {'epoch': self.epoch, 'position': self.position}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.set_epoch(int(state['epoch']))
-        self.set_start(int(state['start']))
+        self.set_position(int(state['position']))
 
 
 class ShardSampler(Sampler[int]):

@@ -12,9 +12,11 @@ from torch import nn
 
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
-from utils.options import Key, rule
+from utils.options import Key, one_of, rule
 from utils.weights import default_path, weights_path
 
+# `F_lossfn_type`: how feature maps are compared (KAIR's two)
+FEATURE_LOSSES = {'l1': nn.L1Loss, 'l2': nn.MSELoss}
 RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tiny smoke files and tests)
 
 
@@ -90,7 +92,8 @@ class PerceptualLoss(nn.Module):
     # The `train` keys it is built from (KAIR's names and defaults); its weight in the total,
     # `F_lossfn_weight`, belongs to the model that adds it.
     OPTIONS: Dict[str, Key] = {
-        'F_lossfn_type': Key('l1', (str,), help='distance between the VGG features (KAIR: l1, l2, ...)'),
+        'F_lossfn_type': Key('l1', (str,), one_of(*FEATURE_LOSSES),
+                             'distance between the VGG features (KAIR: l1, l2, ...)'),
         'F_feature_layer': Key(34, (int, list), _layers, 'VGG19 layer index(es) whose features are compared'),
         'F_weights': Key(1.0, (int, float, list), help='weight of each feature layer (one number: the same for all)'),
         'F_use_input_norm': Key(True, (bool,), help='normalise inputs with ImageNet\'s mean and std'),
@@ -109,11 +112,9 @@ class PerceptualLoss(nn.Module):
             raise UserError(f'train.F_weights: {len(weights)} weights for {len(layers)} F_feature_layer entries')
         if sorted(layers) != layers or len(set(layers)) != len(layers):
             raise UserError(f'train.F_feature_layer: give the layers in increasing order, each once, got {layers}')
-        if lossfn_type not in ('l1', 'l2'):
-            raise UserError(f'train.F_lossfn_type: must be l1 or l2, got {lossfn_type!r}')
         self.vgg = VGGFeatures(layers, use_input_norm, use_range_norm, vgg_weights)
         self.weights = [float(w) for w in weights]
-        self.lossfn = nn.L1Loss() if lossfn_type == 'l1' else nn.MSELoss()
+        self.lossfn = FEATURE_LOSSES[lossfn_type]()
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         fx, ft = self.vgg(x), self.vgg(target.detach())

@@ -28,9 +28,11 @@ class TrainingModel(Protocol):
     def network_info(self) -> str:
         """One log line: the networks, their parameter counts, the optimizer."""
 
-    def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
+    def check_sample(self, sample: Dict[str, Any], where: str,
+                     channels: Optional[str] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Run one training sample through every network before anything is written: a network that
-        cannot take the data is a one-line UserError naming the option."""
+        cannot take the data is a one-line UserError naming the option (`channels`: what the dataset says
+        decides its channel count, e.g. `1-channel gray images (is_color false)`)."""
 
     def check_test_sample(self, sample: Dict[str, Any], where: str) -> None:
         """Score one test item's target with every validation metric before anything is written: a test

@@ -35,7 +35,7 @@ from data.degradations import batch_transforms
 from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
-from models.model_plain import NETWORK_FAILURES, ModelPlain, failure_text, load_resume_weights
+from models.model_plain import NETWORK_FAILURES, ModelPlain, channels_hint, failure_text, load_resume_weights
 from models.networks.layers.init import init_weights
 from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_optimizer, build_scheduler, gated_step,
                           refreshed_group_keys, resume_optimizer)
@@ -169,11 +169,12 @@ class ModelGAN(ModelPlain):
         # D_adaptive: [smoothed adversarial loss of G, whether it holds a value yet], on the device
         self._adaptive = torch.zeros(2, device=device)
 
-    def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
+    def check_sample(self, sample: Dict[str, Any], where: str,
+                     channels: Optional[str] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """netG's check (see ModelPlain), then netD and the perceptual loss on its output: a netD that does not
         fit the data (`in_nc`, a patch size a VGG-style netD cannot take) or a perceptual loss that cannot
         take the images is one line at start-up, before anything is written, not a traceback at iteration 1."""
-        out, batch = super().check_sample(sample, where)
+        out, batch = super().check_sample(sample, where, channels)
         shape = tuple(out.shape[1:])
         copies = list(self.net_d.scales) if self.multi_scale else [self.net_d]
         for k, net in enumerate(copies):
@@ -184,7 +185,7 @@ class ModelGAN(ModelPlain):
                 with self.probe(net):
                     net(x)
             except (*NETWORK_FAILURES, UserError) as e:
-                hint = '' if isinstance(e, UserError) else ' (check netD.in_nc against "n_channels")'
+                hint = '' if isinstance(e, UserError) else f' (check netD.in_nc against {channels_hint(where, channels)})'
                 raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape}{seen} '
                                 f'for a sample of {where}: {failure_text(e)}{hint}') from None
         if self.perceptual is not None:

@@ -45,6 +45,12 @@ def failure_text(e: BaseException) -> str:
     return text if isinstance(e, (RuntimeError, ValueError, TypeError, UserError)) else f'{type(e).__name__}: {text}'
 
 
+def channels_hint(where: str, channels: Optional[str]) -> str:
+    """What a network's channels must match, for start-up messages: the dataset's own words where it has
+    them (`datasets.train: 1-channel gray images (is_color false)`), else the usual key."""
+    return f'{where}: {channels}' if channels else '"n_channels"'
+
+
 def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
     """(autocast dtype or None, whether a GradScaler is needed) for `train.amp` on `device`.
 
@@ -325,7 +331,8 @@ class ModelPlain:
         return ([(f'train.G_lossfn_type ({self.train_opt["G_lossfn_type"]})', self.loss_fn)]
                 + [(f'train.G_extra_losses.{name}', loss) for name, loss in self.extra_losses.items()])
 
-    def check_sample(self, sample: Dict[str, Any], where: str) -> Tuple[torch.Tensor, Dict[str, Any]]:
+    def check_sample(self, sample: Dict[str, Any], where: str,
+                     channels: Optional[str] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Run one training sample through netG (no grad, eval mode) before anything is written.
 
         A network that cannot take the data (channel counts, `nc: 0`, a scale that differs from the
@@ -333,8 +340,9 @@ class ModelPlain:
         folder, log and options were written; so does a pixel loss that cannot take netG's output
         (MS-SSIM below 161x161, an fft_patch_factor not dividing the patch). The random states are left
         as they were. Returns netG's output and the batch on the device, for models that check more
-        networks on them.
+        networks on them. `channels` names the key that decides the data's channels, for the message.
         """
+        against = channels_hint(where, channels)
         batch = {k: v.unsqueeze(0) if torch.is_tensor(v) else [v] for k, v in sample.items()}
         batch = self.to_device(batch)
         try:
@@ -343,12 +351,13 @@ class ModelPlain:
         except NETWORK_FAILURES as e:
             shapes = ', '.join(f'{k} {tuple(v.shape[1:])}' for k, v in batch.items() if torch.is_tensor(v))
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) cannot take a sample of {where} ({shapes}): '
-                            f'{failure_text(e)}') from None
+                            f'{failure_text(e)}' + (f' (check netG\'s channels against {against})' if channels else '')
+                            ) from None
         target = batch['H']
         if out.shape != target.shape:
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) turns {where} input {tuple(batch["L"].shape[1:])} '
                             f'into {tuple(out.shape[1:])}, but the target H is {tuple(target.shape[1:])} '
-                            f'(check netG\'s scale/channels against "scale" and "n_channels")')
+                            f'(check netG\'s scale against "scale" and its channels against {against})')
         for key, loss in self.pixel_losses():
             try:
                 with self.probe():

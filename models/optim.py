@@ -22,7 +22,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
+from utils.dist import is_main_process
 from utils.errors import UserError
+from utils.logger import get_logger
 from utils.options import REQUIRED, Key, betas, non_negative, one_of, positive, rule
 from utils.registry import Registry
 
@@ -557,8 +559,13 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any],
     'milestones': Key([], (list,), _int_list, 'iterations at which the learning rate is multiplied by gamma'),
     'gamma': Key(0.5, (int, float), positive, 'the factor at each milestone')})
 def _multistep(where: str, milestones: List[int], gamma: float) -> Dict[str, Any]:
-    """Step decay: the learning rate is multiplied by gamma at each milestone (torch's MultiStepLR)."""
-    return {'kind': 'multistep', 'gamma': gamma, 'milestones': list(milestones)}
+    """Milestones are used in increasing order (as torch's MultiStepLR counts them); given in another order,
+    one warning line says so, since an unordered list is more often a typo than a choice."""
+    ordered = sorted(milestones)
+    if ordered != list(milestones) and is_main_process():
+        get_logger().warning(f'{where}milestones: {list(milestones)} are not in increasing order; they are used '
+                             f'sorted: {ordered}')
+    return {'kind': 'multistep', 'gamma': gamma, 'milestones': ordered}
 
 
 @SCHEDULERS.register('none')

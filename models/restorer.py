@@ -22,7 +22,7 @@ from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 from utils.image import bit_depth, images_to_float, imresize_bicubic, tensor2uint, to_uint8
 from utils.logger import get_logger
-from utils.memory import available_memory
+from utils.memory import memory_budget
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
 
@@ -37,7 +37,8 @@ def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Mod
 
     A negative integer (a width, count or channel number) is a user error naming the key; the
     network is then built without memory (`torch.device('meta')`) to count its parameters, and one
-    whose weights alone exceed the memory this machine has available is refused with its size,
+    whose weights alone exceed the memory this process may still take (the machine's, or a job's memory
+    cgroup limit: utils/memory.py) is refused with its size,
     instead of failing to allocate; a parameter without elements (e.g. `nc: 0`) is a user error too.
     """
     for key, value in netG.items():
@@ -47,10 +48,10 @@ def build_checked_network(netG: Dict[str, Any], section: str = 'netG') -> nn.Mod
             raise UserError(f'{section}.{key}: {value} must not be negative (widths, counts and channel numbers '
                             f'are sizes)')
     count = _parameter_count(netG, section)
-    free = available_memory()
-    if count is not None and free is not None and 4 * count > free:
+    budget = memory_budget()
+    if count is not None and budget is not None and 4 * count > budget.available:
         raise UserError(f'{section} ({netG["net_type"]}): {count:,} parameters, {4 * count / 1e9:,.1f} GB of '
-                        f'float32 weights alone, more than the {free / 1e9:.1f} GB this machine has available; '
+                        f'float32 weights alone, more than {budget.has(f"{budget.available / 1e9:.1f} GB")}; '
                         f'check its sizes ({", ".join(k for k, v in netG.items() if isinstance(v, (int, list)))})')
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='Initializing zero-element tensors')

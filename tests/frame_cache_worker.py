@@ -29,6 +29,7 @@ from tests.conftest import unchecked_section  # noqa: E402
 from utils import dist  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.logger import setup_logger  # noqa: E402
+from utils.memory import MemoryBudget  # noqa: E402
 
 
 def mapping_of(buffer: np.ndarray) -> dict:
@@ -82,10 +83,11 @@ def main() -> None:
         os.environ['MASTER_PORT'] = os.environ['SLOW_FILL_PORT']
         c10d.init_process_group('gloo', timeout=datetime.timedelta(seconds=2))
         frame_cache.ROUND_S = float(os.environ.get('SLOW_FILL_ROUND_S', '0.5'))
+        frame_cache.FILL_THREADS = 1  # 6 frames x 0.5 s one after the other: longer than the timeout
     if scenario == 'share':
         frame_cache.ROUND_S = 0.0  # one frame per round: the ranks agree between any two frames
     if scenario == 'refuse' or (scenario == 'two_nodes_one_short' and state.rank == 1):
-        frame_cache.available_memory = lambda: 1000
+        frame_cache.memory_budget = lambda: MemoryBudget(1000)
     if scenario.startswith('two_nodes'):
         frame_cache.node_key = lambda: f'node{state.rank}'  # as if each rank ran on a machine of its own
     if scenario == 'no_proc' and state.rank == 1:

@@ -13,12 +13,17 @@ The production code has no test hooks; this wrapper patches it from outside:
 - POISON_AT=k: after the optimizer step of iteration k a weight of netG becomes NaN (the loss
   and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
-  first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed.
+  first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed;
+- RECORD_SAMPLES=prefix: each rank appends one JSON line per micro-batch to `<prefix>.<rank>.jsonl`:
+  {"call": its n-th backward in this process, "micro": i, "samples": [file name + a hash of the input]},
+  what identifies each training sample (the image, and its crop and noise).
 
 `injected(env)` patches them in for a `with` block (tests/conftest.py's `run_main(..., faults=...)` runs the
 loop in the test's process so); run as a script, for the whole process.
 """
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -62,8 +67,16 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
     original_backward = ModelPlain.backward
     calls = {'n': 0}
 
+    record = env.get('RECORD_SAMPLES')
+
     def backward(self, batches):
         calls['n'] += 1
+        if record:
+            with open(f'{record}.{dist.get_rank()}.jsonl', 'a') as f:
+                for i, batch in enumerate(batches):
+                    samples = [f'{os.path.basename(path)}:{hashlib.sha1(x.numpy().tobytes()).hexdigest()[:12]}'
+                               for path, x in zip(batch['H_path'], batch['L'])]
+                    f.write(json.dumps({'call': calls['n'], 'micro': i, 'samples': samples}) + '\n')
         loss = original_backward(self, batches)
         first_attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
         if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK') and first_attempt:

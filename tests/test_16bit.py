@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import dataset_options, need_module, run, tiny_options, unchecked_section, write_options
+from conftest import need_module, run, tiny_options, unchecked_section, write_options
 from data.checks import image_depths
 from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.sampler import TrainKey

@@ -6,7 +6,6 @@ their own); no host read of a device value in the step."""
 import json
 import math
 import os
-import random
 import sys
 
 import numpy as np
@@ -16,7 +15,6 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, default_collate
 
 from conftest import clean_env, run, tiny_options, write_options
-from data import batch_augment
 from data.batch_augment import (PARAMS_KEY, PARTNER, PLAN_KEY, BatchAugmented, apply, check_batch, cutblur, cutmix,
                                 iteration_plan, mixup, resizemix)
 from data.registry import DATASETS

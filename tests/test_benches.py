@@ -79,6 +79,9 @@ EXPECTED: Dict[str, Expected] = {
         r'^per process ', *[rf'^  {kind}.* \| +{NUM} \| +{NUM} \| +{NUM} \|' for kind in ('image patches', 'spike')],
         r'^decoders ', rf'^  blurred LQ frame PNG +\| +320x256 +\| +{NUM} \| +{NUM} \| +{NUM} \| +{NUM} \| {NUM}$',
         r'^where a sample', r'^  spike\+RGB clips, ours cache_data +baseline .* ours .*spikes +\d+ %',
+        r'^cache fill ', *[rf'^  {kind} +\| +\d+ \| +{NUM} \| +{NUM} \| {NUM} \(\d+ threads?\)$'
+                           for kind in ('image patches, ours cache_data', r'clips, ours cache_data / base frame folders',
+                                        'spike\\+RGB clips, ours cache_data')],
         r'^== done \d\d:\d\d:\d\d$',
     ], slow=False),
     'bench_loop.py': Expected([

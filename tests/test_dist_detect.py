@@ -154,7 +154,9 @@ def test_all_reduce_sum_and_max_pass_their_op_and_return_the_tensor(monkeypatch)
     assert ops == [torch.distributed.ReduceOp.SUM, torch.distributed.ReduceOp.MAX]
 
 
-def test_a_single_cpu_process_takes_its_usable_cores_minus_its_loader_workers(monkeypatch):
+def test_a_single_cpu_process_takes_one_thread_per_usable_core_shared_with_its_loader_workers(monkeypatch):
+    """Every usable core (the demo's loader worker is idle 99 % of a step), its threads sleeping when idle, and
+    denormals flushed on CPU (Adam's moments of dead weights decay through them)."""
     import os
 
     import torch
@@ -164,11 +166,32 @@ def test_a_single_cpu_process_takes_its_usable_cores_minus_its_loader_workers(mo
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3, 4, 5})
     before = torch.get_num_threads()
     try:
-        assert set_cpu_threads(DistState('single'), 2, {}) == ('CPU: 4 torch threads (6 usable cores - 2 loader '
-                                                                'workers; OMP_NUM_THREADS overrides)')
-        assert torch.get_num_threads() == 4
-        assert set_cpu_threads(DistState('single'), 8, {}).startswith('CPU: 1 torch thread (')  # at least one
+        torch.set_flush_denormal(False)
+        assert set_cpu_threads(DistState('single'), 2, {'OMP_WAIT_POLICY': 'PASSIVE'}) == (
+            'CPU: 6 torch threads (one per usable core, shared with 2 loader workers; idle threads sleep: '
+            'OMP_WAIT_POLICY=PASSIVE; OMP_NUM_THREADS overrides)')
+        assert torch.get_num_threads() == 6
+        assert (torch.tensor([1e-39]) * 2).item() == 0  # a denormal is flushed to zero
+        assert set_cpu_threads(DistState('single'), 0, {}) == (
+            'CPU: 6 torch threads (one per usable core; idle threads may spin: OMP_WAIT_POLICY=unset; '
+            'OMP_NUM_THREADS overrides)')
         assert set_cpu_threads(DistState('single'), 0, {'OMP_NUM_THREADS': '3'}) is None  # the user's choice
         assert set_cpu_threads(DistState('env', world_size=2, rank=0), 0, {}) is None  # DDP: init gives 1 each
     finally:
         torch.set_num_threads(before)
+        torch.set_flush_denormal(False)
+
+
+@pytest.mark.parametrize('entry', ['main_train', 'main_test'])
+def test_the_entry_points_make_openmps_idle_threads_sleep_unless_the_user_says_otherwise(entry):
+    """Set before torch loads OpenMP, which reads it once."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, clean_env
+    code = f'import os, {entry}; print(os.environ["OMP_WAIT_POLICY"])'
+    env = {k: v for k, v in clean_env().items() if k != 'OMP_WAIT_POLICY'}
+    for given, expected in ((None, 'PASSIVE'), ('ACTIVE', 'ACTIVE')):
+        run_env = dict(env, **({'OMP_WAIT_POLICY': given} if given else {}))
+        out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=run_env, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr[-2000:]

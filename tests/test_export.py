@@ -207,7 +207,6 @@ def test_a_network_whose_forward_branches_on_its_input_size_is_one_line_naming_i
 
 def test_size_exports_a_network_whose_forward_depends_on_the_input_size_for_that_size():
     need_onnx()
-    import onnx
     import onnxruntime as ort
 
     class SizeBranch(nn.Module):

@@ -31,6 +31,7 @@ from data.synthetic.gopro import make_gopro_spike
 from frame_cache_worker import mapping_of
 from utils.errors import UserError
 from utils.image import imread_uint, imwrite
+from utils.memory import MemoryBudget
 
 PY = sys.executable
 TRAIN_KEYS = [(0, 11), (3, 12345), (5, 7)]
@@ -150,6 +151,35 @@ def test_forked_loader_workers_read_the_cache_filled_before_they_started(gopro):
         assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H']) and a['key'] == b['key']
 
 
+def _test_clips(root, cls=None, **over):
+    from data.datasets.video import VideoRecurrentTestDataset
+    cls = cls or VideoRecurrentTestDataset
+    given = {'dataroot_gt': f'{root}/test_GT', 'dataroot_lq': f'{root}/test_GT_blurred'}
+    if cls is not VideoRecurrentTestDataset:  # the denoising set reads GT folders only
+        given = {'dataroot_gt': f'{root}/test_GT', 'sigma': 10}
+    return cls(unchecked_section(cls, 'test', **{**given, **over}))
+
+
+@pytest.mark.parametrize('kind', ['recurrent', 'recurrent+sigma', 'denoising'])
+def test_cache_data_of_whole_clip_test_sets_holds_their_frames_and_yields_the_same_clips(gopro, tmp_path, kind):
+    """KAIR's test sections say `cache_data: true`: honoured, as for training (one copy per node); every item
+    is then read from RAM, so removing the files after the fill changes nothing."""
+    import shutil
+    from data.datasets.video_denoising import VideoRecurrentTestNonblindDenoisingDataset
+    root = str(tmp_path / 'gopro')
+    shutil.copytree(gopro, root)
+    cls = VideoRecurrentTestNonblindDenoisingDataset if kind == 'denoising' else None
+    extra = {'sigma': 10} if kind == 'recurrent+sigma' else {}
+    plain, cached = _test_clips(root, cls, **extra), _test_clips(root, cls, cache_data=True, **extra)
+    assert plain.cache is None and cached.cache is not None
+    frames = sum(len(c[1]) for c in cached.clips)
+    assert len(cached.cache.index) == (2 * frames if kind == 'recurrent' else frames)  # LQ unread with sigma
+    items = [plain[i] for i in range(len(plain))]
+    shutil.rmtree(root)
+    for i, item in enumerate(items):
+        _items_equal(item, cached[i])
+
+
 def test_a_corrupt_image_fails_while_the_cache_fills_naming_the_file(tmp_path):
     root = _images(tmp_path / 'H')
     bad = os.path.join(root, '002.png')
@@ -185,7 +215,7 @@ def test_main_train_with_a_corrupt_cached_image_exits_2_with_one_line_and_writes
 
 def test_a_cache_larger_than_the_available_memory_is_refused_before_filling(tmp_path, monkeypatch):
     root = _images(tmp_path / 'H')
-    monkeypatch.setattr(frame_cache, 'available_memory', lambda: 1000)
+    monkeypatch.setattr(frame_cache, 'memory_budget', lambda: MemoryBudget(1000))
     with pytest.raises(UserError, match=r'datasets\.train: the decoded frames need .* GiB but this machine has .* '
                                         r'available; set cache_data to false'):
         DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', dataroot_H=root, H_size=24, cache_data=True))
@@ -213,10 +243,10 @@ def test_cache_data_auto_caches_what_fits_in_half_the_available_memory(tmp_path,
         for key in TRAIN_KEYS:
             _items_equal(plain[key], auto[key])
         need = sum(h * w * c for _, (h, w, c), _ in auto.cache.index.values())
-        monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need - 1)  # just over half
+        monkeypatch.setattr(frame_cache, 'memory_budget', lambda: MemoryBudget(2 * need - 1))  # just over half
         assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is None
         assert 'exceed 50% of the' in caplog.text and 'decoded per sample' in caplog.text
-        monkeypatch.setattr(frame_cache, 'available_memory', lambda: 2 * need)
+        monkeypatch.setattr(frame_cache, 'memory_budget', lambda: MemoryBudget(2 * need))
         assert DatasetDnCNN(unchecked_section(DatasetDnCNN, 'train', cache_data='auto', **opts)).cache is not None
 
 

@@ -57,6 +57,13 @@ def test_the_gan_model_needs_a_netd_and_other_models_refuse_one(tmp_path, demo_i
         validate({**plain, 'train': {'D_lossfn_weight': 0.1}}, option_rules())
 
 
+def test_f_lossfn_type_is_checked_with_the_options_before_anything_is_built(tmp_path, demo_images):
+    """KAIR's two feature distances; anything else is the options' one line, like every other type key."""
+    assert isinstance(_model(tmp_path, demo_images, F_lossfn_type='l2').perceptual.lossfn, torch.nn.MSELoss)
+    with pytest.raises(OptionsError, match=r'train\.F_lossfn_type: "l3" must be one of l1, l2$'):
+        validate(_tiny(tmp_path, demo_images, F_lossfn_type='l3'), option_rules())
+
+
 def test_netd_keys_kair_ignores_are_noted_and_a_typo_is_an_error(tmp_path, demo_images):
     opt = _tiny(tmp_path, demo_images)
     opt['netD'].update(n_layers=3, norm_type='batch')  # KAIR writes them for every discriminator

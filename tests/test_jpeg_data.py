@@ -1,9 +1,11 @@
 """KAIR's `jpeg` dataset: L is H after a JPEG round trip at the quality factor (SwinIR's CAR models)."""
+import sys
+
 import cv2
 import numpy as np
 import pytest
 
-from conftest import dataset_options
+from conftest import dataset_options, run, tiny_options, write_options
 from data.datasets.jpeg import DatasetJPEG
 from data.degradations.jpeg import jpeg_roundtrip
 from metrics.fidelity import rgb2y
@@ -59,3 +61,24 @@ def test_a_quality_outside_1_to_100_is_a_one_line_error(demo_images, key, value)
     with pytest.raises(UserError, match=rf'^<options>: datasets\.train\.{key}: {value} must be a JPEG quality from 1 '
                                         rf'to 100$'):
         _ds(demo_images, **{key: value})
+
+
+@pytest.mark.parametrize('is_color, in_nc, says', [(False, 3, '1-channel gray images (is_color false)'),
+                                                   (True, 1, '3-channel colour images (is_color true)')])
+def test_a_network_that_does_not_fit_the_gray_or_colour_choice_is_one_line_naming_is_color(tmp_path, demo_images,
+                                                                                          is_color, in_nc, says):
+    """KAIR's jpeg files choose gray or colour with the top-level `is_color` (training reads colour images
+    either way): the start-up line names that key, not n_channels, which these sections do not read."""
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images)
+    opt['is_color'] = is_color
+    opt['netG'].update(in_nc=in_nc, out_nc=in_nc)
+    for phase, section in opt['datasets'].items():
+        opt['datasets'][phase] = {'name': section['name'], 'dataset_type': 'jpeg', 'dataroot_H': section['dataroot_H'],
+                                  **({'H_size': 24, 'dataloader_batch_size': 2, 'dataloader_num_workers': 0}
+                                     if phase == 'train' else {})}
+    res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: netG (dncnn) cannot take a sample of '
+                                                                  'datasets.train'), res.stderr
+    assert res.stderr.rstrip().endswith(f"(check netG's channels against datasets.train: {says})"), res.stderr
+    assert not (tmp_path / 'exp').exists()

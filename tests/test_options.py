@@ -237,6 +237,20 @@ def test_a_top_level_key_no_dataset_takes_is_noted_not_silently_dropped(tmp_path
     assert read_options(_opts(tmp_path, is_color=False))['_notes'] == ['is_color: no dataset section takes it; ignored']
 
 
+def test_a_file_without_a_train_section_says_once_that_training_runs_on_defaults(tmp_path):
+    import utils.options as options
+    raw = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'))
+    del raw['train']
+    opt = read_options(write_options(str(tmp_path / 'o.json'), raw))
+    assert options.training_notes(opt) == [
+        'train: the option file has no train section: every train key takes its default (G_lossfn_type "l1", '
+        'G_optimizer_type "adam", G_optimizer_lr 0.0001, G_scheduler_type "MultiStepLR", total_iter 1000000, ...)']
+    assert opt['_notes'] == []  # main_test reads such files too: the note is the training run's
+    # a train key given on the command line makes the section: nothing to say
+    assert options.training_notes(read_options(str(tmp_path / 'o.json'), ['train.total_iter=5'])) == []
+    assert options.training_notes(read_options(_opts(tmp_path))) == []
+
+
 def test_a_top_level_scale_that_nothing_takes_is_noted_and_scoring_stays_at_scale_one(tmp_path):
     from models.restorer import ImageRestorer
     opt = read_options(_opts(tmp_path, scale=2))  # DnCNN data and network: nothing works at scale 2

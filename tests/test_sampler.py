@@ -72,7 +72,7 @@ def test_state_dict_round_trip_resumes_mid_epoch():
     a.set_start(4)
     b = ResumableDistributedSampler(_Sized(30), 2, 0, seed=5)
     b.load_state_dict(a.state_dict())
-    assert b.state_dict() == {'epoch': 2, 'start': 4}
+    assert b.state_dict() == {'epoch': 2, 'position': 8}
     assert list(b) == list(a)
 
 

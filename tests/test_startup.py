@@ -14,7 +14,8 @@ from tests.conftest import run_main, tiny_options, write_options
 
 @pytest.mark.parametrize('override, message', [
     ('netG.nc=0', 'netG (dncnn): parameter model.0.weight has no elements'),
-    ('n_channels=1', 'netG (dncnn) cannot take a sample of datasets.train'),
+    ('n_channels=1', 'netG (dncnn) cannot take a sample of datasets.train (L (1, 24, 24), H (1, 24, 24)): '
+                     'Given groups=1'),
     ('train.G_lossfn_type="ssimm"', 'G_lossfn_type'),
     ('model="gann"', 'model'),
     ('path.pretrained_netG="/nowhere/G.pth"', 'path.pretrained_netG: /nowhere/G.pth: checkpoint file not found'),

@@ -123,6 +123,20 @@ def test_multistep_matches_torch_multisteplr():
     assert got == pytest.approx(expected)
 
 
+def test_milestones_out_of_order_are_used_sorted_and_one_warning_line_says_so(caplog):
+    import logging
+    given = {'G_scheduler_type': 'MultiStepLR', 'G_scheduler_milestones': [5, 3], 'G_scheduler_gamma': 0.5}
+    with caplog.at_level(logging.WARNING, logger='restoration'):
+        seq = lr_sequence(given, 7)
+    assert seq == [1, 1, 1, 0.5, 0.5, 0.25, 0.25]
+    assert [r.getMessage() for r in caplog.records] == [
+        'train.G_scheduler_milestones: [5, 3] are not in increasing order; they are used sorted: [3, 5]']
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger='restoration'):
+        lr_sequence({**given, 'G_scheduler_milestones': [3, 5, 5]}, 2)  # repeated: in order (torch counts both)
+    assert caplog.records == []
+
+
 def test_cosine_restart_with_period_list_follows_basicsr():
     opt = {'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': [4, 4],
            'G_scheduler_restart_weights': [1, 0.5], 'G_scheduler_eta_min': 0.0}

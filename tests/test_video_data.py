@@ -423,7 +423,11 @@ def test_spike_dat_files_are_checked_from_their_length(pattern_root):
 
 @pytest.mark.parametrize('dataset_type,over,message', [
     ('VideoRecurrentTrainDataset', {'gt_size': 0}, 'gt_size: 0 must be >= 1'),
-    ('VideoRecurrentTrainDataset', {'num_frame': -1}, 'num_frame: -1 must be >= 1'),
+    ('VideoRecurrentTrainDataset', {'num_frame': -1}, 'num_frame: -1 must be >= 1: the number of frames of each '
+                                                      'random training window (-1, all frames, is for Vimeo training '
+                                                      'sets and for test sets)'),
+    ('VideoRecurrentTrainDataset', {'num_frame': 0}, 'num_frame: 0 must be >= 1: the number of frames of each random '
+                                                     'training window'),
     ('VideoRecurrentTrainDataset', {'interval_list': [1, 0]}, 'interval_list: [1, 0] must be a non-empty list of '
                                                               'integers >= 1'),
     ('VideoRecurrentTrainDataset', {'filename_ext': '.png'}, 'filename_ext: ".png" must be an extension without the '

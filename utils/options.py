@@ -230,6 +230,9 @@ SCHEMA: Dict[str, Any] = {
                                                   'saved with the run)'),
         'total_iter': Key(1_000_000, (int,), _iterations, 'iterations (optimizer steps) to train'),
         'accumulate_steps': Key(1, (int,), positive, 'micro-batches per optimizer step (gradient accumulation)'),
+        'keep_effective_batch': Key(False, (bool,), help='on a resume with another number of processes or batch: '
+                                                         'accumulate_steps becomes what keeps the effective batch '
+                                                         '(processes x batch x accumulation)'),
         'checkpoint_test': Key(5000, (int,), positive, 'validate every this many iterations'),
         'checkpoint_save': Key(5000, (int,), positive, 'save a checkpoint every this many iterations'),
         'checkpoint_print': Key(200, (int,), positive, 'log losses and speed every this many iterations'),
@@ -689,6 +692,21 @@ class _Validator:
                 self.named(path, node[key], lookup)
 
 
+# What a run without a `train` section trains with, named in its note (those of the keys the model has).
+_DEFAULTS_SHOWN = ('G_lossfn_type', 'G_optimizer_type', 'G_optimizer_lr', 'G_scheduler_type', 'total_iter')
+
+
+def training_notes(opt: Dict[str, Any]) -> List[str]:
+    """Notes only a training run needs (main_test reads the same files without a `train` section): one line
+    when the file has no `train`, since every training key then takes its default (a section misnamed or
+    dropped while editing would otherwise train silently on defaults)."""
+    if 'train' not in opt['_missing']:
+        return []
+    train = opt['train']
+    shown = ', '.join(f'{k} {json.dumps(train[k])}' for k in _DEFAULTS_SHOWN if k in train)
+    return [f'train: the option file has no train section: every train key takes its default ({shown}, ...)']
+
+
 def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> Dict[str, Any]:
     """Check `data` and return a new dict with every key present (defaults filled)."""
     v = _Validator(source)
@@ -716,6 +734,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         if isinstance(static.get(sec, {}), dict):
             static[sec], schema[sec] = v.choices(static.get(sec, {}), schema[sec], chosen, f'{sec}.')
     opt = v.section(static, schema, '')
+    opt['_missing'] = [sec for sec in SCHEMA if isinstance(SCHEMA[sec], dict) and sec not in data]
     for check in rules.checks:
         problem = check(opt)
         if problem:

@@ -43,6 +43,18 @@ def positive(default: int) -> Key:
     return Key(default, (int,), at_least(1))
 
 
+def window_length(default: int) -> Key:
+    """`num_frame` of a training set that crops random windows from long clips (GoPro, REDS, DAVIS): a length
+    >= 1. KAIR's and BasicSR's -1 ("all frames") belongs to Vimeo's septuplets and to test sets; here it
+    would stack a whole clip of ~100 frames, which KAIR's and BasicSR's own training sets cannot do either."""
+    def check(v: int) -> Optional[str]:
+        if v >= 1:
+            return None
+        hint = ' (-1, all frames, is for Vimeo training sets and for test sets)' if v == -1 else ''
+        return f'must be >= 1: the number of frames of each random training window{hint}'
+    return Key(default, (int,), check)
+
+
 def frame_name_keys(tmpl: str) -> Dict[str, Key]:
     """`filename_tmpl` (the frame number's format, default `tmpl`) and `filename_ext` (png)."""
     return {'filename_tmpl': Key(tmpl, (str,), int_format(f'"{tmpl}"')), 'filename_ext': Key('png', (str,), extension)}

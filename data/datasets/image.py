@@ -135,6 +135,12 @@ class ImageDataset(Dataset):
         """Channels the images are read with (`n_channels`)."""
         return self.opt['n_channels']
 
+    def channels_note(self) -> str:
+        """What the items' channel count is and which key sets it, for start-up messages about a network
+        that does not fit it."""
+        n = self.opt['n_channels']
+        return f'{n}-channel images (n_channels {n})'
+
     def _check_patch_options(self) -> None:
         if self.patch_size % self.scale:
             raise UserError(f'{self.where}.H_size: {self.patch_size} is not divisible by '

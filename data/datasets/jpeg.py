@@ -38,6 +38,11 @@ class DatasetJPEG(ImageDataset):
         """Colour: 3. Gray: training reads colour (converted per sample), evaluation reads gray."""
         return 3 if self.opt['is_color'] or self.train else 1
 
+    def channels_note(self) -> str:
+        """Training reads colour but yields gray when not `is_color`: the key that decides is is_color."""
+        return ('3-channel colour' if self.color else '1-channel gray') + \
+            f' images (is_color {"true" if self.color else "false"})'
+
     def check_options(self) -> None:
         super().check_options()
         self.color = self.opt['is_color']

@@ -6,8 +6,9 @@ exposure (see `data/datasets/spike.py`). With spikes, each LQ frame gets the spi
 as extra channels, so 'L' is T×(3+S)×h×w and the network sees RGB and spikes of the same pixels.
 
 Train items are sampled around every frame listed in `meta_info_file` (as KAIR/BasicSR do); test
-items are whole clips read lazily, never cached in memory (KAIR caches every test clip as float32
-on every rank, which does not fit REDS/GoPro on a normal machine).
+items are whole clips read when asked for, or with `cache_data` from decoded uint8 frames held once
+per node (KAIR caches every test clip as float32 on every rank, which does not fit REDS/GoPro on a
+normal machine).
 
 The options check each value alone (the `Key`s in OPTIONS); both datasets check what relates several
 keys and the header of every frame and spike file when they are built (`check_frames`, data/datasets/clips.py),
@@ -20,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, TrainingWindows, WholeClips,
-                        add_noise, check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        add_noise, check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.spike import SPIKE_OPTIONS, SpikeSource
 from data.datasets.transforms import augment, common_size, paired_crop_window
@@ -55,7 +56,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         'val_partition': Key('REDS4', (str,), one_of(*REDS_VAL_PARTITIONS)),  # REDS clips held out for validation
         'test_mode': False,            # True keeps only the val_partition clips
         'io_backend': IO_BACKEND,
-        'num_frame': positive(6),
+        'num_frame': window_length(6),
         'gt_size': positive(256),
         'scale': positive(1),
         'interval_list': INTERVALS,
@@ -269,8 +270,9 @@ class VideoRecurrentTestDataset(WholeClips):
     """One whole clip per index: every clip folder of dataroot_lq with its GT (and spike) frames.
 
     `num_frame` -1 takes all frames; a positive value keeps only the first `num_frame` frames of each
-    clip (quick validation). `cache_data` is accepted for KAIR option files but ignored: clips are
-    always read lazily, one per `__getitem__`.
+    clip (quick validation). Clips are read when asked for, unless `cache_data` (KAIR's key, which KAIR
+    honours with float32 clips on every rank) holds their decoded uint8 frames in RAM, one copy per node
+    (data/frame_cache.py): a validation set evaluated every few thousand iterations is then decoded once.
     """
 
     train_type = 'VideoRecurrentTrainDataset'
@@ -279,8 +281,7 @@ class VideoRecurrentTestDataset(WholeClips):
         'dataroot_lq': REQUIRED,
         'io_backend': IO_BACKEND_DISK,
         'num_frame': Key(-1, (int,), all_or_first('clips')),
-        'cache_data': Key(False, (bool,), help='accepted for KAIR option files and ignored: test clips are read '
-                                               'when asked for'),
+        'cache_data': CACHE_DATA,  # decoded frames in RAM, one copy per node (spike streams are read per item)
         'sigma': NOISE_STD,            # KAIR's non-blind denoising test (VRT 008): L = GT + noise + level map
         **SPIKE_OPTIONS,
     }
@@ -322,25 +323,33 @@ class VideoRecurrentTestDataset(WholeClips):
         if not self.clips:
             raise UserError(f'{p}.dataroot_lq: no clip folders with images in {lq_root}')
         self.check_files()
+        # with sigma the LQ folder is never read (noise is added to the GT frames): only GT frames are cached
+        cached = [path for _, lqs, gts, _ in self.clips for path in (gts if self.sigma is not None else gts + lqs)]
+        self.cache = cache_frames(opt['cache_data'], frame_shapes(cached, self.header_sizes, 3),
+                                  lambda path: imread_uint(path, 3), p)
 
     def check_files(self) -> None:
         """Header and size of every frame and spike file of every clip (see check_frames)."""
         frames = [(clip, gt, lq, spikes[i] if spikes else None)
                   for clip, lqs, gts, spikes in self.clips for i, (lq, gt) in enumerate(zip(lqs, gts))]
-        check_frames(self.prefix, frames, None, None, self.spike)
+        self.header_sizes = check_frames(self.prefix, frames, None, None, self.spike)
+
+    def _read(self, path: str) -> np.ndarray:
+        """One frame, float32 RGB in [0, 1]: from the cache, else decoded from its file."""
+        return to_float(self.cache.get(path) if self.cache is not None else imread_uint(path, 3))
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         clip, lq_paths, gt_paths, spike_paths = self.clip(index)
         if self.sigma is not None:  # as KAIR: the LQ folder is not read, noise is added to the GT frames
-            H = stack_tensor([to_float(imread_uint(path, 3)) for path in gt_paths])
+            H = stack_tensor([self._read(path) for path in gt_paths])
             return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
                     'lq_path': list(gt_paths), 'gt_path': list(gt_paths)}
         lqs = []
         for i, path in enumerate(lq_paths):
-            lq = to_float(imread_uint(path, 3))
+            lq = self._read(path)
             if self.spike:
                 lq = np.concatenate([lq, self.spike.decode(spike_paths[i], lq.shape[:2], spike_paths[i])], axis=2)
             lqs.append(lq)
-        gts = [to_float(imread_uint(path, 3)) for path in gt_paths]
+        gts = [self._read(path) for path in gt_paths]
         return {'L': stack_tensor(lqs), 'H': stack_tensor(gts), 'folder': clip,
                 'lq_path': list(lq_paths), 'gt_path': list(gt_paths)}

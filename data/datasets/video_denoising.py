@@ -18,9 +18,10 @@ from typing import Any, Dict, List, Tuple, Union
 
 
 from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, add_noise,
-                        check_folder, check_frames, frame_name_keys, item_rng, parse_meta_info, positive,
+                        check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.transforms import augment, random_crop
+from data.frame_cache import CACHE_DATA, cache_frames, frame_shapes
 from data.option_checks import all_or_first, noise_level, only
 from data.registry import DATASETS
 from utils.errors import UserError
@@ -40,7 +41,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
         'meta_info_file': REQUIRED,
         'io_backend': IO_BACKEND,
         **frame_name_keys('08d'),      # DAVIS: "05d", "jpg"
-        'num_frame': positive(6),
+        'num_frame': window_length(6),
         'gt_size': positive(256),
         'scale': Key(1, (int,), only(1, 'denoising keeps the frame size')),
         'interval_list': INTERVALS,
@@ -109,7 +110,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
 class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
     """Every clip folder of dataroot_gt, whole (or its first `num_frame` frames), noised at `sigma`.
 
-    `cache_data` is accepted for KAIR option files and ignored: clips are read when asked for.
+    Clips are read when asked for, unless `cache_data` holds their decoded frames in RAM, one copy per node
+    (data/frame_cache.py).
     """
 
     train_type = 'VideoRecurrentTrainNonblindDenoisingDataset'
@@ -119,8 +121,7 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
         'io_backend': IO_BACKEND_DISK,
         'num_frame': Key(-1, (int,), all_or_first('clips')),
         'sigma': SIGMA,                # noise std on the 0..255 scale
-        'cache_data': Key(False, (bool,), help='accepted for KAIR option files and ignored: test clips are read '
-                                               'when asked for'),
+        'cache_data': CACHE_DATA,
     }
 
     def __init__(self, opt: Dict[str, Any]):
@@ -136,10 +137,14 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
                 self.clips.append((clip_dir.name, paths[:num_frame] if num_frame > 0 else paths))
         if not self.clips:
             raise UserError(f'{p}.dataroot_gt: no clip folders with images in {root}')
-        check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None, None)
+        sizes = check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None,
+                             None)
+        self.cache = cache_frames(opt['cache_data'], frame_shapes([q for _, paths in self.clips for q in paths], sizes, 3),
+                                  lambda path: imread_uint(path, 3), p)
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         clip, paths = self.clip(index)
-        H = stack_tensor([to_float(imread_uint(path, 3)) for path in paths])
+        H = stack_tensor([to_float(self.cache.get(path) if self.cache is not None else imread_uint(path, 3))
+                          for path in paths])
         return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
                 'lq_path': list(paths), 'gt_path': list(paths)}

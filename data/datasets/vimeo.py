@@ -8,7 +8,9 @@ With io_backend lmdb, frame `im<i>` of `<clip>/<seq>` is the key `<clip>/<seq>/i
 create_lmdb writes it (scripts/make_lmdb.py --layout vimeo builds one).
 
 Frames (KAIR's neighbour list): `num_frame` frames `interval` apart, centred in the sequence:
-num_frame 7 → im1..im7, 5 → im2..im6, 3 → im3..im5, 1 → im4.
+num_frame 7 → im1..im7, 5 → im2..im6, 3 → im3..im5, 1 → im4; -1 → the whole sequence, consecutive
+frames (KAIR's and BasicSR's recurrent Vimeo training sets always stack im1..im7, and their option files
+write `num_frame: -1`, "not needed", for that).
 
 Temporal padding, applied to L and H alike so every frame the network returns has its target:
 - `pad_sequence` (KAIR's VRT): the last frame once more, 7 → 8 frames (t = 0..6, 6);
@@ -105,6 +107,19 @@ def _check_vfi_num_frame(num_frame: int, prefix: str, key: str = 'num_frame') ->
                         f'got {num_frame}')
 
 
+def _whole_sequence(seqs: Sequence[Tuple[str, int, Optional[Size]]], opt: Dict[str, Any], prefix: str) -> int:
+    """The number of frames `num_frame: -1` stacks: that of every listed sequence (items are batched)."""
+    lengths = {num: seq for seq, num, _ in seqs}
+    if len(lengths) > 1:
+        (n1, s1), (n2, s2) = sorted(lengths.items())[:2]
+        raise UserError(f'{prefix}.num_frame: -1 stacks whole sequences, which then need one length to be '
+                        f'batched, but {s1} has {n1} frames and {s2} {n2} (meta_info_file); give a number of frames')
+    if opt['interval_list'] != [1]:
+        raise UserError(f'{prefix}.num_frame: -1 stacks whole sequences of consecutive frames: interval_list must '
+                        f'be [1], got {opt["interval_list"]}; give a number of frames for other intervals')
+    return next(iter(lengths), VIMEO_FRAMES)
+
+
 def _check_sequence_folders(store: FrameStore, seqs: Sequence[str]) -> None:
     """One line for the first listed sequence missing from a root (instead of seven per sequence)."""
     for name, root in store.roots.items():
@@ -124,7 +139,7 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
         'meta_info_file': REQUIRED,
         'io_backend': IO_BACKEND,
         **frame_name_keys('d'),        # im<frame:tmpl>: "d" → im1 .. im7
-        'num_frame': positive(7),
+        'num_frame': Key(7, (int,), all_or_first('sequence')),  # -1: the whole sequence (KAIR's RVRT 002/003)
         'gt_size': positive(256),
         'scale': positive(4),
         'interval_list': INTERVALS,
@@ -145,7 +160,8 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
     def __init__(self, opt: Dict[str, Any]):
         super().__init__(opt)
         p = self.prefix
-        self.num_frame = opt['num_frame']
+        seqs = parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file')
+        self.num_frame = opt['num_frame'] if opt['num_frame'] != -1 else _whole_sequence(seqs, opt, p)
         self.input_step = self.interpolation_step(opt, p)
         self.vfi = self.input_step is not None
         self.gt_size, self.scale, self.interval_list = opt['gt_size'], opt['scale'], opt['interval_list']
@@ -163,7 +179,6 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
         backend = opt['io_backend']['type']
         self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'])
 
-        seqs = parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file')
         span = (self.num_frame - 1) * max(self.interval_list) + 1
         for seq, num, _ in seqs:
             if num < span:

@@ -4,7 +4,8 @@ spandrel (MIT, https://github.com/chaiNNer-org/spandrel) maintains these archite
 `nn.Module`s built from the official constructor arguments; re-writing forty of them would only add
 bugs. Each is registered here as a `net_type` whose netG keys are the spandrel constructor's keyword
 arguments (validated by signature like our own networks), except `realplksr`, which takes the
-official RealPLKSR class's (see `realplksr_kwargs`).
+official RealPLKSR class's (see `realplksr_kwargs`), and `nafnet`, which adds `tlc`, the official
+NAFNetLocal's test-time local converter (`nafnet_tlc`).
 
 spandrel is imported only when a spandrel net_type is validated or built: importing this module (the
 registry scans every module of models/networks/ for names) must work where spandrel is not installed, and
@@ -36,6 +37,8 @@ class Architecture:
     # our kwargs → the class to build, where spandrel has one class per variant (Real-CUGAN's per scale)
     choose: Optional[Callable[..., str]] = None
     variants: Tuple[str, ...] = ()  # every class `choose` can pick (`cls` is the first)
+    # (built module, our kwargs) → the module to use: what the constructor does not do (NAFNet's TLC)
+    finish: Optional[Callable[..., nn.Module]] = None
 
     def load(self, cls: Optional[str] = None) -> type:
         """spandrel's class `cls` (default: `self.cls`), importing spandrel; a UserError when spandrel is not
@@ -65,13 +68,15 @@ class Architecture:
         """spandrel's module for our netG kwargs; a constructor's refusal becomes one line naming netG."""
         name = self.choose(**kwargs) if self.choose is not None else self.cls
         cls = self.load(name)
+        given = kwargs
         if self.adapter is not None:
             kwargs = self.adapter(**kwargs)
         try:
-            return cls(**kwargs)
+            model = cls(**kwargs)
         except (ValueError, AssertionError, TypeError, KeyError) as e:
             raise UserError(f'netG ({self.net_type}): spandrel\'s {name} refuses these options: '
                             f'{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}') from None
+        return self.finish(model, **given) if self.finish is not None else model
 
 
 class LazySignature:
@@ -135,6 +140,54 @@ def kbnet_s_kwargs(*, img_channel: int = 3, width: int = 64, middle_blk_num: int
                 dec_blk_nums=list(dec_blk_nums), lightweight=lightweight, ffn_scale=ffn_scale)
 
 
+def nafnet_kwargs(*, img_channel: int = 3, width: int = 16, middle_blk_num: int = 1, enc_blk_nums: List[int] = [],
+                  dec_blk_nums: List[int] = [], tlc: Any = None) -> Dict[str, Any]:
+    """NAFNet's keywords and `tlc`, the test-time local converter of the released GoPro/REDS models
+    (NAFNetLocal; see `nafnet_tlc`): null or false (global pooling, plain NAFNet), true (TLC for the official
+    256x256 training crops) or [H, W] (for a network trained on H x W crops)."""
+    tlc_train_size(tlc)  # checked before anything is built
+    return dict(img_channel=img_channel, width=width, middle_blk_num=middle_blk_num, enc_blk_nums=list(enc_blk_nums),
+                dec_blk_nums=list(dec_blk_nums))
+
+
+TLC_TRAIN_SIZE = (256, 256)  # NAFNetLocal's default train_size (1, 3, 256, 256): GoPro's and REDS's crops
+
+
+def tlc_train_size(tlc: Any) -> Optional[Tuple[int, int]]:
+    """The training crop size `tlc` asks for, or None for no TLC; a value of another kind is one line."""
+    if tlc is None or tlc is False:
+        return None
+    if tlc is True:
+        return TLC_TRAIN_SIZE
+    if isinstance(tlc, list) and len(tlc) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                       for v in tlc):
+        return tlc[0], tlc[1]
+    raise UserError(f'netG.tlc: must be false, true (training crops of {TLC_TRAIN_SIZE[0]}x{TLC_TRAIN_SIZE[1]}, '
+                    f'as the released GoPro/REDS models) or the training crop size [H, W], got {tlc!r}')
+
+
+def nafnet_tlc(model: nn.Module, *, tlc: Any = None, **_: Any) -> nn.Module:
+    """With `tlc`, every SCA pool of the NAFNet (`sca[0]`, a global average) becomes TLC's local average in
+    evaluation (models/networks/layers/tlc.py), with the window NAFNetLocal fixes for it: its level's feature
+    size for a zero-padded training crop, x 1.5. Level l (encoder l, the middle blocks at the bottom, decoder j
+    at level depth-1-j) sees the padded crop halved l times. Nothing is allocated: it works on the meta
+    device, and the state_dict is unchanged."""
+    size = tlc_train_size(tlc)
+    if size is None:
+        return model
+    from models.networks.layers.tlc import LocalAvgPool, tlc_kernel
+    depth = len(model.encoders)
+    pad = model.padder_size
+    padded = [s + (pad - s % pad) % pad for s in size]
+    stages = [(level, enc) for level, enc in enumerate(model.encoders)] + [(depth, model.middle_blks)] \
+        + [(depth - 1 - j, dec) for j, dec in enumerate(model.decoders)]
+    for level, stage in stages:
+        kernel = tuple(tlc_kernel(p >> level, s) for p, s in zip(padded, size))
+        for block in stage:
+            block.sca[0] = LocalAvgPool(kernel)
+    return model
+
+
 REALCUGAN_SCALES = (2, 3, 4)
 
 
@@ -172,8 +225,9 @@ ARCHITECTURES: List[Architecture] = [
                  'traiNNer-redux; no paper)', APACHE, realplksr_kwargs),
     Architecture('srvggnet', 'Compact', 'Compact', 'Wang et al., Real-ESRGAN (compact SRVGGNet), ICCVW 2021',
                  'BSD-3-Clause'),
-    Architecture('nafnet', 'NAFNet', 'NAFNet', 'Chen et al., Simple Baselines for Image Restoration, ECCV 2022',
-                 'MIT'),
+    Architecture('nafnet', 'NAFNet', 'NAFNet', 'Chen et al., Simple Baselines for Image Restoration, ECCV 2022 '
+                 '(`tlc`: Chu et al., Improving Image Restoration by Revisiting Global Information Aggregation, '
+                 'ECCV 2022)', 'MIT', nafnet_kwargs, finish=nafnet_tlc),
     Architecture('omnisr', 'OmniSR', 'OmniSR', 'Wang et al., Omni Aggregation Networks for Lightweight Image '
                  'Super-Resolution, CVPR 2023', 'MIT'),
     Architecture('atd', 'ATD', 'ATD', 'Zhang et al., Transcending the Limit of Local Window: Advanced '

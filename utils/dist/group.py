@@ -81,21 +81,35 @@ def init(state: DistState, timeout_s: float = 600, env: Any = os.environ) -> tor
 
 
 def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ) -> Optional[str]:
-    """A single CPU process: torch's intra-op threads = the cores this process may use (its affinity, which
-    taskset, cgroups and SLURM's --cpus-per-task restrict) minus its loader workers, at least 1.
+    """CPU runs: flush denormal numbers to zero; a single CPU process also takes one torch intra-op thread per
+    core it may use (its affinity, which taskset, cgroups and SLURM's --cpus-per-task restrict), sharing them
+    with its loader workers.
 
-    torch's default, one thread per core, shares the cores with the workers: on 2 cores, 2 threads and 1
-    worker ran 0.06 s/iter idle but 0.6-1.9 s/iter as soon as another process took a core, where 1 thread
-    stays near 0.2 s. OMP_NUM_THREADS, when set, decides; DDP ranks get 1 thread each (`init`).
-    Returns the line to log (None where nothing was chosen: CUDA, DDP, OMP_NUM_THREADS).
+    Why every core: the loader of a restoration run is usually cheap next to the network (the demo's worker
+    is busy 0.002 s of a 0.3 s step), so reserving cores for workers left half of a 2-core machine idle.
+    Why that stays right where the loader (or another program) does need a core: the entry points make
+    OpenMP's idle threads sleep at once instead of spinning (`OMP_WAIT_POLICY=PASSIVE`, set before torch is
+    imported unless the user set it), so a thread that is not computing takes no core from a worker. Spinning
+    threads made 2 threads cost 2.6x the CPU time of 1 and 1.54x its wall time on a loaded 2-core machine;
+    sleeping ones cost the same CPU time as 1 (bench note in README.md "Speed").
+    Denormals: after a few hundred iterations a quarter of Adam's first moments (those of weights whose
+    gradient is 0) decay through the denormal range; flushing them saved 5 % of the demo's CPU time.
+    OMP_NUM_THREADS, when set, decides the count; DDP ranks get 1 thread each (`init`).
+    Returns the line to log (None where no count was chosen: CUDA, DDP, OMP_NUM_THREADS).
     """
-    if state.distributed or torch.cuda.is_available() or 'OMP_NUM_THREADS' in env:
+    if torch.cuda.is_available():
+        return None
+    torch.set_flush_denormal(True)
+    if state.distributed or 'OMP_NUM_THREADS' in env:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    threads = max(1, cores - max(0, int(loader_workers)))
-    torch.set_num_threads(threads)
-    return (f'CPU: {threads} torch thread{"s" if threads > 1 else ""} ({cores} usable core{"s" if cores > 1 else ""} '
-            f'- {loader_workers} loader worker{"s" if loader_workers != 1 else ""}; OMP_NUM_THREADS overrides)')
+    torch.set_num_threads(cores)
+    workers = max(0, int(loader_workers))
+    shared = f', shared with {workers} loader worker{"s" if workers != 1 else ""}' if workers else ''
+    policy = env.get('OMP_WAIT_POLICY', 'unset')
+    return (f'CPU: {cores} torch thread{"s" if cores > 1 else ""} (one per usable core{shared}; idle threads '
+            f'{"sleep" if policy.upper() == "PASSIVE" else "may spin"}: OMP_WAIT_POLICY={policy}; '
+            f'OMP_NUM_THREADS overrides)')
 
 
 def wait_for_master(state: DistState, timeout_s: float, poll_s: float = 0.5) -> None:
