@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import need_module, run, tiny_options, unchecked_section, write_options
+from conftest import need_module, run_main, tiny_options, unchecked_section, write_options
 from data.checks import image_depths
 from data.datasets.image import DatasetDnCNN, DatasetPlain, DatasetSR
 from data.sampler import TrainKey
@@ -199,11 +199,11 @@ def test_a_16_bit_run_writes_16_bit_validation_images_and_main_test_scores_them_
                        checkpoint_save=4, checkpoint_print=2)
     opt['val'] = {'save_img': True}
     path = write_options(str(tmp_path / 'o.json'), opt)
-    res = run([PY, 'main_train.py', '--opt', path])
+    res = run_main('main_train', ['--opt', path])
     assert res.returncode == 0, res.stderr[-2000:]
     saved = _read16(str(tmp_path / 'exp' / 'tiny' / 'images' / '00' / '00_4.png'))
     assert saved.dtype == np.uint16 and saved.shape == (48, 48, 3)
-    res = run([PY, 'main_test.py', '--opt', path, '--out', str(tmp_path / 'out')])
+    res = run_main('main_test', ['--opt', path, '--out', str(tmp_path / 'out')])
     assert res.returncode == 0, res.stderr[-2000:]
     rows = list(csv.reader(open(tmp_path / 'out' / 'results.csv')))
     for row in rows[1:-1]:
@@ -218,6 +218,6 @@ def test_a_16_bit_run_writes_16_bit_validation_images_and_main_test_scores_them_
 def test_8_bit_data_still_write_8_bit_images(tmp_path, demo_images):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
     path = write_options(str(tmp_path / 'o.json'), opt)
-    assert run([PY, 'main_train.py', '--opt', path]).returncode == 0
-    assert run([PY, 'main_test.py', '--opt', path, '--out', str(tmp_path / 'out')]).returncode == 0
+    assert run_main('main_train', ['--opt', path]).returncode == 0
+    assert run_main('main_test', ['--opt', path, '--out', str(tmp_path / 'out')]).returncode == 0
     assert cv2.imread(str(tmp_path / 'out' / '0000.png'), cv2.IMREAD_UNCHANGED).dtype == np.uint8

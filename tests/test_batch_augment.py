@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, default_collate
 
-from conftest import clean_env, run, tiny_options, write_options
+from conftest import clean_env, run, run_main, tiny_options, write_options
 from data.batch_augment import (PARAMS_KEY, PARTNER, PLAN_KEY, BatchAugmented, apply, check_batch, cutblur, cutmix,
                                 iteration_plan, mixup, resizemix)
 from data.registry import DATASETS
@@ -288,7 +288,7 @@ def _write(tmp_path, demo_images, name, sr=False, **train):
 
 
 def test_cutblur_at_another_scale_and_items_with_inputs_of_their_own_are_refused_at_start_up(tmp_path, demo_images):
-    res = run([PY, 'main_train.py', '--opt', _write(tmp_path, demo_images, 'sr', sr=True)])
+    res = run_main('main_train', ['--opt', _write(tmp_path, demo_images, 'sr', sr=True)])
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert res.stderr.strip().splitlines() == [
         'error: train.moa_augs: "cutblur" pastes target pixels into the input, so it needs the input at the target\'s '
@@ -300,7 +300,7 @@ def test_cutblur_at_another_scale_and_items_with_inputs_of_their_own_are_refused
     opt.update(model='plain2', netG={'net_type': 'ffdnet', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 3})
     opt['datasets']['train'].update(dataset_type='ffdnet', sigma=[0, 50])
     opt['datasets']['test'].update(dataset_type='ffdnet', sigma_test=25)
-    res = run([PY, 'main_train.py', '--opt', write_options(path, opt)])
+    res = run_main('main_train', ['--opt', write_options(path, opt)])
     assert res.returncode == 2 and 'train.use_moa: the batch augmentations (mixup, cutmix, resizemix, cutblur) mix ' \
                                    'input/target image pairs, but the training items carry also C' in res.stderr
 
@@ -337,7 +337,7 @@ def test_a_training_step_with_each_augmentation_never_reads_the_device(tmp_path,
 def test_an_sr_network_trains_with_mixup_cutmix_and_resizemix(tmp_path, demo_images):
     path = _write(tmp_path, demo_images, 'srmix', sr=True, moa_augs=['mixup', 'cutmix', 'resizemix'],
                   moa_probs=[0.3, 0.3, 0.4], total_iter=6, checkpoint_test=6, checkpoint_save=6)
-    res = run([PY, 'main_train.py', '--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
+    res = run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1'))
     assert res.returncode == 0, res.stderr[-2000:]
     assert 'validation on' in res.stdout
 
@@ -368,10 +368,10 @@ def test_a_resumed_run_with_batch_augmentation_is_bitwise_identical_to_a_straigh
         opt['datasets']['train']['dataloader_num_workers'] = 2
         write_options(path, opt)
     env = clean_env(OMP_NUM_THREADS='1')
-    assert run([PY, 'main_train.py', '--opt', str(tmp_path / 'straight.json')], env=env).returncode == 0
-    first = run([PY, 'main_train.py', '--opt', str(tmp_path / 'resumed.json'), '--set', 'train.total_iter=4'], env=env)
+    assert run_main('main_train', ['--opt', str(tmp_path / 'straight.json')], env=env).returncode == 0
+    first = run_main('main_train', ['--opt', str(tmp_path / 'resumed.json'), '--set', 'train.total_iter=4'], env=env)
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run([PY, 'main_train.py', '--opt', str(tmp_path / 'resumed.json')], env=env)
+    second = run_main('main_train', ['--opt', str(tmp_path / 'resumed.json')], env=env)
     assert second.returncode == 0 and 'at iteration 4 (epoch 0, 4 iterations into it)' in second.stdout
     _same_files(_models(tmp_path, 'straight'), _models(tmp_path, 'resumed'), 8)
 

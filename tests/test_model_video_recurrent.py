@@ -269,11 +269,10 @@ def test_main_test_writes_every_frame_of_every_clip_and_the_table_for_edvr(tmp_p
     PNG per frame, one row per clip (the mean over its frames), the mean row; the input scored by bicubic x4."""
     import csv
     import os
-    import sys
     from data.synthetic.reds import make_reds
     from models.registry import build_network
     from option_rules import read_options
-    from tests.conftest import ROOT, run
+    from conftest import ROOT, run_main
     reds = make_reds(str(tmp_path / 'demo_data' / 'reds'))
     tiny = os.path.join(ROOT, 'options', 'edvr', 'train_EDVR_tiny.json')
     torch.manual_seed(0)
@@ -283,7 +282,7 @@ def test_main_test_writes_every_frame_of_every_clip_and_the_table_for_edvr(tmp_p
             f'datasets.test.dataroot_lq={reds}/REDS4/sharp_bicubic', 'datasets.test.num_frame=-1',
             f'datasets.train.dataroot_gt={reds}/train_sharp', f'datasets.train.dataroot_lq={reds}/train_sharp_bicubic/X4',
             f'datasets.train.meta_info_file={reds}/meta_info_REDS_GT.txt']
-    res = run([sys.executable, 'main_test.py', '--opt', tiny, '--weights', str(weights), '--out', str(tmp_path / 'out')]
+    res = run_main('main_test', ['--opt', tiny, '--weights', str(weights), '--out', str(tmp_path / 'out')]
               + [a for s in sets for a in ('--set', s)])
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     files = sorted(os.listdir(tmp_path / 'out'))

@@ -443,8 +443,7 @@ def test_a_gan_step_with_adaptive_d_never_reads_the_device(tmp_path, demo_images
 def test_a_schedule_free_run_resumed_from_a_save_is_bitwise_identical_to_a_straight_run(tmp_path, demo_images):
     """The loop switches to the averaged weights around each save and validation and back: a run stopped at a save
     and resumed makes the same switches, and ends with the same weights, EMA and optimizer state."""
-    import sys
-    from conftest import run, write_options
+    from conftest import run_main, write_options
     from tests.test_resume import _assert_same_run_state
     train = dict(G_optimizer_type='adamw_sf', G_scheduler_type='cosine', G_scheduler_warmup_iter=2,
                  G_scheduler_total_iter=8, E_warmup_iter=3, total_iter=8, checkpoint_save=4, checkpoint_test=2)
@@ -452,10 +451,10 @@ def test_a_schedule_free_run_resumed_from_a_save_is_bitwise_identical_to_a_strai
     a['task'], a['logging']['use_tensorboard'] = 'straight', False
     b = dict(a, task='resumed')
     pa, pb = write_options(str(tmp_path / 'a.json'), a), write_options(str(tmp_path / 'b.json'), b)
-    assert run([sys.executable, 'main_train.py', '--opt', pa]).returncode == 0
-    first = run([sys.executable, 'main_train.py', '--opt', pb, '--set', 'train.total_iter=4'])
+    assert run_main('main_train', ['--opt', pa]).returncode == 0
+    first = run_main('main_train', ['--opt', pb, '--set', 'train.total_iter=4'])
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run([sys.executable, 'main_train.py', '--opt', pb])
+    second = run_main('main_train', ['--opt', pb])
     assert second.returncode == 0 and 'at iteration 4 ' in second.stdout, second.stderr[-2000:]
     assert 'schedule-free: validated and saved at its averaged weights' in second.stdout
     _assert_same_run_state(tmp_path / 'exp' / 'straight' / 'models', tmp_path / 'exp' / 'resumed' / 'models', 8)
@@ -472,9 +471,8 @@ def test_the_demo_trains_200_iterations_with_each_optimizer_and_its_psnr_rises(t
     200 iterations, validated at 100 and 200: the validated EMA weights (E_decay 0.99: they lag the network by about
     100 iterations) rise and beat the noisy input (20.42 dB). Adam: 20.41 then 20.91 dB."""
     import re
-    import sys
-    from conftest import clean_env, run
-    res = run([sys.executable, 'main_train.py', '--opt', 'options/train_dncnn_demo.json',
+    from conftest import clean_env, run_main
+    res = run_main('main_train', ['--opt', 'options/train_dncnn_demo.json',
                *[a for s in (f'path.root={tmp_path}', 'train.total_iter=200', 'train.checkpoint_test=100',
                              'train.checkpoint_save=200', 'train.checkpoint_print=100',
                              f'train.G_optimizer_type={name}',
