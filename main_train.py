@@ -645,7 +645,7 @@ class Trainer:
         if self.main and self.print_windows > 1 and data_time > DATA_WAIT_HINT * iter_time and not self.data_hinted:
             self.data_hinted = True  # the first window holds the workers' start-up; later ones are the steady state
             self.log.warning(f'data loading takes {100 * data_time / iter_time:.0f} % of each iteration: the network '
-                             f'waits for data; see README.md "Is my GPU waiting for data?" (more '
+                             f'waits for data; see docs/speed.md "Is my GPU waiting for data?" (more '
                              f'dataloader_num_workers, cache_data, LMDB frames stored raw)')
 
     def close(self) -> None:

@@ -339,6 +339,7 @@ def model_member(name: str) -> Member:
     cls = MODELS.get(name, 'model')
     keys = [key_info(k, spec) for k, spec in (getattr(cls, 'TRAIN_OPTIONS', None) or {}).items()]
     path = [key_info(f'path.{k}', spec) for k, spec in (getattr(cls, 'PATH_OPTIONS', None) or {}).items()]
+    val = [key_info(f'val.{k}', spec) for k, spec in (getattr(cls, 'VAL_OPTIONS', None) or {}).items()]
     extra = []
     choices = getattr(cls, 'CHOICES', None) or {}
     if choices:
@@ -349,7 +350,7 @@ def model_member(name: str) -> Member:
     restorer = getattr(cls, 'restorer_class', None)
     if restorer is not None:
         extra.append(f'evaluates with {restorer.__name__}: {summary_of(restorer)}')
-    return Member('model', name, summary_of(cls), (Site('', 'model'),), tuple(keys + path), (), tuple(extra),
+    return Member('model', name, summary_of(cls), (Site('', 'model'),), tuple(keys + path + val), (), tuple(extra),
                   class_names(cls))
 
 
@@ -602,6 +603,9 @@ def json_schema(cat: Optional[Catalog] = None) -> Dict[str, Any]:
     val = section_with_choices(cat.sections['val'], cat.choice_sites.get('', []), cat, names)
     val['properties']['best_metric'] = {**val['properties']['best_metric'],
                                         'enum': [*ALWAYS_SCORED, *names['metric']]}
+    for model in cat.members['model']:  # a model's own val keys (EDVR's padding): accepted whatever the model
+        val_keys = getattr(MODELS.get(model.name, 'model'), 'VAL_OPTIONS', None) or {}
+        val['properties'].update(properties(key_info(k, spec) for k, spec in val_keys.items()))
     defs['val'] = val
 
     # networks (netG, netD)

@@ -3,5 +3,5 @@
 networks as `G_lossfn_type`), `adversarial.py` (`train.gan_type`).
 
 `losses/registry.py` holds the registry of `G_lossfn_type`; a new loss is one new module here that
-registers itself and declares its option keys (see the README). losses/ imports only utils/ and metrics/.
+registers itself and declares its option keys (see docs/extending.md). losses/ imports only utils/ and metrics/.
 """

@@ -49,7 +49,8 @@ def rgb_to_ab(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([500.0 * (fx - fy), 200.0 * (fy - fz)], -3)
 
 
-@LOSSES.register('color', options={'color_space': Key('ycbcr', (str,), _color_space)})
+@LOSSES.register('color', options={'color_space': Key('ycbcr', (str,), _color_space,
+                                                     'chroma compared: Cb/Cr of BT.601 YCbCr, or CIE Lab a*/b*')})
 class ColorLoss(nn.Module):
     """mean |chroma(pred) - chroma(target)| over both chroma channels (see the module docstring)."""
 

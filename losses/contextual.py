@@ -53,10 +53,13 @@ def contextual_loss(fx: torch.Tensor, fy: torch.Tensor, band_width: float) -> to
 
 
 @LOSSES.register('contextual', options={
-    'cx_layers': Key([12, 21], (int, list), _layers),
-    'cx_weights': Key(1.0, (int, float, list)),
-    'cx_band_width': Key(0.5, (int, float), positive),
-    'cx_pretrained_path': Key(None, (str, type(None))),  # null: torchvision's cache file; "random": tests
+    'cx_layers': Key([12, 21], (int, list), _layers, 'VGG19 feature layer indices compared (12, 21: conv3_2, '
+                     'conv4_2)'),
+    'cx_weights': Key(1.0, (int, float, list), help='weight of each layer\'s loss: one number for all, or one per '
+                      'layer'),
+    'cx_band_width': Key(0.5, (int, float), positive, 'h in exp((1 - d) / h): smaller is sharper matching'),
+    'cx_pretrained_path': Key(None, (str, type(None)), help='VGG19 weights file (null: vgg19-dcbb9e9d.pth in '
+                              'torchvision\'s cache; "random": random weights, for tests)'),
 })
 class ContextualLoss(nn.Module):
     """sum over `cx_layers` of weight x mean over images of -log CX (see the module docstring)."""

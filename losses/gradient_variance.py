@@ -43,7 +43,9 @@ def gradient_variances(x: torch.Tensor, patch: int) -> torch.Tensor:
     return squares.var(dim=-1, correction=1)
 
 
-@LOSSES.register('gradient_variance', options={'gv_patch_size': Key(8, (int,), _patch)})
+@LOSSES.register('gradient_variance', options={'gv_patch_size': Key(8, (int,), _patch, 'side of the squares whose '
+                                                                     'gradient variances are compared; divides the '
+                                                                     'patch')})
 class GradientVarianceLoss(nn.Module):
     """MSE of the per-square gradient variances, x and y summed (see the module docstring)."""
 

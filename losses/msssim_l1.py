@@ -24,7 +24,8 @@ def _alpha(v: Any) -> Optional[str]:
     return None if 0 <= v <= 1 else 'must be in [0, 1] (the share of 1 - MS-SSIM; 1 - alpha is L1\'s)'
 
 
-@LOSSES.register('msssim_l1', options={'msssim_l1_alpha': Key(0.84, (int, float), _alpha)})
+@LOSSES.register('msssim_l1', options={'msssim_l1_alpha': Key(0.84, (int, float), _alpha,
+                                                             'weight of 1 - MS-SSIM; L1 gets 1 - alpha')})
 class MSSSIML1Loss(nn.Module):
     """alpha (1 - MS-SSIM(x, y)) + (1 - alpha) mean |x - y|."""
 

@@ -81,7 +81,8 @@ def charbonnier(charbonnier_eps: float) -> nn.Module:
     return CharbonnierLoss(float(charbonnier_eps))
 
 
-@LOSSES.register('charbonnier_sum', options={'charbonnier_eps': Key(1e-9, (int, float), positive)})
+@LOSSES.register('charbonnier_sum', options={'charbonnier_eps': Key(1e-9, (int, float), positive,
+                                                                      'eps in sqrt(diff^2 + eps)')})
 def charbonnier_sum(charbonnier_eps: float) -> nn.Module:
     """The sum over all pixels of sqrt((x - y)^2 + eps): BasicSR's CharbonnierLoss with `reduction: sum`, which its
     EDVR recipes train with (named like KAIR's 'l2sum'). With Adam the scale barely matters: the steps are the

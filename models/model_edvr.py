@@ -28,10 +28,14 @@ class ModelEDVR(StagedTraining):
     restorer_class = SlidingWindowRestorer
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,
-        'tsa_iter': Key(0, (int,), non_negative),
-        'dcn_lr_mul': Key(1.0, (int, float), non_negative),
+        'tsa_iter': Key(0, (int,), non_negative, 'iterations 1..N train only the fusion (TSA) module: the other '
+                        'gradients are dropped (0: off)'),
+        'dcn_lr_mul': Key(1.0, (int, float), non_negative, 'the deformable convolutions\' parameters (names with '
+                          '"dcn") train at G_optimizer_lr x this'),
     }
-    VAL_OPTIONS: Dict[str, Any] = {'padding': Key('reflection_circle', (str,), one_of(*PADDINGS))}
+    VAL_OPTIONS: Dict[str, Any] = {'padding': Key('reflection_circle', (str,), one_of(*PADDINGS),
+                                                  'how windows reaching past the clip\'s ends get frames '
+                                                  '(reflection_circle: REDS SR; replicate: deblurring)')}
     FREEZE_KEY, LR_KEY = 'tsa_iter', 'dcn_lr_mul'
     FROZEN_WHAT = 'parameters outside the fusion module (names without *fusion*)'
     SCALED_WHAT = 'deformable convolution (parameters named *dcn*)'

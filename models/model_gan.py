@@ -150,7 +150,7 @@ class ModelGAN(ModelPlain):
             if vgg == RANDOM_VGG:
                 get_logger().warning('train.F_pretrained_path is "random": the perceptual loss uses a randomly '
                                      'initialised VGG19: a smoke run, not a perceptual loss (real training needs '
-                                     'torchvision\'s vgg19-dcbb9e9d.pth, see the README)')
+                                     'torchvision\'s vgg19-dcbb9e9d.pth, see docs/training.md)')
         super().__init__(opt, device, allow_unsafe_load)
         self.net_d = net_d.to(device)
         self.net_D = self._wrap(self.net_d, static_graph=False)  # two backward passes per iteration

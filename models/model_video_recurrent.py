@@ -111,8 +111,10 @@ class ModelVideoRecurrent(StagedTraining):
     restorer_class = VideoRestorer
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,
-        'fix_flow': Key(0, (int,), non_negative),
-        'flow_lr_mul': Key(1.0, (int, float), non_negative),
+        'fix_flow': Key(0, (int,), non_negative, 'iterations 1..N train without the flow network (and IconVSR\'s '
+                        'EDVR extractor): their gradients are dropped (0: off)'),
+        'flow_lr_mul': Key(1.0, (int, float), non_negative, 'SpyNet\'s parameters train at G_optimizer_lr x this '
+                           '(a second optimizer group)'),
     }
     FREEZE_KEY, LR_KEY = 'fix_flow', 'flow_lr_mul'
     FROZEN_WHAT = 'flow network and EDVR feature extractor (parameters named *spynet* or *edvr*)'

@@ -96,83 +96,102 @@ def _adan_schedule_free(params: Any, lr: float, momentum: float, r: float, weigh
 ADAM_OPTIONS: Dict[str, Key] = {'betas': Key([0.9, 0.999], (list,), betas, 'Adam\'s moment decays [beta1, beta2]'),
                                 'wd': WD, 'eps': EPS, 'fused': FUSED}
 _ADAM_KW = {'betas': 'betas', 'wd': 'weight_decay', 'eps': 'eps'}
-_SF_OPTIONS = {'r': Key(0.0, _NUM, non_negative),  # polynomial weight of later iterates in the average (0: uniform)
-               'weight_lr_power': Key(2.0, _NUM, non_negative)}  # iterates weighted by lr_max ** this (warm-up aware)
+_SF_OPTIONS = {'r': Key(0.0, _NUM, non_negative, 'iterate t weighs t ** r in the evaluation average (0: uniform)'),
+               'weight_lr_power': Key(2.0, _NUM, non_negative, 'iterates also weigh (largest lr so far) ** this in '
+                                      'the average, so warm-up iterates count less (0: off)')}
 
 OPTIMIZERS = Registry('optimizer')
 OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(OptimizerKind(torch.optim.Adam, _ADAM_KW))
 OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(OptimizerKind(torch.optim.AdamW, _ADAM_KW))
+_BETAS2 = 'moment decays [beta1, beta2]: of the gradient mean and of the squared gradient'
 OPTIMIZERS.register('nadam', options={
-    'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, 'eps': EPS,
-    'momentum_decay': Key(0.004, _NUM, non_negative),  # NAdam's psi: how fast the momentum schedule warms up
+    'betas': Key([0.9, 0.999], (list,), betas, _BETAS2), 'wd': WD, 'eps': EPS,
+    'momentum_decay': Key(0.004, _NUM, non_negative, 'NAdam\'s psi: how fast its momentum schedule warms up'),
     'decoupled_wd': DECOUPLE, 'foreach': FOREACH})(OptimizerKind(torch.optim.NAdam, {
         **_ADAM_KW, 'momentum_decay': 'momentum_decay', 'decoupled_wd': 'decoupled_weight_decay',
         'foreach': 'foreach'}))
 OPTIMIZERS.register('radam', options={
-    'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, 'eps': EPS, 'decoupled_wd': DECOUPLE,
+    'betas': Key([0.9, 0.999], (list,), betas, _BETAS2), 'wd': WD, 'eps': EPS, 'decoupled_wd': DECOUPLE,
     'foreach': FOREACH})(OptimizerKind(torch.optim.RAdam, {
         **_ADAM_KW, 'decoupled_wd': 'decoupled_weight_decay', 'foreach': 'foreach'}))
 OPTIMIZERS.register('sgd', options={
-    'momentum': Key(0.9, _NUM, lambda v: None if 0 <= v < 1 else 'must be in [0, 1)'),  # 0.9, torch's is 0
-    'dampening': Key(0.0, _NUM, lambda v: None if 0 <= v <= 1 else 'must be in [0, 1]'),
-    'nesterov': Key(False, (bool,)),  # Nesterov momentum (needs momentum > 0 and dampening 0)
+    'momentum': Key(0.9, _NUM, lambda v: None if 0 <= v < 1 else 'must be in [0, 1)',
+                    'momentum factor (0.9 here; torch\'s default is 0)'),
+    'dampening': Key(0.0, _NUM, lambda v: None if 0 <= v <= 1 else 'must be in [0, 1]',
+                     'share of the new gradient left out of the momentum buffer'),
+    'nesterov': Key(False, (bool,), help='Nesterov momentum (needs momentum > 0 and dampening 0)'),
     'wd': WD, 'fused': FUSED})(OptimizerKind(torch.optim.SGD, {
         'momentum': 'momentum', 'dampening': 'dampening', 'nesterov': 'nesterov', 'wd': 'weight_decay'}))
 OPTIMIZERS.register('adan', options={
-    'betas': Key([0.98, 0.92, 0.99], (list,), _betas3),  # first moment, gradient difference, second moment
+    'betas': Key([0.98, 0.92, 0.99], (list,), _betas3, 'decays of the gradient mean, the gradient-difference mean '
+                 'and the squared-gradient mean'),
     'wd': WD, 'weight_decouple': DECOUPLE,
-    'max_grad_norm': Key(0.0, _NUM, non_negative),  # Adan's own global-norm clipping (0: off)
+    'max_grad_norm': Key(0.0, _NUM, non_negative, 'Adan\'s own clipping of the global gradient norm (0: off)'),
     'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('Adan'), {
         'betas': 'betas', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple',
         'max_grad_norm': 'max_grad_norm', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer'))
 OPTIMIZERS.register('soap', options={
-    'betas': Key([0.95, 0.95], (list,), betas), 'wd': Key(0.01, _NUM, non_negative),
-    'shampoo_beta': Key(None, _OPT_NUM, _open_unit),  # null: betas[1]
-    'precondition_frequency': Key(10, (int,), positive),  # iterations between eigenbasis updates
-    'max_precondition_dim': Key(10000, (int,), positive),  # larger dimensions stay unpreconditioned
-    'merge_dims': Key(False, (bool,)),  # merge small dimensions of a conv kernel into one preconditioner
-    'precondition_1d': Key(False, (bool,)),  # precondition biases and other 1-D parameters too
-    'normalize_gradient': Key(False, (bool,)),
-    'correct_bias': Key(True, (bool,)),
+    'betas': Key([0.95, 0.95], (list,), betas, _BETAS2),
+    'wd': Key(0.01, _NUM, non_negative, 'weight decay (SOAP\'s default 0.01)'),
+    'shampoo_beta': Key(None, _OPT_NUM, _open_unit, 'decay of the preconditioner statistics (null: betas[1])'),
+    'precondition_frequency': Key(10, (int,), positive, 'iterations between updates of the eigenbasis'),
+    'max_precondition_dim': Key(10000, (int,), positive, 'dimensions larger than this stay unpreconditioned'),
+    'merge_dims': Key(False, (bool,), help='merge small dimensions of a tensor (a conv kernel) into one '
+                      'preconditioner'),
+    'precondition_1d': Key(False, (bool,), help='precondition 1-D parameters (biases, norms) too'),
+    'normalize_gradient': Key(False, (bool,), help='divide each update by its root mean square'),
+    'correct_bias': Key(True, (bool,), help='Adam\'s bias correction of the moments'),
     'eps': EPS})(OptimizerKind(_lib('SOAP'), {
         'betas': 'betas', 'wd': 'weight_decay', 'shampoo_beta': 'shampoo_beta',
         'precondition_frequency': 'precondition_frequency', 'max_precondition_dim': 'max_precondition_dim',
         'merge_dims': 'merge_dims', 'precondition_1d': 'precondition_1d', 'normalize_gradient': 'normalize_gradient',
         'correct_bias': 'correct_bias', 'eps': 'eps'}, 'pytorch-optimizer'))
 OPTIMIZERS.register('adopt', options={
-    'betas': Key([0.9, 0.9999], (list,), betas), 'wd': WD, 'weight_decouple': DECOUPLE,
-    'eps': Key(1e-6, _NUM, positive), 'foreach': FOREACH})(OptimizerKind(_lib('ADOPT'), {
+    'betas': Key([0.9, 0.9999], (list,), betas, _BETAS2), 'wd': WD, 'weight_decouple': DECOUPLE,
+    'eps': Key(1e-6, _NUM, positive, 'added to the denominator of the step (ADOPT\'s default 1e-6)'), 'foreach': FOREACH})(OptimizerKind(_lib('ADOPT'), {
         'betas': 'betas', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple', 'eps': 'eps',
         'foreach': 'foreach'}, 'pytorch-optimizer'))
 OPTIMIZERS.register('stableadamw', options={
-    'betas': Key([0.9, 0.99], (list,), betas), 'wd': Key(0.01, _NUM, non_negative),
-    'kahan_sum': Key(True, (bool,)),  # Kahan-compensated updates for bf16/fp16 weights
+    'betas': Key([0.9, 0.99], (list,), betas, _BETAS2),
+    'wd': Key(0.01, _NUM, non_negative, 'weight decay (StableAdamW\'s default 0.01)'),
+    'kahan_sum': Key(True, (bool,), help='Kahan-compensated updates, for weights held in bf16/fp16'),
     'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('StableAdamW'), {
         'betas': 'betas', 'wd': 'weight_decay', 'kahan_sum': 'kahan_sum', 'eps': 'eps', 'foreach': 'foreach'},
         'pytorch-optimizer'))
 OPTIMIZERS.register('lion', options={
-    'betas': Key([0.9, 0.99], (list,), betas), 'wd': WD, 'foreach': FOREACH})(OptimizerKind(_lib('Lion'), {
+    'betas': Key([0.9, 0.99], (list,), betas, 'decays [beta1, beta2]: of the update\'s interpolation and of the '
+                 'momentum'),
+    'wd': WD, 'foreach': FOREACH})(OptimizerKind(_lib('Lion'), {
         'betas': 'betas', 'wd': 'weight_decay', 'foreach': 'foreach'}, 'pytorch-optimizer'))
 OPTIMIZERS.register('prodigy', options={
-    'betas': Key([0.9, 0.999], (list,), betas),
-    'beta3': Key(None, _OPT_NUM, _open_unit),  # decay of Prodigy's step-size estimate; null: sqrt(betas[1])
-    'd0': Key(1e-6, _NUM, positive),  # initial step-size estimate
-    'd_coef': Key(1.0, _NUM, positive),  # multiplies the estimate
-    'growth_rate': Key(None, _OPT_NUM, _at_least_one),  # largest growth of the estimate per step; null: unbounded
-    'wd': WD, 'weight_decouple': Key(True, (bool,)),
-    'bias_correction': Key(False, (bool,)), 'safeguard_warmup': Key(False, (bool,)),
+    'betas': Key([0.9, 0.999], (list,), betas, _BETAS2),
+    'beta3': Key(None, _OPT_NUM, _open_unit, 'decay of Prodigy\'s step-size (distance) estimate (null: '
+                 'sqrt(betas[1]))'),
+    'd0': Key(1e-6, _NUM, positive, 'initial step-size estimate'),
+    'd_coef': Key(1.0, _NUM, positive, 'multiplies the step-size estimate'),
+    'growth_rate': Key(None, _OPT_NUM, _at_least_one, 'largest factor by which the estimate grows per step '
+                       '(null: unbounded)'),
+    'wd': WD, 'weight_decouple': Key(True, (bool,), help='weight decay applied to the weights (AdamW-style) '
+                                     'instead of added to the gradient (Prodigy\'s default: true)'),
+    'bias_correction': Key(False, (bool,), help='Adam\'s bias correction of the moments, in the step size'),
+    'safeguard_warmup': Key(False, (bool,), help='leave the lr out of the estimate\'s denominator (for runs '
+                            'with a warm-up)'),
     'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('Prodigy'), {
         'betas': 'betas', 'beta3': 'beta3', 'd0': 'd0', 'd_coef': 'd_coef', 'growth_rate': 'growth_rate',
         'wd': 'weight_decay', 'weight_decouple': 'weight_decouple', 'bias_correction': 'bias_correction',
         'safeguard_warmup': 'safeguard_warmup', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer'))
 OPTIMIZERS.register('adamw_sf', options={
-    'betas': Key([0.9, 0.999], (list,), betas), 'wd': WD, **_SF_OPTIONS, 'eps': EPS,
+    'betas': Key([0.9, 0.999], (list,), betas, '[interpolation between the training and averaged point, decay '
+                 'of the squared gradient]'),
+    'wd': WD, **_SF_OPTIONS, 'eps': EPS,
     'foreach': FOREACH})(OptimizerKind(_lib('ScheduleFreeAdamW'), {
         'betas': 'betas', 'wd': 'weight_decay', 'r': 'r', 'weight_lr_power': 'weight_lr_power', 'eps': 'eps',
         'foreach': 'foreach'}, 'pytorch-optimizer', schedule_free=True))
 OPTIMIZERS.register('adan_sf', options={
-    'betas': Key([0.0, 0.92, 0.99], (list,), _betas3),  # Adan's; its first moment off: the wrapper's momentum
-    'sf_momentum': Key(0.9, _NUM, _open_unit),  # the schedule-free interpolation (AdamW_sf's betas[0])
+    'betas': Key([0.0, 0.92, 0.99], (list,), _betas3, 'Adan\'s decays; the first (its gradient mean) is 0: the '
+                 'wrapper\'s momentum replaces it'),
+    'sf_momentum': Key(0.9, _NUM, _open_unit, 'the schedule-free interpolation between the training and averaged '
+                       'point (adamw_sf\'s betas[0])'),
     'wd': WD, 'weight_decouple': DECOUPLE, **_SF_OPTIONS, 'eps': EPS,
     'foreach': FOREACH})(OptimizerKind(_adan_schedule_free, {
         'betas': 'betas', 'sf_momentum': 'momentum', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple',
@@ -602,10 +621,10 @@ def _cosine(where: str, periods: Union[int, List[int]], restart_weights: Union[N
     return {'kind': 'cosine', 'periods': list(periods), 'restart_weights': weights, 'eta_min': eta_min}
 
 
-# the iteration at which a schedule that runs to an end ends; null: train.total_iter
 END_ITER = Key(None, (int, type(None)),
-               lambda v: None if v is None or v > 0 else 'must be > 0 (null: train.total_iter)')
-ETA_MIN = Key(0.0, (int, float), non_negative)  # the lr at the end of the decay
+               lambda v: None if v is None or v > 0 else 'must be > 0 (null: train.total_iter)',
+               'the iteration at which the schedule ends (null: train.total_iter)')
+ETA_MIN = Key(0.0, (int, float), non_negative, 'the learning rate at the end of the decay')
 
 
 @SCHEDULERS.register('CosineAnnealingLR', 'cosine', options={'eta_min': ETA_MIN, 'total_iter': END_ITER})
@@ -619,18 +638,21 @@ def _linear_decay(where: str, eta_min: float, total_iter: Optional[int]) -> Dict
 
 
 @SCHEDULERS.register('ExponentialLR', 'exponential', options={
-    # the lr's factor per iteration
-    'gamma': Key(REQUIRED, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]')})
+    'gamma': Key(REQUIRED, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]',
+                 'the learning rate\'s factor per iteration')})
 def _exponential(where: str, gamma: float) -> Dict[str, Any]:
     return {'kind': 'exponential', 'gamma': gamma}
 
 
 @SCHEDULERS.register('OneCycleLR', 'onecycle', options={
     'total_iter': END_ITER,
-    'pct_start': Key(0.3, (int, float), lambda v: None if 0 < v < 1 else 'must be in (0, 1)'),  # share rising
-    'div_factor': Key(25.0, (int, float), lambda v: None if v >= 1 else 'must be >= 1'),  # start lr = lr / this
-    'final_div_factor': Key(1e4, (int, float), lambda v: None if v >= 1 else 'must be >= 1'),  # end = start / this
-    'anneal': Key('cos', (str,), one_of('cos', 'linear'))})  # the shape of both phases
+    'pct_start': Key(0.3, (int, float), lambda v: None if 0 < v < 1 else 'must be in (0, 1)',
+                     'share of the iterations over which the lr rises'),
+    'div_factor': Key(25.0, (int, float), lambda v: None if v >= 1 else 'must be >= 1',
+                      'the starting lr is G_optimizer_lr / this'),
+    'final_div_factor': Key(1e4, (int, float), lambda v: None if v >= 1 else 'must be >= 1',
+                            'the final lr is the starting lr / this'),
+    'anneal': Key('cos', (str,), one_of('cos', 'linear'), 'the shape of both phases')})
 def _one_cycle(where: str, total_iter: Optional[int], pct_start: float, div_factor: float, final_div_factor: float,
                anneal: str) -> Dict[str, Any]:
     return {'kind': 'onecycle', 'end_iter': total_iter, 'pct_start': pct_start, 'div_factor': div_factor,

@@ -144,8 +144,8 @@ def reference(cat: Catalog) -> str:
         'explains).',
         '',
         'Besides checking each value, the loader checks keys against each other (a section\'s `scale` against the '
-        'top-level one, `val.best_metric` against `val.metrics`, ...) and the files they name; see the README\'s '
-        '"Option files".',
+        'top-level one, `val.best_metric` against `val.metrics`, ...) and the files they name; see '
+        '[option_files.md](option_files.md).',
         '',
         '## Contents',
         '',

@@ -99,5 +99,5 @@ def test_the_log_says_once_when_the_network_waits_for_data(caplog):
         main_train.Trainer.print_status(t, 1.0, 0.5, 1.0)
         main_train.Trainer.print_status(t, 1.0, 0.5, 1.0)
     hints = [r.getMessage() for r in caplog.records if 'waits for data' in r.getMessage()]
-    assert hints == ['data loading takes 50 % of each iteration: the network waits for data; see README.md '
+    assert hints == ['data loading takes 50 % of each iteration: the network waits for data; see docs/speed.md '
                      '"Is my GPU waiting for data?" (more dataloader_num_workers, cache_data, LMDB frames stored raw)']

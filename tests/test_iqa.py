@@ -348,12 +348,12 @@ def test_a_run_trains_with_dists_as_the_loss_and_lpips_as_an_extra_and_a_missing
             f'(from {WEIGHTS["vgg16"].url})') in r.stderr
 
 
-def test_the_readme_lists_every_perceptual_metric_file_where_utils_weights_looks_for_it():
-    with open(os.path.join(os.path.dirname(DATA), '..', '..', 'README.md')) as f:
-        readme = f.read()
+def test_the_docs_list_every_perceptual_metric_file_where_utils_weights_looks_for_it():
+    with open(os.path.join(os.path.dirname(DATA), '..', '..', 'docs', 'evaluation.md')) as f:
+        page = f.read()
     for name in ('alexnet', 'vgg16', 'lpips_alex', 'lpips_vgg', 'dists', 'niqe'):
         w = WEIGHTS[name]
-        assert f'| `{os.path.join(w.subfolder, w.file)}` |' in readme and f'| {w.url} | {w.licence} |' in readme
+        assert f'| `{os.path.join(w.subfolder, w.file)}` |' in page and f'| {w.url} | {w.licence} |' in page
 
 
 # --- through training and main_test ---------------------------------------------------------------------

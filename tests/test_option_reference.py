@@ -98,7 +98,7 @@ def test_the_generated_files_are_deterministic_and_the_reference_covers_every_me
     assert '| `window_size` | integer | `7` |  | attention window size |' in swinir
     ignored = first.split('## KAIR keys accepted and ignored')[1]
     assert all(f'`{k}`' in ignored for k in KAIR_SHARED_KEYS)
-    assert '`train` of models `gan`, `plain`, `plain2`, `plain4`: `fix_iter`, `fix_lr_mul`, `fix_keys`.' in ignored
+    assert '`train` of models `edvr`, `gan`, `plain`, `plain2`, `plain4`, `video_recurrent`: `fix_iter`, `fix_lr_mul`, `fix_keys`.' in ignored
     # a key whose declaration has no help says so, and <placeholders> are not swallowed as HTML
     assert '| no help text |' in first
     assert '&lt;path.root&gt;/&lt;task&gt;' in first

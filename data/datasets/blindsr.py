@@ -33,10 +33,14 @@ class DatasetBlindSR(ImageDataset):
         'n_channels': Key(3, (int,), only(3, 'the BSRGAN degradations are colour')),
         'H_size': patch_size(None),  # null: lq_patchsize * scale
         'scale': scale(4),
-        'degradation_type': Key('bsrgan', (str,), one_of(*DEGRADATIONS)),
-        'shuffle_prob': Key(0.1, (int, float), between(0, 1, 'a probability')),
-        'use_sharp': False,
-        'lq_patchsize': Key(64, (int,), at_least(1)),
+        'degradation_type': Key('bsrgan', (str,), one_of(*DEGRADATIONS),
+                                'BSRGAN\'s degradation model, or its second-order variant bsrgan_plus'),
+        'shuffle_prob': Key(0.1, (int, float), between(0, 1, 'a probability'),
+                            'bsrgan_plus: probability that all its steps run in a random order'),
+        'use_sharp': Key(False, (bool,), help='bsrgan_plus: USM-sharpen H first; L is degraded from it and it is '
+                         'the target'),
+        'lq_patchsize': Key(64, (int,), at_least(1), 'side of the L patch (H: x scale); evaluation scores one such '
+                            'patch of each image'),
     }
 
     def check_options(self) -> None:

@@ -368,7 +368,8 @@ class DatasetSR(ImageDataset):
         'n_channels': CHANNELS,
         'H_size': patch_size(96),
         'scale': scale(4),
-        'quantize_L': False,
+        'quantize_L': Key(False, (bool,), help='round and clip the bicubic L to the files\' bit depth, like '
+                          'pre-computed LR PNGs (false: floating point, as KAIR); unused with dataroot_L'),
     }
 
     def check_options(self) -> None:

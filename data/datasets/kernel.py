@@ -91,9 +91,11 @@ class DatasetUSRNet(_KernelDataset):
         **IMAGE_OPTIONS,
         'n_channels': CHANNELS,
         'H_size': patch_size(96),
-        'sigma_max': Key(25, (int,), at_least(1)),
-        'scales': Key([1, 2, 3, 4], (list,), positive_ints),
-        'sf_validation': Key(3, (int,), at_least(1)),
+        'sigma_max': Key(25, (int,), at_least(1), 'training noise std: an integer in [0, sigma_max) / 255 (none '
+                         'for 1/9 of the samples)'),
+        'scales': Key([1, 2, 3, 4], (list,), positive_ints, 'training scale factors: one drawn per optimizer step, '
+                      'the same on every process'),
+        'sf_validation': Key(3, (int,), at_least(1), 'the scale factor of evaluation (no noise there)'),
         'use_flip': IGNORED,           # in KAIR's train_usrnet.json; its USRNet dataset never reads it
     }
 
@@ -174,7 +176,8 @@ class DatasetSRMD(_KernelDataset):
         'H_size': patch_size(96),
         'scale': scale(4),
         **noise_options([0, 50], 0),
-        'pca_path': Key(None, (str, type(None))),
+        'pca_path': Key(None, (str, type(None)), help='the kernel-PCA projection (15 x 225: .mat key p, .npy, .pt); '
+                        'KAIR\'s weights need its srmd_pca_pytorch.mat (null: computed from the kernels)'),
     }
 
     def check_options(self) -> None:

@@ -245,7 +245,7 @@ class REDSDataset(VideoRecurrentTrainDataset):
                                                                            'neighbours on each side), e.g. 5'),
         'dataroot_flow': Key(None, (str, type(None)), lambda v: None if v is None else
                              'is not supported: EDVR aligns the frames itself (BasicSR reads no flows for it either); '
-                             'set it to null'),
+                             'set it to null', 'BasicSR\'s key, accepted only as null: EDVR reads no optical flow'),
     }
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:

@@ -48,8 +48,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
         'random_reverse': False,
         'use_hflip': True,
         'use_rot': True,
-        'sigma_min': Key(0.0, (int, float), noise_level),   # noise std range on the 0..255 scale
-        'sigma_max': Key(50.0, (int, float), noise_level),
+        'sigma_min': Key(0.0, (int, float), noise_level, 'lowest noise std (0..255), drawn uniformly per sample'),
+        'sigma_max': Key(50.0, (int, float), noise_level, 'highest noise std (0..255), drawn uniformly per sample'),
         'test_mode': Key(False, (bool,), only(False, 'no clips are held out of the training set here; evaluate with '
                                                     'VideoRecurrentTestNonblindDenoisingDataset')),
     }

@@ -258,7 +258,8 @@ class Vimeo90KRecurrentDataset(VideoRecurrentTrainVimeoDataset):
            if k not in ('num_frame', 'mirror_sequence', 'pad_sequence', 'temporal_scale')},
         'num_frame': Key(-1, (int,), lambda v: None if v in (-1, VIMEO_FRAMES) else
                          f'must be -1 (every frame of the septuplet, as BasicSR) or {VIMEO_FRAMES}'),
-        'flip_sequence': False,
+        'flip_sequence': Key(False, (bool,), help='the septuplet followed by its reversal (7 -> 14 frames), as '
+                             'BasicSR trains BasicVSR on Vimeo-90K'),
     }
 
     def __init__(self, opt: Dict[str, Any]):
@@ -281,7 +282,9 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
 
     OPTIONS: Dict[str, Any] = {**{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
                                   if k not in _VFI_TRAIN_FIXED},
-                               'dataroot_lq': None, 'color_jitter': False,
+                               'dataroot_lq': None,
+                               'color_jitter': Key(False, (bool,), help='one random colour jitter (5 % brightness, '
+                                                   'contrast, saturation, hue) of input and target alike'),
                                'temporal_scale': Key(1, (int,), at_least(1))}  # the step between input frames
 
     def __init__(self, opt: Dict[str, Any]):

@@ -26,7 +26,7 @@ SPANDREL_REQUIREMENT = 'spandrel==0.4.2'
 
 @dataclass(frozen=True)
 class Architecture:
-    """Where spandrel keeps one architecture, and what the README says of it."""
+    """Where spandrel keeps one architecture, and what docs/networks.md says of it."""
     net_type: str
     package: str  # spandrel.architectures.<package>
     cls: str  # the class in that package

@@ -91,7 +91,7 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
     OpenMP's idle threads sleep at once instead of spinning (`OMP_WAIT_POLICY=PASSIVE`, set before torch is
     imported unless the user set it), so a thread that is not computing takes no core from a worker. Spinning
     threads made 2 threads cost 2.6x the CPU time of 1 and 1.54x its wall time on a loaded 2-core machine;
-    sleeping ones cost the same CPU time as 1 (bench note in README.md "Speed").
+    sleeping ones cost the same CPU time as 1 (bench note in docs/launching.md, "Devices and CPU threads").
     Denormals: after a few hundred iterations a quarter of Adam's first moments (those of weights whose
     gradient is 0) decay through the denormal range; flushing them saved 5 % of the demo's CPU time.
     OMP_NUM_THREADS, when set, decides the count; DDP ranks get 1 thread each (`init`).
