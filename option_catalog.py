@@ -31,7 +31,8 @@ from models.registry import (INIT_OPTIONS, KAIR_SHARED_D_KEYS, KAIR_SHARED_KEYS,
                              NETWORKS, network_options)
 from option_rules import option_rules
 from utils.errors import UserError
-from utils.options import IGNORED, INHERITED, NETWORK_SCALE_KEYS, REQUIRED, SCHEMA, SCHEMA_POINTER, Choice, Key
+from utils.options import (IGNORED, INHERITED, NETWORK_SCALE_KEYS, REQUIRED, SCHEMA, SCHEMA_POINTER, Choice, Key,
+                           inferred_types)
 from utils.registry import Registry
 from utils.suggest import did_you_mean
 
@@ -117,19 +118,6 @@ def key_info(key: str, spec: Any, help_text: str = '', type_text: str = '') -> K
         return KeyInfo(key, spec.default, spec.types if spec.types is not None else inferred_types(spec.default),
                        spec.check, spec.help or help_text, type_text)
     return KeyInfo(key, spec, None if spec is IGNORED else inferred_types(spec), None, help_text, type_text)
-
-
-def inferred_types(default: Any) -> Optional[Tuple[type, ...]]:
-    """The types the loader accepts for a plain default (utils/options.py `_inferred_types`)."""
-    if default is None or default is REQUIRED or default is IGNORED:
-        return None
-    if isinstance(default, bool):
-        return (bool,)
-    if isinstance(default, float):
-        return (int, float)
-    if isinstance(default, (list, tuple)):
-        return (list,)
-    return (type(default),)
 
 
 def plain(value: Any) -> Any:

@@ -461,25 +461,29 @@ def test_a_schedule_free_run_resumed_from_a_save_is_bitwise_identical_to_a_strai
 
 
 # the demo's lr for each optimizer: Adam's 1e-3 where the method takes Adam-like steps
-DEMO_LR = {'sgd': 0.05, 'lion': 3e-4, 'prodigy': 1.0, 'adamw_sf': 2.5e-3, 'adan_sf': 2.5e-3}
+DEMO_LR = {'sgd': 0.05, 'lion': 1e-4, 'prodigy': 1.0, 'adamw_sf': 2.5e-3, 'adan_sf': 2.5e-3}
 
 
-@pytest.mark.slow  # ~40 s each on 2 idle cores (10 min at load 15); runs in CI (CI=true) and with RUN_SLOW=1
+@pytest.mark.slow  # ~25 s each on 2 idle cores; runs in CI (CI=true) and with RUN_SLOW=1
 @pytest.mark.parametrize('name', ALL)
 def test_the_demo_trains_200_iterations_with_each_optimizer_and_its_psnr_rises(tmp_path, name):
-    """options/train_dncnn_demo.json as shipped but for the optimizer (its lr from DEMO_LR, a 20-iteration warm-up),
-    200 iterations, validated at 100 and 200: the validated EMA weights (E_decay 0.99: they lag the network by about
-    100 iterations) rise and beat the noisy input (20.42 dB). Adam: 20.41 then 20.91 dB."""
+    """options/train_dncnn_demo.json for 200 iterations of 4 patches with each optimizer (its lr from DEMO_LR, a
+    20-iteration warm-up), validated at 100 and 200: netG's PSNR rises between the two and beats the noisy input's
+    (the `validation input:` line, 20.42 dB). Two changes from the file as shipped make 200 iterations telling:
+    KAIR's orthogonal initialisation (KAIR's DnCNN files use it; from PyTorch's default one, DnCNN's output stays
+    near zero for the first few hundred iterations with every optimizer but Adam) and no EMA (validated weights
+    that lag 100 iterations behind would show the start of the run)."""
     import re
     from conftest import clean_env, run_main
-    res = run_main('main_train', ['--opt', 'options/train_dncnn_demo.json',
-               *[a for s in (f'path.root={tmp_path}', 'train.total_iter=200', 'train.checkpoint_test=100',
-                             'train.checkpoint_save=200', 'train.checkpoint_print=100',
-                             f'train.G_optimizer_type={name}',
-                             f'train.G_optimizer_lr={DEMO_LR.get(name, 1e-3)}', 'train.G_scheduler_warmup_iter=20',
-                             'logging.use_tensorboard=false') for a in ('--set', s)]],
-              env=clean_env(OMP_NUM_THREADS='1'), timeout=1800)
+    sets = (f'path.root={tmp_path}', 'train.total_iter=200', 'train.checkpoint_test=100', 'train.checkpoint_save=200',
+            'train.checkpoint_print=100', f'train.G_optimizer_type={name}',
+            f'train.G_optimizer_lr={DEMO_LR.get(name, 1e-3)}', 'train.G_scheduler_warmup_iter=20', 'train.E_decay=0',
+            'netG.init_type=orthogonal',
+            'datasets.train.dataloader_batch_size=4', 'logging.use_tensorboard=false')
+    res = run_main('main_train', ['--opt', 'options/train_dncnn_demo.json', *[a for s in sets for a in ('--set', s)]],
+                   env=clean_env(OMP_NUM_THREADS='1'))
     assert res.returncode == 0, res.stderr[-3000:]
+    noisy = [float(v) for v in re.findall(r'validation input: [^\n]*? items: PSNR ([\d.]+) dB', res.stdout)]
     psnr = [float(v) for v in re.findall(r'validation on \d+ items: PSNR ([\d.]+) dB', res.stdout)]
-    assert len(psnr) == 2, res.stdout[-3000:]
-    assert psnr[1] > psnr[0] + 0.1 and psnr[1] > 20.42 + 0.1, (name, psnr)
+    assert len(noisy) == 1 and len(psnr) == 2, res.stdout[-3000:]
+    assert psnr[1] > psnr[0] + 0.1 and psnr[1] > noisy[0] + 0.5, (name, noisy, psnr)

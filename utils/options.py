@@ -534,8 +534,10 @@ def _check_type(where: str, value: Any, types: Optional[Tuple[type, ...]]) -> No
         raise OptionsError(f'{where}: expected {_type_name(types)}, got {_show(value, where.rsplit(".", 1)[-1])}')
 
 
-def _inferred_types(default: Any) -> Optional[Tuple[type, ...]]:
-    if default is None or default is REQUIRED:
+def inferred_types(default: Any) -> Optional[Tuple[type, ...]]:
+    """The types a plain default (a schema value that is not a `Key`) admits: its own, an int for a float, a
+    list for a list or tuple; None (any) for None, REQUIRED and IGNORED."""
+    if default is None or default is REQUIRED or default is IGNORED:
         return None
     if isinstance(default, bool):
         return (bool,)
@@ -619,7 +621,7 @@ class _Validator:
                 out[key] = self.section(data.get(key, {}), spec, f'{where}{key}.')
                 continue
             if not isinstance(spec, Key):
-                spec = Key(spec, _inferred_types(spec))
+                spec = Key(spec, inferred_types(spec))
             if key not in data:
                 if spec.default is REQUIRED:
                     self.fail(f'{where}{key}', 'required key is missing')
