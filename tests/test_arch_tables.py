@@ -40,7 +40,8 @@ def test_the_tables_are_in_the_repository():
 LOCAL = {'dat__DAT_light_x4.tsv', 'edsr__EDSR_Mx4.tsv', 'hat__HAT-S_SRx4.tsv', 'nafnet__SIDD-width32.tsv',
          'plksr__PLKSR_tiny_X4_DIV2K.tsv', 'rcan__RCAN_x4.tsv', 'realplksr__x4_layernorm_default.tsv',
          'restormer__biasfree_gray_denoise.tsv', 'rrdbnet__RealESRGAN_x4plus_anime_6B.tsv', 'span__spanx4_ch48.tsv',
-         'srvggnet__realesr-animevideov3.tsv'}
+         'srvggnet__realesr-animevideov3.tsv', 'basicvsr__BasicVSR_REDS4.tsv', 'basicvsrpp__BasicVSRPP_REDS.tsv',
+         'edvr__EDVR_M_x4_SR_REDS.tsv', 'iconvsr__IconVSR_REDS.tsv'}
 
 
 def test_every_net_type_with_a_table_has_one_that_runs_locally():

@@ -214,6 +214,8 @@ def test_a_sample_is_augmented_alike_in_any_batch_so_n_ranks_of_b_equal_one_rank
 class _Transformed(Pairs):
     """A dataset with a device transform: L and a loss target H_pixel are made on the device."""
 
+    OPTIONS: dict = {}  # a registered dataset declares its keys (none here): the option tools list every member
+
     def __getitem__(self, key):
         item = super().__getitem__(key)
         del item['L']

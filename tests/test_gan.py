@@ -89,7 +89,7 @@ def test_missing_vgg_weights_are_one_line_naming_the_file_and_nothing_is_written
 
 @pytest.mark.parametrize('change, expected', [
     ({'netD': {'in_nc': 1}}, r'netD \(discriminator_vgg_96\) cannot take netG\'s output \(3, 96, 96\) for a sample of '
-                             r'datasets\.train: .*check netD\.in_nc against "n_channels"'),
+                             r'datasets\.train: .*check netD\.in_nc against datasets\.train: 3-channel images \(n_channels 3\)'),
     ({'H_size': 128}, r'netD \(discriminator_vgg_96\) cannot take netG\'s output \(3, 128, 128\) .*needs 96x96 inputs'),
     ({'n_channels': 1, 'netG': {'in_nc': 1, 'out_nc': 1}, 'netD': {'in_nc': 1}, 'train': {'F_use_input_norm': False}},
      r'train\.F_lossfn_weight: the VGG19 perceptual loss cannot take netG\'s output \(1, 96, 96\) .*'
