@@ -37,13 +37,14 @@ import torch  # noqa: E402
 from torch.utils.data import Dataset, default_collate  # noqa: E402
 
 import main_train  # noqa: E402
-from data.batch_augment import PLAN_KEY, BatchAugmented  # noqa: E402
+from data.batch_augment import PLAN_KEY, BatchAugmented, apply as augment_batch  # noqa: E402
 from data.sampler import TrainKey, parse_key  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
 from models.networks.layers.init import init_weights  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from option_rules import read_options  # noqa: E402
 from utils import dist  # noqa: E402
+from utils.image import images_to_float  # noqa: E402
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
 
@@ -103,6 +104,23 @@ def augmented_batches(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Ten
     ds = BatchAugmented(_Samples(batches), t['moa_augs'], t['moa_probs'])
     b = batches[0]['L'].shape[0]
     return [default_collate([ds[TrainKey(j * b + i, 1000 * j + i, j)] for i in range(b)]) for j in range(len(batches))]
+
+
+def augmentation_time(batches: Sequence[Dict[str, Any]], reps: int) -> float:
+    """Seconds per batch of the device side of the batch augmentation alone (`batch_augment.apply` on batches
+    already scaled to floats), the mean over `batches` of each one's fastest of `reps` x 10 runs: the part of
+    the row's difference that is the augmentation, without the noise of whole steps."""
+    per_batch = []
+    for batch in batches:
+        floats = images_to_float(batch)
+        best = float('inf')
+        for _ in range(max(reps, 2)):
+            t0 = time.perf_counter()
+            for _ in range(10):
+                augment_batch(floats)
+            best = min(best, (time.perf_counter() - t0) / 10)
+        per_batch.append(best)
+    return statistics.mean(per_batch)
 
 
 class _MemoryLoader:
@@ -278,7 +296,10 @@ def main(argv: Sequence[str] = None) -> None:
         off, _ = framework(base, batches)
         ta, tb, pr = interleaved(on, off, a.steps, a.reps)
         kinds = ', '.join(f'{k} {n}' for k, n in sorted(drawn.items()))
-        print(row('batch augment (use_moa) on / off', 'on ', 'off', ta, tb, pr, f'({len(moa)} batches: {kinds})'))
+        alone = augmentation_time(moa, a.reps)
+        print(row('batch augment (use_moa) on / off', 'on ', 'off', ta, tb, pr,
+                  f'({len(moa)} batches: {kinds}; the augmentation alone {alone * 1e3:.2f} ms/step = '
+                  f'{alone / tb * 100:.2f} % of an off step)'))
         if a.profile:
             profile(base, batches, a.steps)
 
