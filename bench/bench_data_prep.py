@@ -80,7 +80,8 @@ class Row:
         self.dataset = build()
         built = time.perf_counter() - t0
         cache = getattr(self.dataset, 'cache', None)  # data/frame_cache.py FrameCache: {path: (offset, shape)}
-        self.ram = sum(h * w * c for _, (h, w, c) in cache.index.values()) if cache is not None else None
+        self.ram = (sum(h * w * c * dtype.itemsize for _, (h, w, c), dtype in cache.index.values())
+                    if cache is not None else None)
         if self.ram is not None:  # the preparation is the decode at start-up
             self.prepare_s = built
         self.rate = float('nan')

@@ -287,12 +287,14 @@ def fill_rows(rows: Sequence[Row], reps: int) -> List[Tuple[str, int, float, flo
     for row in rows:
         if row.ours is None or getattr(row.ours, 'cache', None) is None:
             continue
-        shapes = {path: shape for path, (_, shape) in row.ours.cache.index.items()}
+        shapes = {path: shape for path, (_, shape, _) in row.ours.cache.index.items()}
+        dtypes = {path: dtype for path, (_, _, dtype) in row.ours.cache.index.items()}
         times: Dict[int, List[float]] = {1: [], threads: []}
         for rep in range(reps):
             for t in ((1, threads) if rep % 2 == 0 else (threads, 1)):
                 t0 = time.perf_counter()
-                cache = FrameCache(shapes, lambda path: imread_uint(path, 3, bgr=True), 'bench', threads=t)
+                cache = FrameCache(shapes, lambda path: imread_uint(path, 3, bgr=True), 'bench', dtypes=dtypes,
+                                   threads=t)
                 times[t].append(len(shapes) / (time.perf_counter() - t0))
                 del cache
         out.append((row.kind, len(shapes), statistics.median(times[1]), statistics.median(times[threads]), threads))
