@@ -204,3 +204,31 @@ def test_run_all_runs_every_bench():
     missing = [name for name in BENCHES if not re.search(rf'^python bench/{re.escape(name)} "\$\{{ARGS\[@\]\}}"$',
                                                           script, re.M)]
     assert not missing, f'bench/run_all.sh does not run {missing} (with "${{ARGS[@]}}", which is --quick under QUICK=1)'
+
+
+def test_quick_children_run_two_at_a_time_one_thread_each_results_in_order(tmp_path, monkeypatch):
+    """common.run_children, which --quick uses for the benches' child processes: with jobs=2 the first two
+    commands run side by side (each waits for the other's file), the results come back in the order given,
+    and each child gets one OpenMP thread unless the caller set it; with jobs=1 they run one after another."""
+    sys.path.insert(0, BENCH_DIR)
+    try:
+        from common import run_children
+    finally:
+        sys.path.remove(BENCH_DIR)
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    wait = ('import os, sys, time\nopen(sys.argv[1], "w").close()\nt = time.monotonic()\n'
+            'while not os.path.exists(sys.argv[2]) and time.monotonic() - t < 60: time.sleep(0.01)\n'
+            'print(os.path.exists(sys.argv[2]), os.environ.get("OMP_NUM_THREADS"))')
+    a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+    cmds = [[sys.executable, '-c', wait, a, b], [sys.executable, '-c', wait, b, a],
+            [sys.executable, '-c', 'print("third")']]
+    out = [p.stdout.strip() for p in run_children(cmds, 2, capture_output=True, text=True)]
+    assert out == ['True 1', 'True 1', 'third']
+    os.remove(a)
+    os.remove(b)
+    one = [[sys.executable, '-c', 'import os; print(os.environ.get("OMP_NUM_THREADS"))']]
+    assert [p.stdout.strip() for p in run_children(one, 2, capture_output=True, text=True,
+                                                   env={**os.environ, 'OMP_NUM_THREADS': '3'})] == ['3']
+    alone = [[sys.executable, '-c', f'import os; print(os.path.exists({a!r}))'],
+             [sys.executable, '-c', f'open({a!r}, "w").close()']]
+    assert [p.stdout.strip() for p in run_children(alone, 1, capture_output=True, text=True)] == ['False', '']
