@@ -41,7 +41,7 @@ EXPECTED: Dict[str, Expected] = {
         rf'^training step alone {NUM} ms, during a draw {NUM} ms \(x{NUM}, \d+ steps\)$',
     ], slow=False),
     'bench_data.py': Expected([
-        rf'^data wait, demo config, workers={w}\b.*: steady state \(4 iters\): data wait +{NUM} % of step time'
+        rf'^data wait, demo config, workers={w}\b.*: steady state \(2 iters\): data wait +{NUM} % of step time'
         for w in (1, 0, 2)
     ], slow=False),
     'bench_data_prep.py': Expected([
