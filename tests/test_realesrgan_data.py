@@ -23,6 +23,9 @@ from data.sampler import ResumableDistributedSampler, TrainKey
 from utils.errors import UserError
 from utils.image import images_to_float
 
+# pytest-xdist keeps this module on one worker: its generated images are made once for the module
+pytestmark = pytest.mark.xdist_group('test_realesrgan_data')
+
 SMALL = dict(scale=4, gt_size=48, crop_pad_size=96)
 
 
