@@ -71,7 +71,8 @@ def clean_env(**extra: str) -> Dict[str, str]:
     drop = ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_WORLD_SIZE',
             'GROUP_RANK', 'ROLE_RANK', 'TORCHELASTIC_RUN_ID', 'CUDA_VISIBLE_DEVICES')
     env = {k: v for k, v in os.environ.items()
-           if k not in drop and not k.startswith(('SLURM_', 'PYTEST_XDIST_')) and k != 'PYTEST_CURRENT_TEST'}
+           if k not in drop and not k.startswith(('SLURM_', 'PYTEST_XDIST_'))
+           and k not in ('PYTEST_CURRENT_TEST', 'PYTEST_VERSION')}
     if env.pop(WAIT_POLICY_MARK, None):
         env.pop('OMP_WAIT_POLICY', None)
     env.pop('PYTHONDONTWRITEBYTECODE', None)
