@@ -436,7 +436,11 @@ def pytest_xdist_auto_num_workers(config) -> int:
     two); none on one core, where a worker would only add its start-up.
 
     Why parallel on 2 cores: run one at a time, the tests keep about 1.2 cores busy (many wait on processes,
-    signals and timeouts); two workers cut the wall time by a third (docs/testing.md has the figures)."""
+    signals and timeouts); two workers cut the wall time by a quarter (docs/testing.md has the figures).
+    Under CI=true the tests run one at a time for now: the CI-only tests (minutes-long 2-rank runs, the SLURM
+    cluster, every bench) have not yet been seen passing on workers."""
+    if in_ci():
+        return 0
     cores = usable_cores()
     return min(cores, 8) if cores >= 2 else 0
 
@@ -452,10 +456,11 @@ def pytest_configure(config) -> None:
 
 def pytest_collection_modifyitems(config, items):
     """Long end-to-end tests and the other members of a family run in CI (CI=true) or with RUN_SLOW=1; locally
-    they are reported as skipped. Where they run, they run first: pytest-xdist hands tests out in this order, and a
-    run of minutes started last would leave the other workers idle at the end."""
+    they are reported as skipped. Where they run on pytest-xdist workers, they run first: xdist hands tests out in
+    this order, and a run of minutes started last would leave the other workers idle at the end."""
     if run_everything():
-        items.sort(key=lambda item: 'slow' not in item.keywords)  # stable: the order within each part is kept
+        if os.environ.get('PYTEST_XDIST_WORKER'):
+            items.sort(key=lambda item: 'slow' not in item.keywords)  # stable: the order within each part is kept
         return
     slow = pytest.mark.skip(reason='slow end-to-end test: runs in CI, or locally with RUN_SLOW=1')
     member = pytest.mark.skip(reason='one of a family whose representatives run locally: all run in CI, or '

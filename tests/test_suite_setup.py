@@ -11,9 +11,12 @@ from conftest import ROOT, clean_env
 
 
 @pytest.mark.parametrize('cores, workers', [(1, 0), (2, 2), (6, 6), (64, 8)])
-def test_n_auto_is_one_worker_per_usable_core_at_most_8_and_none_on_one_core(monkeypatch, cores, workers):
+def test_n_auto_is_one_worker_per_usable_core_at_most_8_and_none_on_one_core_or_in_ci(monkeypatch, cores, workers):
     monkeypatch.setattr(conftest, 'usable_cores', lambda: cores)
+    monkeypatch.delenv('CI', raising=False)
     assert conftest.pytest_xdist_auto_num_workers(None) == workers
+    monkeypatch.setenv('CI', 'true')
+    assert conftest.pytest_xdist_auto_num_workers(None) == 0
 
 
 def test_the_processes_a_test_starts_see_the_users_environment_not_what_the_suite_set_for_itself(monkeypatch):
