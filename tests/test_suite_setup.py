@@ -34,18 +34,18 @@ def test_the_processes_a_test_starts_see_the_users_environment_not_what_the_suit
     assert clean_env()['OMP_WAIT_POLICY'] == 'ACTIVE'
 
 
-def test_the_readme_command_runs_the_tests_on_xdist_workers_and_n_0_in_one_process(tmp_path):
-    """pytest.ini's `-n auto`: on 2 or more cores the tests run on workers; `-n 0` turns that off."""
+def test_the_readme_command_runs_the_tests_in_one_process_and_n_auto_on_xdist_workers(tmp_path):
+    """pytest.ini's default: one process; `-n auto` (on 2 or more cores) runs the tests on workers."""
     (tmp_path / 'test_where.py').write_text('import os\n\ndef test_where():\n    with open(os.environ["WHERE"], "w") as f:\n'
                                             '        f.write(os.environ.get("PYTEST_XDIST_WORKER", "none"))\n')
     where = {}
-    for mode, extra in (('auto', []), ('serial', ['-n', '0'])):
+    for mode, extra in (('default', []), ('auto', ['-n', 'auto'])):
         out = tmp_path / mode
         res = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-c', os.path.join(ROOT, 'pytest.ini'), '--rootdir',
                               str(tmp_path), '-p', 'no:cacheprovider', str(tmp_path / 'test_where.py'), *extra],
                              cwd=tmp_path, env=clean_env(WHERE=str(out)), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0 and '1 passed' in res.stdout, res.stdout + res.stderr
         where[mode] = out.read_text()
-    assert where['serial'] == 'none'
+    assert where['default'] == 'none'
     if conftest.usable_cores() >= 2:  # (this temporary suite has xdist's own `auto`, not conftest's hook)
         assert where['auto'].startswith('gw'), where
