@@ -432,7 +432,7 @@ def usable_cores() -> int:
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto` (pytest.ini): one worker per usable core, at most 8 (each may start 2-rank DDP runs of a GiB or
+    """`pytest -n auto`: one worker per usable core, at most 8 (each may start 2-rank DDP runs of a GiB or
     two); none on one core, where a worker would only add its start-up.
 
     Why parallel on 2 cores: run one at a time, the tests keep about 1.2 cores busy (many wait on processes,
