@@ -45,6 +45,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# The pytest process computes as the entry points do (main_train.py sets this before importing torch): OpenMP's idle
+# threads sleep instead of spinning, so that two pytest workers, and the processes they start, do not burn each
+# other's cores waiting. Set before torch is imported, unless the user set it; then `clean_env` keeps it out of the
+# processes the tests start, which must see the environment the user gave. (This module is imported twice, as
+# `conftest` and as `tests.conftest`: the marker variable says which value is ours to both.)
+WAIT_POLICY_MARK = 'TESTS_SET_OMP_WAIT_POLICY'
+if 'OMP_WAIT_POLICY' not in os.environ:
+    os.environ.update(OMP_WAIT_POLICY='PASSIVE', **{WAIT_POLICY_MARK: '1'})
+# Bytecode caches are written (into the gitignored __pycache__ folders) even where PYTHONDONTWRITEBYTECODE is set, as
+# it is in some images: the suite starts hundreds of Python processes, and without caches each one compiles the
+# project's modules again, and pytest rewrites every test module on every run (collection took 22 s of CPU
+# instead of 11 on 2 cores). `clean_env` leaves the variable out of the processes the tests start.
+sys.dont_write_bytecode = False
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -53,10 +67,15 @@ def free_port() -> int:
 
 
 def clean_env(**extra: str) -> Dict[str, str]:
-    """The parent's environment without any launcher/cluster variables, plus `extra`."""
+    """The parent's environment without any launcher/cluster variables or pytest's own, plus `extra`."""
     drop = ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_WORLD_SIZE',
             'GROUP_RANK', 'ROLE_RANK', 'TORCHELASTIC_RUN_ID', 'CUDA_VISIBLE_DEVICES')
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith('SLURM_')}
+    env = {k: v for k, v in os.environ.items()
+           if k not in drop and not k.startswith(('SLURM_', 'PYTEST_XDIST_'))
+           and k not in ('PYTEST_CURRENT_TEST', 'PYTEST_VERSION')}
+    if env.pop(WAIT_POLICY_MARK, None):
+        env.pop('OMP_WAIT_POLICY', None)
+    env.pop('PYTHONDONTWRITEBYTECODE', None)
     env.update(PYTHONPATH=ROOT, WANDB_MODE='offline', WANDB_SILENT='true', PYTHONUNBUFFERED='1')
     env.pop('WANDB_API_KEY', None)
     env.update(extra)
@@ -408,10 +427,40 @@ def family(members: Sequence[Any], local: Any, key: Any = None) -> List[Any]:
             else pytest.param(member, marks=pytest.mark.family) for member in members]
 
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`pytest -n auto`: one worker per usable core, at most 8 (each may start 2-rank DDP runs of a GiB or
+    two); none on one core, where a worker would only add its start-up.
+
+    Why parallel on 2 cores: run one at a time, the tests keep about 1.2 cores busy (many wait on processes,
+    signals and timeouts); two workers cut the wall time by a quarter (docs/testing.md has the figures).
+    Under CI=true the tests run one at a time for now: the CI-only tests (minutes-long 2-rank runs, the SLURM
+    cluster, every bench) have not yet been seen passing on workers."""
+    if in_ci():
+        return 0
+    cores = usable_cores()
+    return min(cores, 8) if cores >= 2 else 0
+
+
+def pytest_configure(config) -> None:
+    """A pytest-xdist worker computes on its share of the cores: torch's intra-op threads of the workers add up to
+    the usable cores, as DDP ranks do (`utils.dist.group.init`), instead of each taking them all."""
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '0'))
+    if workers > 1:
+        import torch
+        torch.set_num_threads(max(1, usable_cores() // workers))
+
+
 def pytest_collection_modifyitems(config, items):
     """Long end-to-end tests and the other members of a family run in CI (CI=true) or with RUN_SLOW=1; locally
-    they are reported as skipped."""
+    they are reported as skipped. Where they run on pytest-xdist workers, they run first: xdist hands tests out in
+    this order, and a run of minutes started last would leave the other workers idle at the end."""
     if run_everything():
+        if os.environ.get('PYTEST_XDIST_WORKER'):
+            items.sort(key=lambda item: 'slow' not in item.keywords)  # stable: the order within each part is kept
         return
     slow = pytest.mark.skip(reason='slow end-to-end test: runs in CI, or locally with RUN_SLOW=1')
     member = pytest.mark.skip(reason='one of a family whose representatives run locally: all run in CI, or '

@@ -16,6 +16,9 @@ from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_
 from utils.dist import DistState
 from utils.relaunch import CPU_TEST_MODE, relaunch_count
 
+# pytest-xdist keeps this module on one worker: its rendezvous failures are started once, side by side
+pytestmark = pytest.mark.xdist_group('test_launch_paths')
+
 PY = sys.executable
 DIST_TIMEOUT = 5
 # A failing rank must be gone this long after its program is loaded: the timeout, the 10 s grace

@@ -23,6 +23,9 @@ import pytest
 
 from tests.conftest import ROOT, clean_env, free_port, in_ci, run, tiny_options, write_options
 
+# pytest-xdist keeps this module on one worker: one local SLURM cluster (and its install) for the session
+pytestmark = pytest.mark.xdist_group('test_launch_slurm')
+
 PY = sys.executable
 SCRIPT = os.path.join(ROOT, 'scripts', 'slurm_local.sh')
 JOB_DEADLINE_S = 240

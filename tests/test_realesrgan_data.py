@@ -23,6 +23,9 @@ from data.sampler import ResumableDistributedSampler, TrainKey
 from utils.errors import UserError
 from utils.image import images_to_float
 
+# pytest-xdist keeps this module on one worker: its generated images are made once for the module
+pytestmark = pytest.mark.xdist_group('test_realesrgan_data')
+
 SMALL = dict(scale=4, gt_size=48, crop_pad_size=96)
 
 
@@ -461,7 +464,7 @@ def test_the_model_degrades_on_its_device_in_the_sample_check_and_each_loss_take
     path = os.path.join(ROOT, 'options', 'realesrgan', 'tiny', 'train_realesrgan_srvggnet_x4.json')
     model, ds = _tiny_model(path, demo_images, tmp_path)
     out, batch = model.check_sample(ds[TrainKey(0, 0)], 'datasets.train')
-    assert out.shape == batch['H'].shape == (1, 3, 64, 64) and batch['L'].shape == (1, 3, 16, 16)
+    assert out.shape == batch['H'].shape == (1, 3, 48, 48) and batch['L'].shape == (1, 3, 12, 12)  # the file's gt_size 48
     seen = {}
     monkeypatch.setattr(model.loss_fn, 'forward', lambda E, H: seen.setdefault('pixel', H).mean() * 0 + E.mean())
     real_percep = model.perceptual.forward

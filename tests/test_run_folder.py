@@ -21,6 +21,9 @@ from utils.parent_watch import EXIT_ORPHANED, should_watch
 from utils.runlock import lock_path
 from utils.stop import EXIT_PREEMPTED
 
+# pytest-xdist keeps this module on one worker: a run held by a live job is started once for the module
+pytestmark = pytest.mark.xdist_group('test_run_folder')
+
 PY = sys.executable
 PATCHED = os.path.join('tests', 'patched_main.py')
 TORCHRUN = [PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2']

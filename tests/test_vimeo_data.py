@@ -17,6 +17,9 @@ from data.synthetic.vimeo import SPLITS, bd_downsample, make_vimeo, septuplet
 from utils.errors import UserError
 from utils.image import images_to_float, imread_uint, imresize_bicubic, to_float_image
 
+# pytest-xdist keeps this module on one worker: its generated Vimeo sets and LMDB are built once for the module
+pytestmark = pytest.mark.xdist_group('test_vimeo_data')
+
 TRAIN_SEQS = [f'{c}/{s}' for c, s in SPLITS['train']]
 TEST_SEQS = [f'{c}/{s}' for c, s in SPLITS['test']]
 
