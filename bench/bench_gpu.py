@@ -46,7 +46,7 @@ sys.path.insert(0, ROOT)
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import child_env, entry, side_by_side  # noqa: E402
+from common import child_env, entry, quick_jobs, side_by_side  # noqa: E402
 
 # name: (option file, KAIR's batch, patch, overrides for --quick: tiny networks, small patches)
 CONFIGS: Dict[str, Tuple[str, int, int, Dict[str, Any]]] = {
@@ -315,7 +315,7 @@ def main() -> int:
     args = p.parse_args()
     quick = args.quick
     iters, warmup, images, workers = sizes(args)
-    jobs = 2 if quick else 1  # main_train.py rows: one at a time, --quick's two at a time
+    jobs = quick_jobs() if quick else 1  # main_train.py rows: one at a time, --quick's two at a time
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     if device.type != 'cuda' and not quick:
         print('bench_gpu.py: no CUDA GPU here, nothing measured (--quick runs its smoke test on any device)')

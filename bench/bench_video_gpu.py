@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 sys.path.insert(0, ROOT)
 
-from common import run_children  # noqa: E402
+from common import quick_jobs, run_children  # noqa: E402
 
 VRT_006 = {'net_type': 'vrt', 'upscale': 1, 'img_size': [6, 192, 192], 'window_size': [6, 8, 8],
            'depths': [8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4], 'indep_reconsts': [9, 10],
@@ -182,7 +182,7 @@ def main() -> int:
                  '--reps', str(reps), '--warmup', str(warmup)] + (['--quick'] if args.quick else [])
                 for net_name, checkpoint, precision in ROWS]
         # measured rows one at a time; --quick's smoke rows two at a time
-        procs = run_children(cmds, 2 if args.quick else 1, cwd=ROOT, capture_output=True, text=True)
+        procs = run_children(cmds, quick_jobs() if args.quick else 1, cwd=ROOT, capture_output=True, text=True)
         for (net_name, checkpoint, precision), proc in zip(ROWS, procs):
             if proc.returncode:
                 print(proc.stderr[-3000:], file=sys.stderr)

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Dict, Sequence
 
-from common import run_children
+from common import quick_jobs, run_children
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] = None) -> None:
     p.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.size = a.size or (40 if a.quick else 64)
-    side_by_side = 2 if a.quick and a.threads is None else 1  # --quick's smoke rows: two at a time
+    side_by_side = quick_jobs() if a.quick and a.threads is None else 1  # --quick's smoke rows: two at a time
     a.threads = a.threads or (1 if side_by_side > 1 else 2)
     if a.child:
         print(json.dumps(child(a.child[0], a.child[1] == 'on', a.threads, a.reps, a.size, a.quick)))

@@ -56,6 +56,13 @@ def side_by_side(calls: Sequence[Callable[[], T]], jobs: int = 1) -> Iterator[T]
     return (future.result() for future in futures)
 
 
+def quick_jobs() -> int:
+    """How many child processes --quick runs at a time: 2, or 1 where this bench was given one core
+    (OMP_NUM_THREADS=1, as a pytest-xdist worker of tests/test_benches.py gives it), so that a smoke run never
+    takes more cores than its caller allows."""
+    return 1 if os.environ.get('OMP_NUM_THREADS') == '1' else 2
+
+
 def child_env(jobs: int, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The environment of child processes run `jobs` at a time: with jobs > 1, OMP_NUM_THREADS=1 unless it is
     set, so that children side by side do not oversubscribe the cores."""

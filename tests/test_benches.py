@@ -16,6 +16,7 @@ import time
 from typing import Any, Dict, List, NamedTuple, Set
 
 import pytest
+import torch
 
 from conftest import ROOT, clean_env, family
 
@@ -182,9 +183,10 @@ def test_a_bench_runs_quick_prints_its_table_last_and_writes_nothing_into_the_pr
     expected = EXPECTED[name]
     before = new_files_in_project()
     t0 = time.perf_counter()
-    # TMPDIR: whatever the bench writes through tempfile lands in this test's folder
+    # TMPDIR: whatever the bench writes through tempfile lands in this test's folder; OMP_NUM_THREADS: the cores
+    # this pytest process computes on (one on each xdist worker of a 2-core machine), which the bench keeps to
     proc = subprocess.run([sys.executable, os.path.join('bench', name), '--quick'], cwd=ROOT,
-                          env=clean_env(TMPDIR=str(tmp_path), PYTHONDONTWRITEBYTECODE='1'),
+                          env=clean_env(TMPDIR=str(tmp_path), OMP_NUM_THREADS=str(torch.get_num_threads())),
                           capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - t0
     tail = f'{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}'
@@ -212,13 +214,17 @@ def test_run_all_runs_every_bench():
 def test_quick_children_run_two_at_a_time_one_thread_each_results_in_order(tmp_path, monkeypatch):
     """common.run_children, which --quick uses for the benches' child processes: with jobs=2 the first two
     commands run side by side (each waits for the other's file), the results come back in the order given,
-    and each child gets one OpenMP thread unless the caller set it; with jobs=1 they run one after another."""
+    and each child gets one OpenMP thread unless the caller set it; with jobs=1 they run one after another. A bench
+    given one core (OMP_NUM_THREADS=1) runs its --quick children one at a time."""
     sys.path.insert(0, BENCH_DIR)
     try:
-        from common import run_children
+        from common import quick_jobs, run_children
     finally:
         sys.path.remove(BENCH_DIR)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')  # a caller that gives the bench one core gets one child at a time
+    assert quick_jobs() == 1
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    assert quick_jobs() == 2
     wait = ('import os, sys, time\nopen(sys.argv[1], "w").close()\nt = time.monotonic()\n'
             'while not os.path.exists(sys.argv[2]) and time.monotonic() - t < 60: time.sleep(0.01)\n'
             'print(os.path.exists(sys.argv[2]), os.environ.get("OMP_NUM_THREADS"))')
