@@ -4,8 +4,8 @@ the draw takes, and how much a CPU-bound training step slows while the child pro
     python bench/bench_curves.py [--quick] [--rows 2000] [--redraws 5] [--threads 2]
 
 The history is synthetic (a long run's worth of rows); the "training step" is a small convolution
-forward+backward, measured alone and while a redraw runs, in this run. `--quick` (200 rows, 2
-redraws) is a smoke run, noisy.
+forward+backward, measured alone (median of 20) and while a redraw runs, in this run. `--quick` (200 rows,
+one redraw, the step alone 3 times) is a smoke run, noisy.
 """
 import argparse
 import os
@@ -24,13 +24,13 @@ from utils.plot import BackgroundPlotter, plot_run  # noqa: E402
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: 200 history rows, 2 redraws')
+    p.add_argument('--quick', action='store_true', help='smoke run: 200 history rows, 1 redraw')
     p.add_argument('--rows', type=int, default=None, help='history rows (default 2000; --quick 200)')
-    p.add_argument('--redraws', type=int, default=None, help='background redraws timed (default 5; --quick 2)')
+    p.add_argument('--redraws', type=int, default=None, help='background redraws timed (default 5; --quick 1)')
     p.add_argument('--threads', type=int, default=2)
     args = p.parse_args()
     args.rows = args.rows or (200 if args.quick else 2000)
-    args.redraws = args.redraws or (2 if args.quick else 5)
+    args.redraws = args.redraws or (1 if args.quick else 5)
     torch.set_num_threads(args.threads)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 3, 3, padding=1))
     x = torch.rand(8, 3, 64, 64)
@@ -55,7 +55,7 @@ def main() -> None:
         t0 = time.perf_counter()
         plot_run(folder)
         draw = time.perf_counter() - t0
-        alone = statistics.median(step() for _ in range(20))
+        alone = statistics.median(step() for _ in range(3 if args.quick else 20))
         plotter = BackgroundPlotter(folder)
         calls, during = [], []
         for _ in range(args.redraws):

@@ -16,7 +16,7 @@ processes load the machine (they slow every storage of a rep alike), the absolut
 Prepare: the seconds the preparation took here, in one process (the scripts' functions; for cache_data:
 building the dataset, which decodes every image once), and what it occupies on disk / in RAM.
 `--quick`: the small data of bench_loader.py --quick (4 HR images of 512x384, sub-images of 240² every 120),
-fewest reps: a smoke test of every row, not a measurement.
+one rep of 2 samples per row: a smoke test of every row, not a measurement.
 
     python bench/bench_data_prep.py [--quick] [--reps 5] [--data DIR] [--samples N]
 """
@@ -177,9 +177,10 @@ def report(title: str, rows: Sequence[Row]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = reps_parser(__doc__, 'small data, fewest reps: a smoke test of every row', 'interleaved reps (default 5)')
     p.add_argument('--data', default=None, help='keep the generated data here and reuse it (default: a temp dir)')
-    p.add_argument('--samples', type=int, default=None, help='samples per row and rep (default 40, --quick 4)')
+    p.add_argument('--samples', type=int, default=None,
+                   help='samples per row and rep (default 40, --quick 2; clips a quarter, at least 2)')
     args = parse_reps(p, argv, default=5, quick=1)
-    samples = args.samples or (4 if args.quick else 40)
+    samples = args.samples or (2 if args.quick else 40)
     sizes = QUICK if args.quick else FULL
     crop, step = (240, 120) if args.quick else (480, 240)
     torch.set_num_threads(1)

@@ -3,11 +3,11 @@
 Both sides run the real `Trainer.run` loop (see bench_loop.py) with the same global batch of 16
 (DDP: 8 per process, gradients all-reduced every step; single: 16) on in-memory demo-shaped batches.
 Each measurement is a fresh set of processes (env:// rendezvous, as under torchrun); rank 0 times
-`--steps` iterations after warm-up. The sides alternate rep by rep; samples/s are medians.
+`--steps` iterations after 3 warm-up iterations. The sides alternate rep by rep; samples/s are medians.
 
     python bench/bench_ddp.py [--quick] [--reps 5] [--steps 20]
 
-`--quick` (one run per side of 3 steps) is a smoke run, noisy.
+`--quick` (one run per side: one warm-up step, one timed step) is a smoke run, noisy.
 """
 import os
 import socket
@@ -25,7 +25,7 @@ ROOT = os.path.join(HERE, '..')
 GLOBAL_BATCH = 16
 
 
-def worker(world: int, threads: int, steps: int) -> None:
+def worker(world: int, threads: int, steps: int, warmup: int) -> None:
     """One rank: build the demo model through the framework, train, print samples/s on rank 0."""
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
@@ -39,7 +39,7 @@ def worker(world: int, threads: int, steps: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         opt = demo_options(tmp, f'datasets.train.dataloader_batch_size={GLOBAL_BATCH // world}')
         run, _ = framework(opt, make_batches(opt, 8, seed=state.rank), state)
-        run(3)
+        run(warmup)
         dist.barrier()
         t0 = time.perf_counter()
         run(steps)
@@ -57,7 +57,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(world: int, threads: int, steps: int) -> float:
+def launch(world: int, threads: int, steps: int, warmup: int) -> float:
     """Start `world` worker processes (env:// like torchrun) and return rank 0's samples/s."""
     drop = ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'OMP_NUM_THREADS')
     base = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith('SLURM_')}
@@ -69,7 +69,8 @@ def launch(world: int, threads: int, steps: int) -> float:
             env.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
                        MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), '--worker', str(world), str(threads), str(steps)],
+            [sys.executable, os.path.abspath(__file__), '--worker', str(world), str(threads), str(steps),
+             str(warmup)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=600) for p in procs]
     if any(p.returncode for p in procs):
@@ -80,24 +81,26 @@ def launch(world: int, threads: int, steps: int) -> float:
 
 
 def main(argv: Sequence[str] = None) -> None:
-    p = reps_parser(__doc__, 'smoke run: one run per side, 3 timed steps', 'runs per side (default 5; --quick 1)')
-    p.add_argument('--steps', type=int, default=None, help='timed steps per run (default 20; --quick 3)')
+    p = reps_parser(__doc__, 'smoke run: one run per side, 1 warm-up and 1 timed step',
+                    'runs per side (default 5; --quick 1)')
+    p.add_argument('--steps', type=int, default=None, help='timed steps per run (default 20; --quick 1)')
     a = parse_reps(p, argv, 5)
-    a.steps = a.steps or (3 if a.quick else 20)
+    a.steps = a.steps or (1 if a.quick else 20)
+    warmup = 1 if a.quick else 3
     sys.path.insert(0, HERE)
     from bench_loop import machine
     print(machine())
     ddp: List[float] = []
     single: List[float] = []
     for _ in range(a.reps):
-        ddp.append(launch(2, 1, a.steps))
-        single.append(launch(1, 2, a.steps))
+        ddp.append(launch(2, 1, a.steps, warmup))
+        single.append(launch(1, 2, a.steps, warmup))
     d, s = statistics.median(ddp), statistics.median(single)
     print(f'workload: demo DnCNN, global batch {GLOBAL_BATCH} (DDP {GLOBAL_BATCH // 2}/process), gloo, '
-          f'{a.steps} timed steps per run, {a.reps} runs per side interleaved; medians')
+          f'{warmup} warm-up and {a.steps} timed steps per run, {a.reps} runs per side interleaved; medians')
     print(f'DDP 2 proc x 1 thread / 1 proc x 2 threads (samples/s)  2x1 {d:7.1f} | 1x2 {s:7.1f} | '
           f'ratio {d / s:6.3f}  (about 1.0 expected on 2 cores)')
 
 
 if __name__ == '__main__':
-    entry(main, worker=lambda args: worker(*map(int, args[:3])))
+    entry(main, worker=lambda args: worker(*map(int, args[:4])))

@@ -9,7 +9,8 @@ the timing: only their own peak counts).
 
     python bench/bench_deform_conv.py [--quick] [--reps 7] [--size 64] [--threads N]
 
-`--quick` (one rep, 32x32 frames) is a smoke run, noisy.
+`--quick` (one rep without warm-up, one step per peak-RSS child at one thread, 32x32 frames) is a smoke run,
+noisy.
 """
 import argparse
 import os
@@ -55,9 +56,9 @@ def step(impl, inputs):
     torch.autograd.grad(out.square().mean(), inputs)
 
 
-def time_interleaved(inputs, reps):
+def time_interleaved(inputs, reps, warmup=True):
     times = {k: [] for k in IMPLS}
-    for impl in IMPLS:  # warm-up
+    for impl in IMPLS if warmup else ():
         step(impl, inputs)
     for _ in range(reps):
         for impl in IMPLS:
@@ -72,21 +73,23 @@ def _status_kib(field):
         return int(re.search(rf'{field}:\s+(\d+)', f.read()).group(1))
 
 
-def peak_rss_child(impl, shape_idx, threads, size):
+def peak_rss_child(impl, shape_idx, threads, size, steps=2):
     torch.set_num_threads(threads)
     inputs = make_inputs(*SHAPES[shape_idx][1:], size, size)
     with open('/proc/self/clear_refs', 'w') as f:
         f.write('5')  # reset VmHWM to the current RSS
     base = _status_kib('VmRSS')
-    for _ in range(2):
+    for _ in range(steps):
         step(impl, inputs)
     print((_status_kib('VmHWM') - base) / 1024)
 
 
-def peak_rss(shape_idx: int, threads: int, size: int) -> Dict[str, float]:
-    """MiB of peak RSS growth of each implementation's step, each in a fresh process (run side by side)."""
+def peak_rss(shape_idx: int, threads: int, size: int, quick: bool = False) -> Dict[str, float]:
+    """MiB of peak RSS growth of each implementation's step, each in a fresh process (run side by side;
+    --quick: one thread each, one step)."""
+    threads = 1 if quick else threads
     procs = {impl: subprocess.Popen([sys.executable, __file__, '--threads', str(threads), '--size', str(size),
-                                     '--child', impl, str(shape_idx)],
+                                     '--child', impl, str(shape_idx)] + (['--quick'] if quick else []),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for impl in IMPLS}
     mem = {}
@@ -100,7 +103,7 @@ def peak_rss(shape_idx: int, threads: int, size: int) -> Dict[str, float]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--quick', action='store_true', help='smoke run: one rep, 32x32 frames')
+    ap.add_argument('--quick', action='store_true', help='smoke run: one rep without warm-up, 32x32 frames')
     ap.add_argument('--reps', type=int, default=None, help='interleaved reps (default 7; --quick 1)')
     ap.add_argument('--size', type=int, default=None, help='frame height and width (default 64; --quick 32)')
     ap.add_argument('--threads', type=int, default=torch.get_num_threads())
@@ -109,15 +112,16 @@ def main():
     args.reps = args.reps or (1 if args.quick else 7)
     args.size = args.size or (32 if args.quick else 64)
     if args.child:
-        peak_rss_child(args.child[0], int(args.child[1]), args.threads, args.size)
+        peak_rss_child(args.child[0], int(args.child[1]), args.threads, args.size, 1 if args.quick else 2)
         return
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, float32, CPU, '
           f'torch.set_num_threads({args.threads}) (interop {torch.get_num_interop_threads()}), '
-          f'{os.cpu_count()} logical CPUs; median of {args.reps} interleaved reps of forward+backward')
+          f'{os.cpu_count()} logical CPUs; median of {args.reps} interleaved reps of forward+backward'
+          f'{" (no warm-up)" if args.quick else " after a warm-up"}')
     for i, (label, *shape) in enumerate(SHAPES):
-        med = time_interleaved(make_inputs(*shape, args.size, args.size), args.reps)
-        mem = peak_rss(i, args.threads, args.size)
+        med = time_interleaved(make_inputs(*shape, args.size, args.size), args.reps, warmup=not args.quick)
+        mem = peak_rss(i, args.threads, args.size, args.quick)
         print(f'{label.format(size=args.size)}:')
         for impl in IMPLS:
             print(f'  {impl:12s} {med[impl] * 1e3:8.1f} ms/iter   peak RSS growth {mem[impl]:7.1f} MiB')

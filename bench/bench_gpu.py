@@ -18,8 +18,9 @@ forward+backward FLOPs of one iteration (torch.utils.flop_counter) and its share
 matmul rate, and the row's time over the bare loop's.
 
 Logs of every run are under `--out` (default: a temporary folder). `--quick` (any device, CPU included)
-trains tiny versions of the same networks on a few small images for a few iterations, without the
-compile row: a smoke test of every code path, not a measurement.
+trains tiny versions of the same networks on 32² patches (DnCNN 40²) of a few small images for 2 iterations
+(one of them warm-up), without the compile row, the main_train.py rows two at a time: a smoke test of every
+code path, not a measurement.
 
     python bench/bench_gpu.py [--quick] [--out DIR] [--iters 200] [--warmup 50] [--images 800] [--workers 8]
 
@@ -29,6 +30,7 @@ FLOPs of one iteration); `--data DIR` only generates the images. bench/gpu_check
 and the other rows' main_train.py commands (`ours_command`) directly, each in a process of its own.
 """
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 sys.path.insert(0, ROOT)
@@ -44,14 +46,15 @@ sys.path.insert(0, ROOT)
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import entry  # noqa: E402
+from common import child_env, entry, quick_jobs, side_by_side  # noqa: E402
 
-# name: (option file, KAIR's batch, patch, overrides for --quick: tiny networks)
+# name: (option file, KAIR's batch, patch, overrides for --quick: tiny networks, small patches)
 CONFIGS: Dict[str, Tuple[str, int, int, Dict[str, Any]]] = {
     'dncnn': ('options/zoo/full/train_dncnn.json', 64, 40, {'netG.nb': 3, 'netG.nc': 8}),
-    'msrresnet': ('options/zoo/full/train_msrresnet0.json', 32, 96, {'netG.nb': 2, 'netG.nc': 8}),
+    'msrresnet': ('options/zoo/full/train_msrresnet0.json', 32, 96,
+                  {'netG.nb': 2, 'netG.nc': 8, 'datasets.train.H_size': 32}),
     'swinir': ('options/zoo/full/train_swinir_sr_classical.json', 8, 96,
-               {'netG.depths': [2], 'netG.num_heads': [2], 'netG.embed_dim': 12}),
+               {'netG.depths': [2], 'netG.num_heads': [2], 'netG.embed_dim': 12, 'datasets.train.H_size': 32}),
 }
 ROWS: Dict[str, Dict[str, Any]] = {
     'default': {},
@@ -156,12 +159,12 @@ def ours_numbers(out: str, task: str, warmup: int) -> Dict[str, float]:
 
 
 def run_ours(config: str, row: str, quick: bool, data: str, out: str, iters: int, warmup: int,
-             workers: int) -> Dict[str, float]:
+             workers: int, env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
     """A main_train.py process with the row's options; timings from its history.jsonl after `warmup`."""
     cmd, task = ours_command(config, row, quick, data, out, iters, warmup, workers)
     log = os.path.join(out, f'{task}.log')
     with open(log, 'w') as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=3600, env=env)
     if proc.returncode:
         raise RuntimeError(f'{task}: main_train.py exited {proc.returncode}; see {log}')
     return ours_numbers(out, task, warmup)
@@ -239,9 +242,9 @@ def run_bare(config: str, quick: bool, data: str, iters: int, warmup: int, worke
 
 def add_size_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments that size a run, shared by the whole table and `--row`."""
-    p.add_argument('--quick', action='store_true', help='tiny networks, a few small images and iterations (any device)')
-    p.add_argument('--iters', type=int, default=None, help='iterations per run (default 200; --quick 6)')
-    p.add_argument('--warmup', type=int, default=None, help='iterations left out of the timings (default 50; --quick 2)')
+    p.add_argument('--quick', action='store_true', help='tiny networks, a few small images, 2 iterations (any device)')
+    p.add_argument('--iters', type=int, default=None, help='iterations per run (default 200; --quick 2)')
+    p.add_argument('--warmup', type=int, default=None, help='iterations left out of the timings (default 50; --quick 1)')
     p.add_argument('--images', type=int, default=None, help='training images (default 800 of 480x480; --quick 8 of 112)')
     p.add_argument('--workers', type=int, default=None, help='loader workers of every run (default 8; --quick 1)')
 
@@ -249,7 +252,7 @@ def add_size_arguments(p: argparse.ArgumentParser) -> None:
 def sizes(args: argparse.Namespace) -> Tuple[int, int, int, int]:
     """(iterations, warm-up iterations, images, workers) as given, else the defaults of the mode."""
     quick = args.quick
-    return (args.iters or (6 if quick else 200), args.warmup if args.warmup is not None else (2 if quick else 50),
+    return (args.iters or (2 if quick else 200), args.warmup if args.warmup is not None else (1 if quick else 50),
             args.images or (8 if quick else 800), args.workers if args.workers is not None else (1 if quick else 8))
 
 
@@ -312,6 +315,7 @@ def main() -> int:
     args = p.parse_args()
     quick = args.quick
     iters, warmup, images, workers = sizes(args)
+    jobs = quick_jobs() if quick else 1  # main_train.py rows: one at a time, --quick's two at a time
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     if device.type != 'cuda' and not quick:
         print('bench_gpu.py: no CUDA GPU here, nothing measured (--quick runs its smoke test on any device)')
@@ -324,21 +328,29 @@ def main() -> int:
         name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'
         print(f'== bench_gpu.py{" (quick)" if quick else ""}: {name}, torch {torch.__version__}, {iters} iterations '
               f'({warmup} warm-up), {images} images, {workers} workers; bf16 matmul {peak:.1f} TFLOP/s', flush=True)
+        flops: Dict[str, float] = {}
+        results: Dict[str, Dict[str, Dict[str, float]]] = {}
+        for config in args.only:  # the bare loops, in this process
+            opt, _ = _options(config, quick, data, {})
+            flops[config] = flops_per_iteration(opt, device)
+            results[config] = {'bare': measure(config, 'bare', quick, data, out, iters, warmup, workers, device)}
+            print(f'{config}: bare {results[config]["bare"]["ms"]:.1f} ms/iter', flush=True)
+        # then the main_train.py rows, each a process of its own: one at a time (--quick: two at a time)
+        runs = [(config, row) for config in args.only for row in CONFIG_ROWS[config]
+                if not (quick and row == 'compile')]
+        env = child_env(jobs)
+        done = side_by_side([functools.partial(run_ours, config, row, quick, data, out, iters, warmup, workers, env)
+                             for config, row in runs], jobs)
+        for (config, row), result in zip(runs, done):
+            results[config][f'ours {row}'] = result
+            print(f'{config}: ours {row} {result["ms"]:.1f} ms/iter', flush=True)
         table = []
         for config in args.only:
-            opt, _ = _options(config, quick, data, {})
-            flops = flops_per_iteration(opt, device)
-            results = {'bare': measure(config, 'bare', quick, data, out, iters, warmup, workers, device)}
-            print(f'{config}: bare {results["bare"]["ms"]:.1f} ms/iter', flush=True)
-            for row in CONFIG_ROWS[config]:
-                if quick and row == 'compile':
-                    continue
-                results[f'ours {row}'] = measure(config, row, quick, data, out, iters, warmup, workers, device)
-                print(f'{config}: ours {row} {results[f"ours {row}"]["ms"]:.1f} ms/iter', flush=True)
-            for row, r in results.items():
-                tflops = flops / (r['ms'] / 1e3) / 1e12
+            bare = results[config]['bare']['ms']
+            for row, r in results[config].items():
+                tflops = flops[config] / (r['ms'] / 1e3) / 1e12
                 table.append((config, row, r['ms'], r['data_ms'], r['mem_gib'], tflops, 100 * tflops / peak,
-                              r['ms'] / results['bare']['ms']))
+                              r['ms'] / bare))
         print(f'\n{"config":<10} {"row":<15} {"ms/iter":>9} {"data ms":>8} {"peak GiB":>9} {"TFLOP/s":>8} '
               f'{"% bf16 peak":>11} {"/ bare":>7}')
         for config, row, ms, data_ms, mem, tflops, share, ratio in table:

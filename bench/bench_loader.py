@@ -19,8 +19,9 @@ Data (bench/loader_data.py: generated with fixed seeds under a temp dir, or kept
     options/vrt/006_train_vrt_videodeblurring_gopro_rgbspike.json; frame folders only (the spike
     files are read per sample from disk in every variant).
 `--quick` makes less and smaller data of the same kinds (4 HR images of 512×384; clips of 7 frames
-of 320×256; kept under DIR/quick with --data), so every row runs in seconds; its numbers are a smoke
-test of the code paths, not of the speed on real frame sizes.
+of 320×256; kept under DIR/quick with --data) and times one rep of 2 image / 1 clip samples (1 batch per
+process, 1 decode, 2 / 1 profiled samples; 3 keys checked for identity), so every row runs in seconds; its
+numbers are a smoke test of the code paths, not of the speed on real frame sizes.
 Our datasets are built from a `datasets.train` section validated with main_train's option rules
 and `data.registry.build_dataset`, as the framework builds them.
 
@@ -395,8 +396,8 @@ def print_table(rows: Sequence[Row], which: str, title: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: 2 reps, few samples, small data')
-    p.add_argument('--reps', type=int, default=None, help='interleaved reps per row (default 5; --quick 2)')
+    p.add_argument('--quick', action='store_true', help='smoke run: 1 rep, fewest samples, small data')
+    p.add_argument('--reps', type=int, default=None, help='interleaved reps per row (default 5; --quick 1)')
     p.add_argument('--data', default=None, help='generate the data here and keep it (reused when complete); '
                                                 'default: a temp dir, deleted at the end')
     p.add_argument('--workers', type=int, default=2, help='DataLoader workers for the per-process rows')
@@ -404,10 +405,10 @@ def main() -> None:
                    help='kinds to run')
     p.add_argument('--no-loader', action='store_true', help='skip the per-process (DataLoader) rows')
     args = p.parse_args()
-    reps = args.reps or (2 if args.quick else 5)
+    reps = args.reps or (1 if args.quick else 5)
     # samples per rep (per worker), batches per rep (per process), keys checked for identity
-    n_img, n_clip = (4, 2) if args.quick else (12, 4)
-    b_img, b_clip = (2, 2) if args.quick else (6, 4)
+    n_img, n_clip = (2, 1) if args.quick else (12, 4)
+    b_img, b_clip = (1, 1) if args.quick else (6, 4)
     n_check = 3 if args.quick else 6
 
     torch.set_num_threads(1)
@@ -465,7 +466,7 @@ def main() -> None:
         if 'clips' in args.only or 'spike' in args.only:
             files['GT frame PNG'] = os.path.join(data, 'gopro', 'train_GT', CLIPS[0], '000000.png')
             files['blurred LQ frame PNG'] = os.path.join(data, 'gopro', 'train_GT_blurred', CLIPS[0], '000000.png')
-        dec = decoder_rows(files, max(reps, 5) if not args.quick else 3)
+        dec = decoder_rows(files, max(reps, 5) if not args.quick else 1)
         print('\ndecoders (one frame from bytes, median; ms):')
         print(f'  {"frame":22s} | {"size":>9s} | {"bits/px":>7s} | {"cv2.imdecode":>12s} | {"tv decode_png":>13s} | '
               f'{"tv/cv2":>6s} | whole-frame astype(float32)/255')
@@ -474,7 +475,7 @@ def main() -> None:
             print(f'  {label:22s} | {w:4d}x{h:<4d} | {d["bytes"] * 8 / (h * w):7.1f} | {d["cv2"] * 1e3:12.2f} | '
                   f'{d["torchvision"] * 1e3:13.2f} | {d["torchvision"] / d["cv2"]:6.2f} | {d["float"] * 1e3:.2f}')
 
-        n_prof = (3, 2) if args.quick else (8, 4)
+        n_prof = (2, 1) if args.quick else (8, 4)
         print(f'\nwhere a sample\'s time goes (per worker, cProfile of {n_prof[0]} image / {n_prof[1]} clip samples '
               f'per side; shares of the profiled time; "float": conversions to float incl. our normalisation; '
               f'"spikes": spike files read + representation):')

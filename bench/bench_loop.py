@@ -13,9 +13,10 @@ against the plain batches: the price of the augmentation in the step, on the dev
 Every row alternates its two sides rep by rep (A, B, A, B, ...) so machine load hits both alike,
 and reports the median per-step time of each side and their ratio.
 
-    python bench/bench_loop.py [--quick] [--reps 7] [--steps 15] [--threads N] [--no-compile] [--profile]
+    python bench/bench_loop.py [--quick] [--reps 7] [--steps 15] [--warmup 2] [--threads N] [--no-compile] [--profile]
 
-`--quick` (2 reps of 3 steps, no compile row) runs every other row in seconds: a smoke run, noisy.
+`--quick` (the demo's DnCNN made tiny, nc 8 and nb 3, on batches of 4 patches of 24²; one warm-up step,
+then one rep of one step per side; no compile row) runs every other row in seconds: a smoke run, noisy.
 """
 import argparse
 import cProfile
@@ -47,6 +48,8 @@ from utils import dist  # noqa: E402
 from utils.image import images_to_float  # noqa: E402
 
 DEMO = os.path.join(ROOT, 'options', 'train_dncnn_demo.json')
+# --quick: the demo's DnCNN made tiny, on small batches (the same layers and loop, a fraction of the work)
+QUICK_DEMO = ('netG.nc=8', 'netG.nb=3', 'datasets.train.H_size=24', 'datasets.train.dataloader_batch_size=4')
 
 
 def machine() -> str:
@@ -235,21 +238,24 @@ def profile(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]], ste
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: 2 reps of 3 steps, no torch.compile row')
-    p.add_argument('--reps', type=int, default=None, help='reps per side (default 7; --quick 2)')
-    p.add_argument('--steps', type=int, default=None, help='training steps per rep (default 15; --quick 3)')
+    p.add_argument('--quick', action='store_true',
+                   help='smoke run: a tiny DnCNN on small batches, 1 rep of 1 step, no torch.compile row')
+    p.add_argument('--reps', type=int, default=None, help='reps per side (default 7; --quick 1)')
+    p.add_argument('--steps', type=int, default=None, help='training steps per rep (default 15; --quick 1)')
+    p.add_argument('--warmup', type=int, default=None, help='untimed steps per side first (default 2; --quick 1)')
     p.add_argument('--threads', type=int, default=None, help='torch threads (default: torch\'s choice)')
     p.add_argument('--no-compile', action='store_true', help='skip the torch.compile row (slow to compile)')
     p.add_argument('--profile', action='store_true', help='also print a cProfile of framework steps')
     a = p.parse_args(argv)
-    a.reps = a.reps or (2 if a.quick else 7)
-    a.steps = a.steps or (3 if a.quick else 15)
+    a.reps = a.reps or (1 if a.quick else 7)
+    a.steps = a.steps or (1 if a.quick else 15)
+    a.warmup = a.warmup if a.warmup is not None else (1 if a.quick else 2)
     a.no_compile = a.no_compile or a.quick
     if a.threads:
         torch.set_num_threads(a.threads)
     print(machine())
     with tempfile.TemporaryDirectory() as tmp:
-        opt = lambda *o: demo_options(tmp, *o)  # noqa: E731
+        opt = lambda *o: demo_options(tmp, *(QUICK_DEMO if a.quick else ()), *o)  # noqa: E731
         base = opt()
         batches = make_batches(base, 8)
         ds, net = base['datasets']['train'], base['netG']
@@ -258,19 +264,19 @@ def main(argv: Sequence[str] = None) -> None:
               f'{a.steps} steps per rep, {a.reps} reps per side, interleaved A,B,A,B; medians')
 
         fw, _ = framework(base, batches)
-        ta, tb, pr = interleaved(fw, bare(base, batches), a.steps, a.reps)
+        ta, tb, pr = interleaved(fw, bare(base, batches), a.steps, a.reps, a.warmup)
         demo_bare = tb
         print(row('framework loop / bare PyTorch loop', 'framework', 'bare', ta, tb, pr, 'goal <= 1.03'))
 
         fw_off, _ = framework(opt('train.nan_policy=off'), batches)
-        ta, tb, pr = interleaved(fw_off, bare(base, batches), a.steps, a.reps)
+        ta, tb, pr = interleaved(fw_off, bare(base, batches), a.steps, a.reps, a.warmup)
         print(row('framework (nan_policy=off) / bare loop', 'framework', 'bare', ta, tb, pr))
 
         # The loop's own cost in absolute time: a network so small that compute hardly counts.
         tiny = opt('netG.nc=4', 'netG.nb=2', 'datasets.train.dataloader_batch_size=1', 'datasets.train.H_size=8')
         tiny_batches = make_batches(tiny, 8)
         fw_tiny, _ = framework(tiny, tiny_batches)
-        ta, tb, pr = interleaved(fw_tiny, bare(tiny, tiny_batches), 20 * a.steps, a.reps)
+        ta, tb, pr = interleaved(fw_tiny, bare(tiny, tiny_batches), 20 * a.steps, a.reps, a.warmup)
         print(f'{"per-step overhead (tiny net nc=4 nb=2 1x3x8x8)":<40s} framework {ta * 1e6:7.0f} us/step | '
               f'bare {tb * 1e6:7.0f} us/step | overhead {(ta - tb) * 1e6:5.0f} us = '
               f'{(ta - tb) / demo_bare * 100:.2f} % of a demo bare step')
@@ -286,7 +292,7 @@ def main(argv: Sequence[str] = None) -> None:
             t0 = time.perf_counter()
             on(1)  # for compile: the compilation happens here
             first = time.perf_counter() - t0
-            ta, tb, pr = interleaved(on, off, a.steps, a.reps)
+            ta, tb, pr = interleaved(on, off, a.steps, a.reps, a.warmup)
             extra = f'(first step incl. compilation {first:.1f} s)' if 'compile' in override else ''
             print(row(label, 'on ', 'off', ta, tb, pr, extra))
         # batch augmentation: the same samples, plus each iteration's augmentation (and partners) in the batch
@@ -294,7 +300,7 @@ def main(argv: Sequence[str] = None) -> None:
         drawn = Counter(json.loads(b[PLAN_KEY][0])['aug'] for b in moa)
         on, _ = framework(base, moa)
         off, _ = framework(base, batches)
-        ta, tb, pr = interleaved(on, off, a.steps, a.reps)
+        ta, tb, pr = interleaved(on, off, a.steps, a.reps, a.warmup)
         kinds = ', '.join(f'{k} {n}' for k, n in sorted(drawn.items()))
         alone = augmentation_time(moa, a.reps)
         print(row('batch augment (use_moa) on / off', 'on ', 'off', ta, tb, pr,

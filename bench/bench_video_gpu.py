@@ -19,14 +19,14 @@ These pin the memory gain on the CPU (tests/test_benches.py runs `--quick`).
 
     python bench/bench_video_gpu.py [--quick] [--reps 5] [--warmup 2] [--out DIR]
 
-`--quick` runs the block rows and tiny versions of both networks on small clips (any device): a smoke
-test of every code path; on CUDA without --quick, the full-size rows as above.
+`--quick` runs the block rows and tiny versions of the networks on small clips (any device), one step per
+row without warm-up, two step rows side by side: a smoke test of every code path; on CUDA without --quick,
+the full-size rows as above, one at a time.
 """
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Tuple
@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, List, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 sys.path.insert(0, ROOT)
+
+from common import quick_jobs, run_children  # noqa: E402
 
 VRT_006 = {'net_type': 'vrt', 'upscale': 1, 'img_size': [6, 192, 192], 'window_size': [6, 8, 8],
            'depths': [8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4], 'indep_reconsts': [9, 10],
@@ -159,13 +161,13 @@ def block_rows(quick: bool, reps: int) -> List[Tuple[str, str, float, float]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='block rows and tiny networks (any device)')
+    p.add_argument('--quick', action='store_true', help='block rows and tiny networks, one step each (any device)')
     p.add_argument('--reps', type=int, default=None, help='timed steps per row (default 5; --quick 1)')
-    p.add_argument('--warmup', type=int, default=None, help='steps before timing (default 2; --quick 1)')
+    p.add_argument('--warmup', type=int, default=None, help='steps before timing (default 2; --quick 0)')
     p.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     reps = args.reps or (1 if args.quick else 5)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    warmup = args.warmup if args.warmup is not None else (0 if args.quick else 2)
     if args.child:
         print('RESULT ' + json.dumps(step_row(*args.child, args.quick, reps, warmup)), flush=True)
         return 0
@@ -176,10 +178,12 @@ def main() -> int:
     blocks = block_rows(args.quick, reps)
     steps = []
     if cuda or args.quick:
-        for net_name, checkpoint, precision in ROWS:
-            cmd = [sys.executable, os.path.abspath(__file__), '--child', net_name, checkpoint, precision,
-                   '--reps', str(reps), '--warmup', str(warmup)] + (['--quick'] if args.quick else [])
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        cmds = [[sys.executable, os.path.abspath(__file__), '--child', net_name, checkpoint, precision,
+                 '--reps', str(reps), '--warmup', str(warmup)] + (['--quick'] if args.quick else [])
+                for net_name, checkpoint, precision in ROWS]
+        # measured rows one at a time; --quick's smoke rows two at a time
+        procs = run_children(cmds, quick_jobs() if args.quick else 1, cwd=ROOT, capture_output=True, text=True)
+        for (net_name, checkpoint, precision), proc in zip(ROWS, procs):
             if proc.returncode:
                 print(proc.stderr[-3000:], file=sys.stderr)
                 return proc.returncode

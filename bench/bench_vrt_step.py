@@ -13,18 +13,20 @@ and input exist; "peak" is the whole process, "growth" what the steps added).
     python bench/bench_vrt_step.py [--quick] [--threads 2] [--reps 1] [--size 64]
 
 `--quick` runs every row on a tiny VRT of the same layout (11 stages of depth 1, 8 channels, window
-2x4x4, deformable groups 2) and a 1x2x7x40x40 clip (SpyNet needs more than 32 pixels): seconds per
-row instead of minutes, a smoke run whose numbers say little about the real network.
+2x4x4, deformable groups 2) and a 1x2x7x40x40 clip (SpyNet needs more than 32 pixels), one timed step
+without the warm-up step, two rows side by side at one thread each (unless `--threads` is given): seconds
+per row instead of minutes, a smoke run whose numbers say little about the real network.
 """
 import argparse
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from typing import Dict, Sequence
+
+from common import quick_jobs, run_children
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
@@ -42,6 +44,7 @@ def _kib(field: str) -> int:
 
 
 def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick: bool) -> Dict[str, float]:
+    """One row in this (fresh) process: `reps` timed steps after one warm-up step (--quick: none)."""
     sys.path.insert(0, ROOT)
     import torch
 
@@ -65,14 +68,15 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick
     with open('/proc/self/clear_refs', 'w') as f:
         f.write('5')  # VmHWM := current RSS
     base = _kib('VmRSS')
-    for rep in range(reps + 1):
+    warmup = 0 if quick else 1
+    for rep in range(warmup + reps):
         net.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         loss = net(x).mean()
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
-        if rep:  # the first step warms up allocator and caches
+        if rep >= warmup:  # the first step warms up allocator and caches
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
     return {'fwd': statistics.median(fwd), 'fwd_bwd': statistics.median(f + b for f, b in zip(fwd, bwd)),
@@ -81,13 +85,17 @@ def child(impl: str, checkpoint: bool, threads: int, reps: int, size: int, quick
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: a tiny VRT of the same layout, 1x2x7x40x40 clip')
-    p.add_argument('--threads', type=int, default=2)
-    p.add_argument('--reps', type=int, default=1, help='timed steps per row after one warm-up step (median)')
+    p.add_argument('--quick', action='store_true',
+                   help='smoke run: a tiny VRT of the same layout, 1x2x7x40x40 clip, no warm-up step')
+    p.add_argument('--threads', type=int, default=None, help='torch threads per row (default 2; --quick 1)')
+    p.add_argument('--reps', type=int, default=1,
+                   help='timed steps per row after one warm-up step (--quick: none) (median)')
     p.add_argument('--size', type=int, default=None, help='frame height and width (default 64; --quick 40)')
     p.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.size = a.size or (40 if a.quick else 64)
+    side_by_side = quick_jobs() if a.quick and a.threads is None else 1  # --quick's smoke rows: two at a time
+    a.threads = a.threads or (1 if side_by_side > 1 else 2)
     if a.child:
         print(json.dumps(child(a.child[0], a.child[1] == 'on', a.threads, a.reps, a.size, a.quick)))
         return
@@ -95,12 +103,13 @@ def main(argv: Sequence[str] = None) -> None:
     what = 'tiny VRT of the same layout (--quick)' if a.quick else 'VRT 006'
     frames = 2 if a.quick else 6
     print(f'{what} (RGB+spike, {OPT.split(os.sep)[-1]}), one 1x{frames}x7x{a.size}x{a.size} clip, CPU, '
-          f'{a.threads} threads, 1 warm-up + {a.reps} timed step(s) per row, fresh process per row; load avg {load}')
+          f'{a.threads} thread(s), {0 if a.quick else 1} warm-up + {a.reps} timed step(s) per row, fresh process per '
+          f'row{", two rows at a time" if side_by_side > 1 else ""}; load avg {load}')
     results: Dict[tuple, Dict[str, float]] = {}
-    for impl, ckpt in ROWS:
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), '--threads', str(a.threads), '--reps',
-                              str(a.reps), '--size', str(a.size), '--child', impl, 'on' if ckpt else 'off']
-                             + (['--quick'] if a.quick else []), capture_output=True, text=True, cwd=ROOT)
+    cmds = [[sys.executable, os.path.abspath(__file__), '--threads', str(a.threads), '--reps', str(a.reps),
+             '--size', str(a.size), '--child', impl, 'on' if ckpt else 'off'] + (['--quick'] if a.quick else [])
+            for impl, ckpt in ROWS]
+    for (impl, ckpt), out in zip(ROWS, run_children(cmds, side_by_side, capture_output=True, text=True, cwd=ROOT)):
         if out.returncode:
             raise SystemExit(f'{impl} checkpoint={ckpt} failed:\n{out.stderr[-3000:]}')
         results[impl, ckpt] = json.loads(out.stdout.strip().splitlines()[-1])

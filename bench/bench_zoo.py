@@ -11,7 +11,8 @@ it needs beside (FFDNet's noise level, USRNet's kernel, scale and noise level). 
 of `--repeat` runs after one warm-up, with `--threads` intra-op threads. The last table times one
 training iteration of model `gan` (pixel + VGG perceptual + adversarial, D step) against model
 `plain` with the same generator and batch, measured in this run. `--quick` (16 x 16 inputs, one
-timed run after the warm-up) builds and steps every configuration in seconds: a smoke run, noisy.
+timed run without warm-up; the GAN table on a batch of 2) builds and steps every configuration once: a smoke
+run, noisy.
 
 The video tables (BasicVSR, IconVSR, BasicVSR++, EDVR) have their own rows: one forward and backward of a
 1 x T x 3 x 64 x 64 clip (x4 out; EDVR's deblurring model 256 x 256 in and out): T = 5 (the sliding window
@@ -108,7 +109,7 @@ def inputs(netG: Dict[str, Any], scale: int, size: int = 64) -> Tuple[Any, ...]:
     return (torch.rand(2 if kind == 'dat' else 1, channels, size, size),)  # DAT's BatchNorm needs 2
 
 
-def bench_networks(repeat: int, only: str, size: int) -> None:
+def bench_networks(repeat: int, only: str, size: int, warmup: int = 1) -> None:
     print(f'{"configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
     for name, netG, scale in configurations():
         if only and only not in name:
@@ -120,7 +121,7 @@ def bench_networks(repeat: int, only: str, size: int) -> None:
         def step() -> None:
             net.zero_grad(set_to_none=True)
             net(*args).mean().backward()
-        seconds = median_seconds(step, repeat, warmup=1)
+        seconds = median_seconds(step, repeat, warmup=warmup)
         shape = 'x'.join(map(str, args[0].shape))
         print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
               f'{seconds:10.3f}')
@@ -177,14 +178,14 @@ def bench_video_networks(repeat: int, only: str, quick: bool) -> None:
               f'{seconds:10.3f} {statistics.median(cpu[warmup:]):9.3f}')
 
 
-def bench_gan(repeat: int) -> None:
+def bench_gan(repeat: int, batch_size: int = 4, warmup: int = 1) -> None:
     """One iteration of model gan vs model plain, same generator and batch (option files of options/gan)."""
     from models.registry import MODELS
     with open(os.path.join(ROOT, 'options', 'gan', 'train_msrresnet_gan_tiny.json')) as f:
         text = f.read()
     raw = json.loads(text[text.index('{'):])
     raw['train']['F_pretrained_path'] = 'random'  # same cost as ImageNet weights
-    batch = {'L': torch.rand(4, 3, 24, 24), 'H': torch.rand(4, 3, 96, 96)}
+    batch = {'L': torch.rand(batch_size, 3, 24, 24), 'H': torch.rand(batch_size, 3, 96, 96)}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         raw['path']['root'] = tmp
@@ -204,17 +205,19 @@ def bench_gan(repeat: int) -> None:
                 loss = model.backward([batch])
                 model.step(it[0], loss)
                 model.end_iteration(it[0])
-            rows.append((kind, median_seconds(step, repeat, warmup=1)))
+            rows.append((kind, median_seconds(step, repeat, warmup=warmup)))
     plain, gan = rows[0][1], rows[1][1]
-    print('\none training iteration, MSRResNet (nc 32, nb 4) x4, batch 4 x 96x96, VGG layers [2, 7], VGG-96 D:')
+    print(f'\none training iteration, MSRResNet (nc 32, nb 4) x4, batch {batch_size} x 96x96, VGG layers [2, 7], '
+          f'VGG-96 D:')
     print(f'  plain {plain:.3f} s/iter, gan {gan:.3f} s/iter, gan / plain = {gan / plain:.2f}')
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--quick', action='store_true', help='smoke run: 16x16 inputs, one timed run each')
+    p.add_argument('--quick', action='store_true', help='smoke run: 16x16 inputs, one timed run each, no warm-up')
     p.add_argument('--threads', type=int, default=2)
-    p.add_argument('--repeat', type=int, default=None, help='timed runs after a warm-up (default 3; --quick 1)')
+    p.add_argument('--repeat', type=int, default=None,
+                   help='timed runs after a warm-up (default 3; --quick 1, without warm-up)')
     p.add_argument('--size', type=int, default=None, help='input height and width (default 64; --quick 16)')
     p.add_argument('--only', default='', help='only configurations whose name contains this')
     args = p.parse_args()
@@ -222,10 +225,11 @@ def main() -> None:
     args.size = args.size or (16 if args.quick else 64)
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {args.threads} threads, CPU')
-    bench_networks(args.repeat, args.only, args.size)
+    warmup = 0 if args.quick else 1
+    bench_networks(args.repeat, args.only, args.size, warmup)
     bench_video_networks(args.repeat, args.only, args.quick)
     if not args.only:
-        bench_gan(args.repeat)
+        bench_gan(args.repeat, 2 if args.quick else 4, warmup)
 
 
 if __name__ == '__main__':

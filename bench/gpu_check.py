@@ -22,14 +22,16 @@ Everything is generated on the spot (no downloads). spandrel, lmdb and wandb may
 machine: their rows say `skipped: not installed` unless their wheels are carried (below).
 
     python bench/gpu_check.py [--out DIR] [--budget 480] [--jobs N] [--only PATTERN ...] [--list]
-    python bench/gpu_check.py --quick     # all three parts on the CPU, tiny sizes, a smoke test (~1-2 min)
+    python bench/gpu_check.py --quick     # all three parts on the CPU, tiny sizes, a smoke test (~1 min)
 
 The rows are a list (`plan()`); each says what it runs, what its log must show, what it needs (modules,
 CUDA, rows before it), and its estimated and longest time on the GPU; another branch adds a row with one
 line there (a memory row: one line in bench_video_gpu.py's ROWS). They start in that order, the most
 important first: the card; part 1 side by side (`--jobs`, default cores - 2, at most 12; the demo's
 paths and launches first, the compile rows first of all, then every tiny option file in their shadow);
-then the timed rows, each alone: SwinIR's speed, the memory rows, DnCNN's and MSRResNet's speed. A row
+then the timed rows, each alone: SwinIR's speed, the memory rows, DnCNN's and MSRResNet's speed (under
+`--quick`, which measures nothing, only the card and the speed rows that read the bare row's FLOPs run
+alone; the train rows do 2 iterations, resume 2 + 2, on the demo's DnCNN made tiny). A row
 whose estimate no longer fits the budget is not started (`skipped: time budget`); one the budget cuts
 short is stopped with its processes (skipped too); one that runs past its own limit is stopped and
 fails. `--only 'demo/*' 'speed/swinir*'` reruns some rows (with the rows they need); `--list` shows the
@@ -100,7 +102,7 @@ sys.path.insert(0, ROOT)
 
 import bench_gpu  # noqa: E402  (the speed rows: its configurations and option rows)
 import bench_video_gpu  # noqa: E402  (the memory rows and the official figures)
-from common import entry  # noqa: E402
+from common import entry, quick_jobs  # noqa: E402
 
 NAN = float('nan')
 MAIN_TRAIN = os.path.join(ROOT, 'main_train.py')
@@ -184,7 +186,7 @@ class Row:
     needs: Tuple[str, ...] = ()  # Python modules; missing: skipped, not installed
     after: Tuple[str, ...] = ()  # rows whose outputs it reads (they come earlier in the plan)
     cuda_only: bool = False
-    exclusive: bool = False    # timed: runs alone
+    exclusive: bool = False    # timed: runs alone (but under --quick, see `alone`)
     quick: bool = False        # part of --quick
 
     @property
@@ -194,6 +196,11 @@ class Row:
 
     def needs_cuda(self, ctx: Ctx) -> bool:
         return self.cuda_only
+
+    def alone(self, ctx: Ctx) -> bool:
+        """Whether it runs alone, after the rows before it: a timed row; under --quick, where nothing is
+        measured, only one whose check reads the results of rows before it."""
+        return self.exclusive and not ctx.quick
 
     def steps(self, ctx: Ctx) -> List[List[Step]]:
         """Groups of processes, run group after group, the processes of a group side by side."""
@@ -236,7 +243,7 @@ class TrainRow(Row):
     quick_sets: Tuple[str, ...] = ()   # added with --quick: tiny sizes
     env: Tuple[Tuple[str, str], ...] = ()
     iters: int = 6
-    quick_iters: int = 4
+    quick_iters: int = 2
     validations: int = 1
     expect: Tuple[Tuple[str, str], ...] = ()   # (any|cuda|cpu, regex) the output must show
     absent: Tuple[Tuple[str, str], ...] = ()   # (any|cuda|cpu, regex) it must not
@@ -458,6 +465,9 @@ class LmdbRow(TrainRow):
 class CardRow(Row):
     """The card: name, memory, and its bf16 matmul rate measured here (the speed rows' 100 %)."""
 
+    def alone(self, ctx: Ctx) -> bool:
+        return self.exclusive  # the speed rows read its rate
+
     def steps(self, ctx: Ctx) -> List[List[Step]]:
         return [[Step('card', (__file__, '--card', *(['--quick'] if ctx.quick else [])))]]
 
@@ -477,6 +487,9 @@ class SpeedRow(Row):
 
     def needs_cuda(self, ctx: Ctx) -> bool:
         return self.cuda_only or not ctx.quick
+
+    def alone(self, ctx: Ctx) -> bool:
+        return self.exclusive and (not ctx.quick or self.variant != 'bare')  # the others read the bare row's FLOPs
 
     def sizes(self, ctx: Ctx) -> Tuple[int, int, int, int]:
         """(iterations, warm-up, images, workers): bench_gpu.py's --quick ones, else this check's."""
@@ -532,7 +545,7 @@ class MemoryRow(Row):
         return self.cuda_only or not ctx.quick
 
     def steps(self, ctx: Ctx) -> List[List[Step]]:
-        reps, warmup = (1, 1) if ctx.quick else (ctx.memory['reps'], ctx.memory['warmup'])
+        reps, warmup = (1, 0) if ctx.quick else (ctx.memory['reps'], ctx.memory['warmup'])
         return [[Step('bench', (script('bench', 'bench_video_gpu.py'), '--child', self.net, self.checkpoint,
                                 self.precision, '--reps', str(reps), '--warmup', str(warmup),
                                 *(['--quick'] if ctx.quick else [])))]]
@@ -551,7 +564,7 @@ class MemoryRow(Row):
 # ------------------------------------------------------------------------------------------------ plan
 
 def demo_row(what: str, sets: Sequence[str] = (), **kw: Any) -> TrainRow:
-    """A row of the demo (DnCNN, 20 iterations, validated at 10 and 20; --quick: tiny, 4 iterations)."""
+    """A row of the demo (DnCNN, 20 iterations, validated at 10 and 20; --quick: tiny, 2 iterations)."""
     return TrainRow(name=f'demo/{what}', opt=DEMO, sets=tuple(sets), quick_sets=QUICK_DEMO, iters=20, validations=2,
                     **kw)
 
@@ -606,7 +619,7 @@ def plan() -> List[Row]:
                      expect=(('cuda', r'mode=env backend=nccl world_size=1'),
                              ('cpu', r'mode=env backend=gloo world_size=1')),
                      notes=((r'mode=env backend=(\w+)', '{0}'),)),
-        ResumeRow(name='resume/bit-exact', opt=DEMO, quick_sets=QUICK_DEMO, iters=40, quick_iters=8, quick=True,
+        ResumeRow(name='resume/bit-exact', opt=DEMO, quick_sets=QUICK_DEMO, iters=40, quick_iters=4, quick=True,
                   estimate_s=45, timeout_s=300),
         ResumeRow(name='resume/deterministic', opt=DEMO, iters=40, deterministic=True, estimate_s=45, timeout_s=300),
         TestRow(name='test/tiles-x8', source=fp32, after=(fp32.name,), quick=True),
@@ -748,7 +761,7 @@ def run_row(row: Row, ctx: Ctx, deadline: float, procs: Processes) -> Result:
             f = open(path, 'w')
             f.write('$ ' + ''.join(f'{n}={shlex.quote(v)} ' for n, v in step.env) + shlex.join(cmd) + '\n')
             f.flush()
-            proc = procs.start(cmd, cwd=ctx.work, env=child_env(step, ctx, not row.exclusive), stdout=f,
+            proc = procs.start(cmd, cwd=ctx.work, env=child_env(step, ctx, not row.alone(ctx)), stdout=f,
                                stderr=subprocess.STDOUT)
             started.append((step, path, f, proc))
         timed_out = None
@@ -819,18 +832,18 @@ def execute(rows: Sequence[Row], ctx: Ctx, jobs: int, deadline: float, procs: Pr
                 pending.remove(row)
                 finish(row, Result('skipped', reason))
                 continue
-            if row.exclusive and (running or blocked):
+            if row.alone(ctx) and (running or blocked):
                 break
-            if not row.exclusive and blocked:
+            if not row.alone(ctx) and blocked:
                 continue
-            if len(running) >= jobs or any(r.exclusive for r in running.values()):
+            if len(running) >= jobs or any(r.alone(ctx) for r in running.values()):
                 break
             pending.remove(row)
             if time.monotonic() + row.estimate_s * ctx.scale() > deadline:
                 finish(row, Result('skipped', 'time budget'))
                 continue
             start(row)
-            if row.exclusive:
+            if row.alone(ctx):
                 break
         if running:
             try:
@@ -988,7 +1001,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               'the CPU can run)')
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    jobs = args.jobs or (2 if args.quick else min(12, max(2, cores - 2)))
+    jobs = args.jobs or (quick_jobs() if args.quick else min(12, max(2, cores - 2)))
     budget = args.budget or (480.0 if cuda and not args.quick else 1800.0 if args.quick else 7200.0)
     work = '' if args.list else tempfile.mkdtemp(prefix='gpu_check_work_')
     ctx = Ctx(cuda=cuda, quick=args.quick, work=work, threads=max(1, cores // jobs),
@@ -1000,7 +1013,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             why = skip_reason(r, ctx, installed)
             print(f'{r.name:<42} {r.part:<7} ~{r.estimate_s * ctx.scale():4.0f} s '
                   f'(limit {r.timeout_s * ctx.scale():4.0f} s)'
-                  f'{" alone" if r.exclusive else ""}{f"  skipped: {why}" if why else ""}')
+                  f'{" alone" if r.alone(ctx) else ""}{f"  skipped: {why}" if why else ""}')
         return 0
     out = args.out or os.environ.get('OUT') or tempfile.mkdtemp(prefix='gpu_check_')
     os.makedirs(out, exist_ok=True)

@@ -16,6 +16,7 @@ import time
 from typing import Any, Dict, List, NamedTuple, Set
 
 import pytest
+import torch
 
 from conftest import ROOT, clean_env, family
 
@@ -41,7 +42,7 @@ EXPECTED: Dict[str, Expected] = {
         rf'^training step alone {NUM} ms, during a draw {NUM} ms \(x{NUM}, \d+ steps\)$',
     ], slow=False),
     'bench_data.py': Expected([
-        rf'^data wait, demo config, workers={w}\b.*: steady state \(4 iters\): data wait +{NUM} % of step time'
+        rf'^data wait, demo config, workers={w}\b.*: steady state \(2 iters\): data wait +{NUM} % of step time'
         for w in (1, 0, 2)
     ], slow=False),
     'bench_data_prep.py': Expected([
@@ -128,7 +129,7 @@ EXPECTED: Dict[str, Expected] = {
         rf'^demo/fp32 +ok +{NUM} +{NUM} +- +- +- +-  PSNR {NUM}$',
         r'^demo/fp16 +skipped  needs CUDA$',
         rf'^launch/env-world1 +ok +{NUM} +{NUM} +- +- +- +-  PSNR {NUM}; gloo$',
-        r'^resume/bit-exact +ok +8 = 4 \+ 4 bit for bit: weights, EMA, optimizer, schedule$',
+        r'^resume/bit-exact +ok +4 = 2 \+ 2 bit for bit: weights, EMA, optimizer, schedule$',
         rf'^test/tiles-x8 +ok +PSNR {NUM} on 8 items, tiles 64/16, x8$',
         r'^export/onnx +ok +fp32 max\|diff\| \S+, fp16 max\|diff\| \S+$',
         rf'^speed/dncnn bare +ok +{NUM} +{NUM} +- +{NUM} +{NUM} +-  the hand-written loop$',
@@ -182,9 +183,10 @@ def test_a_bench_runs_quick_prints_its_table_last_and_writes_nothing_into_the_pr
     expected = EXPECTED[name]
     before = new_files_in_project()
     t0 = time.perf_counter()
-    # TMPDIR: whatever the bench writes through tempfile lands in this test's folder
+    # TMPDIR: whatever the bench writes through tempfile lands in this test's folder; OMP_NUM_THREADS: the cores
+    # this pytest process computes on (one on each xdist worker of a 2-core machine), which the bench keeps to
     proc = subprocess.run([sys.executable, os.path.join('bench', name), '--quick'], cwd=ROOT,
-                          env=clean_env(TMPDIR=str(tmp_path), PYTHONDONTWRITEBYTECODE='1'),
+                          env=clean_env(TMPDIR=str(tmp_path), OMP_NUM_THREADS=str(torch.get_num_threads())),
                           capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - t0
     tail = f'{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}'
@@ -207,3 +209,35 @@ def test_run_all_runs_every_bench():
     missing = [name for name in BENCHES if not re.search(rf'^python bench/{re.escape(name)} "\$\{{ARGS\[@\]\}}"$',
                                                           script, re.M)]
     assert not missing, f'bench/run_all.sh does not run {missing} (with "${{ARGS[@]}}", which is --quick under QUICK=1)'
+
+
+def test_quick_children_run_two_at_a_time_one_thread_each_results_in_order(tmp_path, monkeypatch):
+    """common.run_children, which --quick uses for the benches' child processes: with jobs=2 the first two
+    commands run side by side (each waits for the other's file), the results come back in the order given,
+    and each child gets one OpenMP thread unless the caller set it; with jobs=1 they run one after another. A bench
+    given one core (OMP_NUM_THREADS=1) runs its --quick children one at a time."""
+    sys.path.insert(0, BENCH_DIR)
+    try:
+        from common import quick_jobs, run_children
+    finally:
+        sys.path.remove(BENCH_DIR)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')  # a caller that gives the bench one core gets one child at a time
+    assert quick_jobs() == 1
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    assert quick_jobs() == 2
+    wait = ('import os, sys, time\nopen(sys.argv[1], "w").close()\nt = time.monotonic()\n'
+            'while not os.path.exists(sys.argv[2]) and time.monotonic() - t < 60: time.sleep(0.01)\n'
+            'print(os.path.exists(sys.argv[2]), os.environ.get("OMP_NUM_THREADS"))')
+    a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+    cmds = [[sys.executable, '-c', wait, a, b], [sys.executable, '-c', wait, b, a],
+            [sys.executable, '-c', 'print("third")']]
+    out = [p.stdout.strip() for p in run_children(cmds, 2, capture_output=True, text=True)]
+    assert out == ['True 1', 'True 1', 'third']
+    os.remove(a)
+    os.remove(b)
+    one = [[sys.executable, '-c', 'import os; print(os.environ.get("OMP_NUM_THREADS"))']]
+    assert [p.stdout.strip() for p in run_children(one, 2, capture_output=True, text=True,
+                                                   env={**os.environ, 'OMP_NUM_THREADS': '3'})] == ['3']
+    alone = [[sys.executable, '-c', f'import os; print(os.path.exists({a!r}))'],
+             [sys.executable, '-c', f'open({a!r}, "w").close()']]
+    assert [p.stdout.strip() for p in run_children(alone, 1, capture_output=True, text=True)] == ['False', '']

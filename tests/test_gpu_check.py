@@ -364,6 +364,30 @@ def test_timed_rows_run_alone_in_order_and_side_by_side_rows_at_most_jobs_at_onc
     assert starts.index('card/a') == 0 and starts.index('speed/x') < starts.index('speed/y') < starts.index('zoo/late')
 
 
+def test_under_quick_timed_rows_run_side_by_side_but_those_reading_earlier_rows(tmp_path, recorded):
+    """--quick measures nothing, so its timed rows need not run alone; the card (whose rate the speed rows read)
+    and the speed rows that read the bare row's FLOPs still start alone, after the rows before them."""
+    here = ctx(tmp_path, cuda=False, quick=True)
+    rows = gc.select(gc.plan(), True, None)
+    assert [r.name for r in rows if r.alone(here)] == ['card/gpu', 'speed/dncnn default']
+    assert all(r.alone(ctx(tmp_path)) == r.exclusive for r in gc.plan())  # without --quick: every timed row alone
+    results = gc.execute(rows, here, 2, time.monotonic() + 3600, gc.Processes(), lambda r, res: None,
+                         installed=lambda m: True)
+    assert {r.name for r in rows if results[r.name].status == 'ok'} == {r.name for r in rows if not r.cuda_only}
+    running = set()
+    for kind, name in recorded:
+        if kind == 'end':
+            running.remove(name)
+            continue
+        assert not running if name in ('card/gpu', 'speed/dncnn default') else \
+            not running & {'card/gpu', 'speed/dncnn default'}
+        running.add(name)
+    recorded.clear()
+    pair = fake_rows(('pair/0', True, (), 1), ('pair/1', True, (), 1))  # each waits for the other to start
+    results = gc.execute(pair, here, 2, time.monotonic() + 60, gc.Processes(), lambda r, res: None)
+    assert [results[r.name].status for r in pair] == ['ok', 'ok']
+
+
 def test_rows_past_the_budget_and_rows_needing_a_failed_row_are_skipped(tmp_path, recorded):
     rows = fake_rows(('demo/fail', False, (), 1), ('test/x', False, ('demo/fail',), 1), ('demo/big', False, (), 100),
                      ('demo/small', False, (), 1))
