@@ -432,15 +432,11 @@ def usable_cores() -> int:
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`pytest -n auto`: one worker per usable core, at most 8 (each may start 2-rank DDP runs of a GiB or
-    two); none on one core, where a worker would only add its start-up.
+    """`pytest -n auto` (pytest.ini's default): one worker per usable core, at most 8 (each may start 2-rank DDP runs
+    of a GiB or two); none on one core, where a worker would only add its start-up.
 
     Why parallel on 2 cores: run one at a time, the tests keep about 1.2 cores busy (many wait on processes,
-    signals and timeouts); two workers cut the wall time by a quarter (docs/testing.md has the figures).
-    Under CI=true the tests run one at a time for now: the CI-only tests (minutes-long 2-rank runs, the SLURM
-    cluster, every bench) have not yet been seen passing on workers."""
-    if in_ci():
-        return 0
+    signals and timeouts); two workers cut the wall time by a third (docs/testing.md has the figures)."""
     cores = usable_cores()
     return min(cores, 8) if cores >= 2 else 0
 

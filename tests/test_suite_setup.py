@@ -11,12 +11,12 @@ from conftest import ROOT, clean_env
 
 
 @pytest.mark.parametrize('cores, workers', [(1, 0), (2, 2), (6, 6), (64, 8)])
-def test_n_auto_is_one_worker_per_usable_core_at_most_8_and_none_on_one_core_or_in_ci(monkeypatch, cores, workers):
+def test_n_auto_is_one_worker_per_usable_core_at_most_8_and_none_on_one_core_in_ci_too(monkeypatch, cores, workers):
     monkeypatch.setattr(conftest, 'usable_cores', lambda: cores)
     monkeypatch.delenv('CI', raising=False)
     assert conftest.pytest_xdist_auto_num_workers(None) == workers
     monkeypatch.setenv('CI', 'true')
-    assert conftest.pytest_xdist_auto_num_workers(None) == 0
+    assert conftest.pytest_xdist_auto_num_workers(None) == workers
 
 
 def test_the_processes_a_test_starts_see_the_users_environment_not_what_the_suite_set_for_itself(monkeypatch):
@@ -34,18 +34,18 @@ def test_the_processes_a_test_starts_see_the_users_environment_not_what_the_suit
     assert clean_env()['OMP_WAIT_POLICY'] == 'ACTIVE'
 
 
-def test_the_readme_command_runs_the_tests_in_one_process_and_n_auto_on_xdist_workers(tmp_path):
-    """pytest.ini's default: one process; `-n auto` (on 2 or more cores) runs the tests on workers."""
+def test_the_readme_command_runs_the_tests_on_xdist_workers_and_n_0_in_one_process(tmp_path):
+    """pytest.ini's default `-n auto` (on 2 or more cores) runs the tests on workers; `-n 0` in the pytest process."""
     (tmp_path / 'test_where.py').write_text('import os\n\ndef test_where():\n    with open(os.environ["WHERE"], "w") as f:\n'
                                             '        f.write(os.environ.get("PYTEST_XDIST_WORKER", "none"))\n')
     where = {}
-    for mode, extra in (('default', []), ('auto', ['-n', 'auto'])):
+    for mode, extra in (('default', []), ('one', ['-n', '0'])):
         out = tmp_path / mode
         res = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-c', os.path.join(ROOT, 'pytest.ini'), '--rootdir',
                               str(tmp_path), '-p', 'no:cacheprovider', str(tmp_path / 'test_where.py'), *extra],
                              cwd=tmp_path, env=clean_env(WHERE=str(out)), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0 and '1 passed' in res.stdout, res.stdout + res.stderr
         where[mode] = out.read_text()
-    assert where['default'] == 'none'
+    assert where['one'] == 'none'
     if conftest.usable_cores() >= 2:  # (this temporary suite has xdist's own `auto`, not conftest's hook)
-        assert where['auto'].startswith('gw'), where
+        assert where['default'].startswith('gw'), where
