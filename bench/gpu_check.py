@@ -103,6 +103,7 @@ sys.path.insert(0, ROOT)
 import bench_gpu  # noqa: E402  (the speed rows: its configurations and option rows)
 import bench_video_gpu  # noqa: E402  (the memory rows and the official figures)
 from common import entry, quick_jobs  # noqa: E402
+from utils.cores import usable_cores  # noqa: E402
 
 NAN = float('nan')
 MAIN_TRAIN = os.path.join(ROOT, 'main_train.py')
@@ -1000,7 +1001,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print('gpu_check.py: no CUDA GPU here, nothing run (--quick: the smoke test on any device; --cpu: every row '
               'the CPU can run)')
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    cores = usable_cores()
     jobs = args.jobs or (quick_jobs() if args.quick else min(12, max(2, cores - 2)))
     budget = args.budget or (480.0 if cuda and not args.quick else 1800.0 if args.quick else 7200.0)
     work = '' if args.list else tempfile.mkdtemp(prefix='gpu_check_work_')

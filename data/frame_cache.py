@@ -44,6 +44,7 @@ from typing import Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tu
 
 import numpy as np
 
+from utils.cores import usable_cores
 from utils.dist import agree_any, gather_objects, get_rank, is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
@@ -66,11 +67,7 @@ def fill_threads() -> int:
     affinity: a job pinned to a few cores of a large node gets that many)."""
     if FILL_THREADS is not None:
         return max(1, FILL_THREADS)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_FILL_THREADS))
+    return min(usable_cores(), MAX_FILL_THREADS)
 
 
 @rule('true, false or "auto"', enum=[True, False, 'auto'])

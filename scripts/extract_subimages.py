@@ -44,6 +44,7 @@ if ROOT not in sys.path:
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
+from utils.cores import usable_cores  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.progress import progress  # noqa: E402
 
@@ -263,13 +264,6 @@ def lr_argument(values: List[str]) -> LowRes:
         raise UserError(f'--lr {folder}: the scale must be an integer, got {scale!r}') from None
 
 
-def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--input', required=True, help='folder of the HR images (e.g. DIV2K_train_HR)')
@@ -282,7 +276,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help='edge strip left uncovered at most before one more tile is placed flush with the edge '
                         f'(default {THRESH_SIZE}: always cover the image)')
     p.add_argument('--compression', type=int, default=COMPRESSION, help=f'PNG compression 0-9 (default {COMPRESSION})')
-    p.add_argument('--workers', type=int, default=default_workers(), help='processes (default: the usable CPUs)')
+    p.add_argument('--workers', type=int, default=usable_cores(), help='processes (default: the usable CPUs)')
     args = p.parse_args(argv)
     try:
         if args.workers < 1:

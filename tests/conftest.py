@@ -45,6 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from utils.cores import usable_cores  # noqa: E402  (imports no torch: the wait policy below is set before torch)
+
 # The pytest process computes as the entry points do (main_train.py sets this before importing torch): OpenMP's idle
 # threads sleep instead of spinning, so that two pytest workers, and the processes they start, do not burn each
 # other's cores waiting. Set before torch is imported, unless the user set it; then `clean_env` keeps it out of the
@@ -425,10 +427,6 @@ def family(members: Sequence[Any], local: Any, key: Any = None) -> List[Any]:
         raise ValueError(f'family: local members {sorted(unknown)} are not members')
     return [member if (member if key is None else key(member)) in local
             else pytest.param(member, marks=pytest.mark.family) for member in members]
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

@@ -180,3 +180,16 @@ def test_fill_threads_follow_the_processors_this_process_may_use(monkeypatch):
     assert frame_cache.fill_threads() == frame_cache.MAX_FILL_THREADS
     monkeypatch.setattr(frame_cache, 'FILL_THREADS', 1)
     assert frame_cache.fill_threads() == 1
+
+
+def test_usable_cores_are_the_affinity_mask_else_the_machines_count(monkeypatch):
+    """utils.cores, which sizes torch's threads, cache fills, script and test workers: a process pinned to 3
+    cores of a 64-core node uses 3; where the platform has no affinity, the machine's count, at least 1."""
+    from utils.cores import usable_cores
+    monkeypatch.setattr(os, 'cpu_count', lambda: 64)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2})
+    assert usable_cores() == 3
+    monkeypatch.delattr(os, 'sched_getaffinity')
+    assert usable_cores() == 64
+    monkeypatch.setattr(os, 'cpu_count', lambda: None)
+    assert usable_cores() == 1

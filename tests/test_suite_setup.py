@@ -35,17 +35,18 @@ def test_the_processes_a_test_starts_see_the_users_environment_not_what_the_suit
 
 
 def test_the_readme_command_runs_the_tests_on_xdist_workers_and_n_0_in_one_process(tmp_path):
-    """pytest.ini's default `-n auto` (on 2 or more cores) runs the tests on workers; `-n 0` in the pytest process."""
+    """pytest.ini's default `-n auto`, with this conftest's worker count, runs the tests on workers (in the pytest
+    process on one core); `-n 0` runs them in the pytest process."""
     (tmp_path / 'test_where.py').write_text('import os\n\ndef test_where():\n    with open(os.environ["WHERE"], "w") as f:\n'
                                             '        f.write(os.environ.get("PYTEST_XDIST_WORKER", "none"))\n')
     where = {}
     for mode, extra in (('default', []), ('one', ['-n', '0'])):
         out = tmp_path / mode
+        env = clean_env(WHERE=str(out), PYTHONPATH=os.pathsep.join([os.path.join(ROOT, 'tests'), ROOT]))
         res = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-c', os.path.join(ROOT, 'pytest.ini'), '--rootdir',
-                              str(tmp_path), '-p', 'no:cacheprovider', str(tmp_path / 'test_where.py'), *extra],
-                             cwd=tmp_path, env=clean_env(WHERE=str(out)), capture_output=True, text=True, timeout=300)
+                              str(tmp_path), '-p', 'conftest', '-p', 'no:cacheprovider', str(tmp_path / 'test_where.py'),
+                              *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0 and '1 passed' in res.stdout, res.stdout + res.stderr
         where[mode] = out.read_text()
     assert where['one'] == 'none'
-    if conftest.usable_cores() >= 2:  # (this temporary suite has xdist's own `auto`, not conftest's hook)
-        assert where['default'].startswith('gw'), where
+    assert where['default'] == 'none' if conftest.usable_cores() < 2 else where['default'].startswith('gw'), where

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 import torch.distributed as dist
 
+from utils.cores import usable_cores
 from utils.dist.detect import DistState, cuda_device_index
 from utils.errors import UserError
 
@@ -102,7 +103,7 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
     torch.set_flush_denormal(True)
     if state.distributed or 'OMP_NUM_THREADS' in env:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    cores = usable_cores()
     torch.set_num_threads(cores)
     workers = max(0, int(loader_workers))
     shared = f', shared with {workers} loader worker{"s" if workers != 1 else ""}' if workers else ''
