@@ -18,7 +18,6 @@ import argparse  # noqa: E402
 import csv
 import io
 import os
-import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 # OpenMP's idle threads sleep instead of spinning (see main_train.py and utils/dist/group.py set_cpu_threads)
@@ -36,7 +35,7 @@ from option_rules import read_options
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights
 from utils.diskspace import no_space
-from utils.errors import UserError
+from utils.errors import UserError, say
 from utils.logger import setup_logger
 
 EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
@@ -119,13 +118,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             dist.cleanup(together=ok)  # after an error on one rank the others may never arrive
     except UserError as e:
-        print(f'error: {e}', file=sys.stderr)
+        say(f'error: {e}')
         return 2
     except OSError as e:  # writing the images or the table; a full disk is one line, the rest a traceback
         full = no_space(e, e.filename or os.getcwd())
         if not full:
             raise
-        print(f'error: writing the results failed: {full}', file=sys.stderr)
+        say(f'error: writing the results failed: {full}')
         return EXIT_WRITE_FAILED
     return 0
 

@@ -44,7 +44,7 @@ from option_rules import read_options
 from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes, atomic_write_text
 from utils.diskspace import describe_write_error, object_bytes
-from utils.errors import UserError, first_line
+from utils.errors import UserError, first_line, say
 from utils.logger import Reporter, get_logger, log_to_file, setup_logger, show_console
 from utils.options import dumps, training_notes
 from utils.relaunch import maybe_relaunch
@@ -872,7 +872,7 @@ def describe(name: str) -> int:
     try:
         print(describe_member(name), flush=True)
     except UserError as e:
-        print(f'error: {e}', file=sys.stderr)
+        say(f'error: {e}')
         return EXIT_USER_ERROR
     except BrokenPipeError:  # `| head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -896,13 +896,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         train(opt, state, args)
     except UserError as e:
         if signals.requested:  # asked to stop before the failure: what a job script must act on (requeue)
-            print(f'stopped: stopped by {signals.name()}; nothing saved (the run failed meanwhile: '
-                  f'{one_line(str(e))}); rerun the same command to continue', file=sys.stderr)
+            say(f'stopped: stopped by {signals.name()}; nothing saved (the run failed meanwhile: '
+                f'{one_line(str(e))}); rerun the same command to continue')
             return signals.code
-        print(f'error: {one_line(str(e))}', file=sys.stderr)
+        say(f'error: {one_line(str(e))}')
         return EXIT_USER_ERROR
     except TrainingStopped as e:
-        print(f'{"stopped" if e.code in (EXIT_PREEMPTED, EXIT_INTERRUPTED) else "error"}: {e}', file=sys.stderr)
+        say(f'{"stopped" if e.code in (EXIT_PREEMPTED, EXIT_INTERRUPTED) else "error"}: {e}')
         return e.code
     return 0
 

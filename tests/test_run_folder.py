@@ -254,6 +254,18 @@ def test_a_second_torchrun_job_on_a_busy_run_folder_stops_every_rank_with_exit_2
     assert _snapshot(root) == before
 
 
+def test_each_ranks_error_line_is_one_write_so_that_two_ranks_lines_never_merge(monkeypatch):
+    """The ranks above share torchrun's stderr, unbuffered (PYTHONUNBUFFERED=1): print() wrote the text and the
+    newline apart, and the two ranks' lines once came out as one. utils.errors.say, which the entry points' error
+    and stop lines go through, writes the line and its newline at once (a pipe write this small is atomic)."""
+    from utils.errors import say
+    writes: List[str] = []
+    monkeypatch.setattr(sys, 'stderr', type('Stream', (), {'write': lambda self, s: writes.append(s),
+                                                           'flush': lambda self: None})())
+    say('error: /runs/tiny is in use by another job')
+    assert writes == ['error: /runs/tiny is in use by another job\n']
+
+
 def test_main_test_evaluates_a_run_folder_while_its_training_job_holds_the_lock(busy_run):
     path, root, pid = busy_run
     res = run_main('main_test', ['--opt', path, '--no-images'])

@@ -3,6 +3,7 @@
 `main_train.py`/`main_test.py` print a `UserError` as one line and exit 2; anything else is a bug
 and keeps its traceback.
 """
+import sys
 
 
 class UserError(Exception):
@@ -17,3 +18,12 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty)."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def say(line: str) -> None:
+    """`line` and its newline on stderr in one write. Under DDP every rank writes into its launcher's one stderr,
+    and print() writes the text and the newline separately: with unbuffered stderr (PYTHONUNBUFFERED=1, `python -u`,
+    as platforms and job scripts often set) two ranks' error lines came out merged into one. A write this small
+    into a pipe is atomic."""
+    sys.stderr.write(f'{line}\n')
+    sys.stderr.flush()

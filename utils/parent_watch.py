@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Mapping, Optional
 
+from utils.errors import say
+
 # SLURM's KillWait and Kubernetes' terminationGracePeriodSeconds both default to 30 s between
 # SIGTERM and SIGKILL: enough for a rank to reach the next iteration and for rank 0 to write a
 # checkpoint. Not dist_timeout (600 s by default), which is the time a collective with a dead peer
@@ -42,7 +44,7 @@ def _ask_for_sigterm_on_parent_death() -> bool:
 
 def _say(line: str) -> None:
     try:
-        print(line, file=sys.stderr, flush=True)
+        say(line)
     except (OSError, ValueError):  # the launcher owned the other end of stderr
         pass
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from utils.cores import usable_cores
 from utils.dist.detect import DistState, cuda_device_index
-from utils.errors import UserError
+from utils.errors import UserError, say
 
 # Seconds past dist_timeout before init gives up on c10d itself (it can wait forever on a foreign port).
 INIT_GRACE_S = 10.0
@@ -150,7 +150,7 @@ def exit_if_stuck(seconds: float, message: str, code: int = 2) -> Iterator[None]
 
     def fire() -> None:
         if not done.is_set():
-            print(f'error: {message}', file=sys.stderr, flush=True)
+            say(f'error: {message}')
             os._exit(code)
 
     timer = threading.Timer(seconds, fire)
