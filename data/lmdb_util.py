@@ -12,13 +12,14 @@ loading a video clip. `decode_frame` reads either kind.
 import os
 import struct
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Tuple, Union
+from typing import Dict, Iterable, Optional, Set, Tuple, Union
 
 import cv2
 import numpy as np
 
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
+from utils.paths import folder_problem
 
 LMDB_HINT = 'io_backend lmdb needs the lmdb package: pip install lmdb'
 RAW_MAGIC = b'RAWFRAME'           # then height, width, channels as little-endian uint32, then HWC BGR pixels
@@ -64,8 +65,9 @@ def import_lmdb():
 def check_lmdb_folder(path: Union[str, os.PathLike], where: str) -> None:
     """Fail early (without opening the environment) when `path` is not an LMDB folder."""
     import_lmdb()
-    if not isinstance(path, str) or not os.path.isdir(path):
-        raise UserError(f'{where}: lmdb folder not found: {path}')
+    problem = folder_problem(path, 'lmdb folder') if isinstance(path, str) else f'lmdb folder not found: {path}'
+    if problem:
+        raise UserError(f'{where}: {problem}')
     if not os.path.isfile(os.path.join(path, 'data.mdb')):
         raise UserError(f'{where}: not an lmdb folder (no data.mdb): {path}')
 
@@ -121,6 +123,18 @@ def open_env_in_this_process(path: str) -> Optional[object]:
     second one in the same process: another reader of the same files must borrow it)."""
     entry = _ENVS.get(os.path.realpath(path))
     return entry[1] if entry is not None and entry[0] == os.getpid() else None
+
+
+def opened_environments() -> Set[str]:
+    """The folders (realpaths) whose environment `open_env` holds open."""
+    return set(_ENVS)
+
+
+def close_environments_opened_since(before: Set[str]) -> None:
+    """Close the environments `open_env` opened that are not in `before` (`opened_environments()` earlier): what
+    an in-process run or a test opened, so that a later reader may open those folders itself."""
+    for key in set(_ENVS) - before:
+        _ENVS.pop(key)[1].close()
 
 
 class LazyLmdbReader:

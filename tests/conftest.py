@@ -179,7 +179,7 @@ def process_state_kept(env: Mapping[str, str], cwd: str, argv: Sequence[str]) ->
     log = logging.getLogger('restoration')
     log_state = list(log.handlers), log.propagate, log.level
     lmdb = sys.modules.get('data.lmdb_util')
-    lmdb_envs = set(lmdb._ENVS) if lmdb is not None else set()
+    lmdb_envs = lmdb.opened_environments() if lmdb is not None else set()
     try:
         os.environ.clear()
         os.environ.update(env)
@@ -212,8 +212,8 @@ def process_state_kept(env: Mapping[str, str], cwd: str, argv: Sequence[str]) ->
         log.handlers[:] = log_state[0]
         log.propagate, log.level = log_state[1], log_state[2]
         lmdb = sys.modules.get('data.lmdb_util')
-        for key in set(lmdb._ENVS) - lmdb_envs if lmdb is not None else ():
-            lmdb._ENVS.pop(key)[1].close()
+        if lmdb is not None:
+            lmdb.close_environments_opened_since(lmdb_envs)
         random.setstate(rngs[0])
         np.random.set_state(rngs[1])
         torch.set_rng_state(rngs[2])
@@ -263,11 +263,15 @@ def run_main(entry: str, args: Sequence[str], env: Optional[Mapping[str, str]] =
 
 @pytest.fixture(autouse=True)
 def restoration_logger_restored():
-    """A test that sets up the project's logger in-process (propagate off, its own handlers) must not
-    hide later tests' records from caplog: the logger is put back as it was after each test."""
+    """Every test starts with the project's logger as a new process has it (no handlers, propagating, no level
+    of its own) and leaves it as it was: a test that sets it up in-process (propagate off, its own handlers,
+    INFO) must neither hide later tests' records from caplog nor let caplog catch INFO records a test did not
+    ask for (what a test sees must not depend on which tests ran before it on the same worker)."""
     import logging
     log = logging.getLogger('restoration')
     saved = (list(log.handlers), log.propagate, log.level)
+    log.handlers[:] = []
+    log.propagate, log.level = True, logging.NOTSET
     yield
     for h in list(log.handlers):
         if h not in saved[0]:
@@ -278,6 +282,19 @@ def restoration_logger_restored():
                 pass
     log.handlers[:] = saved[0]
     log.propagate, log.level = saved[1], saved[2]
+
+
+@pytest.fixture(autouse=True)
+def lmdb_environments_closed():
+    """LMDB environments a test opened through data/lmdb_util.py's per-process cache are closed after it: LMDB
+    refuses a second open of one environment in a process, so a later test opening the same folder itself
+    would fail only when it happens to run after this one on the same worker."""
+    lmdb = sys.modules.get('data.lmdb_util')
+    before = lmdb.opened_environments() if lmdb is not None else set()
+    yield
+    lmdb = sys.modules.get('data.lmdb_util')
+    if lmdb is not None:
+        lmdb.close_environments_opened_since(before)
 
 
 @pytest.fixture

@@ -142,11 +142,13 @@ def test_tsa_iter_trains_only_the_fusion_module_first_and_dcn_lr_mul_scales_the_
 
 
 def test_a_run_resumed_after_the_frozen_start_does_not_announce_the_release_again(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger='restoration')
     a = build(tmp_path, 'edvr', EDVR, tsa_iter=1)
     run_schedule(a, lambda s: batch(s, 5, 16, centre_only=True), 2)
+    assert 'iteration 2: past train.tsa_iter=1' in caplog.text  # the first run announces it
     b = build(tmp_path, 'edvr', EDVR, tsa_iter=1)
     b.load_state(a.state_files(), a.training_state())
-    caplog.set_level(logging.INFO, logger='restoration')
+    caplog.clear()  # what the resumed run says, only
     run_schedule(b, lambda s: batch(s + 2, 5, 16, centre_only=True), 1)
     assert 'past train.tsa_iter' not in caplog.text
 

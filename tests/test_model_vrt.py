@@ -146,13 +146,15 @@ def test_fix_phase_drops_the_gradients_so_fix_params_get_no_update_no_decay_and_
 
 
 def test_a_run_resumed_after_fix_iter_does_not_announce_the_unfreeze_again(tmp_path, gopro, caplog):
+    caplog.set_level(logging.INFO, logger='restoration')
     a = build_model(tmp_path, gopro)
     for step in (1, 2, 3):
         a.step(step, a.backward([random_batch(step)]))
+    assert 'iteration 3: past train.fix_iter=2' in caplog.text  # the first run announces it
     saved_after = a.training_state()
     b = build_model(tmp_path, gopro)
     b.load_state(a.state_files(), saved_after)
-    caplog.set_level(logging.INFO, logger='restoration')
+    caplog.clear()  # what the resumed run says, only
     b.step(4, b.backward([random_batch(4)]))
     assert 'past train.fix_iter' not in caplog.text
     c = build_model(tmp_path, gopro)  # resumed inside the fix phase: still frozen, announced on release
