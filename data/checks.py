@@ -96,6 +96,37 @@ def fmt(size: Size) -> str:
     return f'{size[0]}x{size[1]}'
 
 
+def pair_factor(size_H: Size, size_L: Size, exact: bool = True) -> Optional[int]:
+    """The integer factor f with `size_H` f x `size_L` on both axes (`exact` False: up to f - 1 more rows and
+    columns, as an evaluation pair allows), or None."""
+    (h, w), (hl, wl) = size_H, size_L
+    if not hl or not wl:
+        return None
+    f = h // hl
+    if f < 1 or w // wl != f:
+        return None
+    if exact:
+        return f if (h, w) == (hl * f, wl * f) else None
+    return f if h < hl * f + f and w < wl * f + f else None
+
+
+def scale_mismatch(pairs: Sequence[Tuple[str, Size, str, Size]], scale: int, where: str, high: str = 'image',
+                   exact: bool = True) -> Optional[str]:
+    """One line naming the top-level `scale` when every (H path, H size, L path, L size) pair is off by the same
+    factor, another than `scale`: an option mistake (or the LQ folder of another factor), not a folder of odd
+    files, so one line instead of one per file."""
+    if not pairs:
+        return None
+    factors = {pair_factor(sh, sl, exact) for _, sh, _, sl in pairs}
+    if len(factors) != 1 or None in factors or scale in factors:
+        return None
+    factor = factors.pop()
+    path_H, size_H, path_L, size_L = pairs[0]
+    return (f'scale: {scale}, but every {high} of {where} is {factor}x its low-quality one (e.g. {path_H} '
+            f'{fmt(size_H)}, {path_L} {fmt(size_L)}); set "scale": {factor}, or give the x{scale} low-quality '
+            f'folder')
+
+
 def ssim_problem(size: Size, border: int, evaluated: Optional[Size] = None) -> Optional[str]:
     """Why an image of `size` (evaluated at `evaluated`, default `size`) cannot be scored with SSIM."""
     h, w = evaluated or size

@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 
 from utils.cores import usable_cores  # noqa: E402
 from utils.errors import UserError  # noqa: E402
+from utils.paths import folder_problem  # noqa: E402
 from utils.progress import progress  # noqa: E402
 
 CROP_SIZE, STEP, THRESH_SIZE, COMPRESSION = 480, 240, 0, 3  # BasicSR's DIV2K settings
@@ -92,8 +93,9 @@ def tile_starts(size: int, crop: int, step: int, thresh: int) -> List[int]:
 
 def images(folder: str, where: str) -> List[str]:
     """The image files directly in `folder`, sorted."""
-    if not os.path.isdir(folder):
-        raise UserError(f'{where}: folder not found: {folder}')
+    problem = folder_problem(folder)
+    if problem:
+        raise UserError(f'{where}: {problem}')
     found = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS)
                    and os.path.isfile(os.path.join(folder, f)))
     if not found:

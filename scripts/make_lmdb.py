@@ -38,6 +38,7 @@ import cv2  # noqa: E402
 from data.lmdb_util import encode_raw_frame, import_lmdb  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.image import imread_uint, is_image_file  # noqa: E402
+from utils.paths import folder_problem  # noqa: E402
 from utils.progress import progress as show_progress  # noqa: E402
 
 LAYOUT_DEPTH = {'vimeo': 3, 'reds': 2}   # path components below --input: clip/seq/frame, clip/frame
@@ -113,8 +114,9 @@ def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compre
         raise UserError(f'--layout: must be one of {", ".join(LAYOUT_DEPTH)}, got {layout!r}')
     if compress not in COMPRESS_LEVEL:
         raise UserError(f'--compress: must be one of {", ".join(COMPRESS_LEVEL)}, got {compress!r}')
-    if not src.is_dir():
-        raise UserError(f'--input: folder not found: {src}')
+    problem = folder_problem(str(src))
+    if problem:
+        raise UserError(f'--input: {problem}')
     if out.exists():
         raise UserError(f'--output: {out} already exists; remove it or choose another path')
     frames = list_frames(src, layout, selection)

@@ -188,6 +188,17 @@ def test_paired_folders_are_checked_against_the_scale_and_the_patch(tmp_path):
                        f'{l}/000.png (32x32): with scale 2 it must be 64x64 (up to 1 more rows/columns)')
 
 
+@pytest.mark.parametrize('phase', ['train', 'test'])
+def test_every_pair_off_by_the_same_factor_is_one_line_naming_scale(tmp_path, phase):
+    h, l = _folder(tmp_path / 'H', 5, shape=(64, 64, 3)), _folder(tmp_path / 'L', 5, shape=(16, 16, 3))
+    message = _error(DatasetSR, _opt(DatasetSR, phase, dataroot_H=h, dataroot_L=l, scale=2, H_size=32))
+    assert message == (f'scale: 2, but every image of datasets.{phase} is 4x its low-quality one (e.g. {h}/000.png '
+                       f'64x64, {l}/000.png 16x16); set "scale": 4, or give the x2 low-quality folder')
+    imwrite(os.path.join(l, '003.png'), _rand((32, 32, 3)))   # one pair at the scale: odd files, listed one by one
+    assert len(_error(DatasetSR, _opt(DatasetSR, phase, dataroot_H=h, dataroot_L=l, scale=2,
+                                      H_size=32)).splitlines()) == 4
+
+
 def test_a_patch_larger_than_every_training_image_is_one_line_naming_h_size(tmp_path):
     h = _folder(tmp_path / 'H', 30, shape=(40, 48, 3))
     message = _error(DatasetDnCNN, _opt(DatasetDnCNN, dataroot_H=h, H_size=64))
@@ -310,7 +321,8 @@ def test_a_dataset_scale_other_than_the_network_scale_ends_the_run_at_start_up(t
     opt['netG'] = {'net_type': 'msrresnet1', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1, 'upscale': 2}
     path = write_options(str(tmp_path / 'o.json'), opt)
     res = run_main('main_train', ['--opt', path, '--set', 'datasets.test.scale=4'])
-    assert res.returncode == 2 and f'{path}: datasets.test.scale: 4 differs from the top-level "scale": 2' in res.stderr
+    assert res.returncode == 2 and 'error: --set datasets.test.scale=4: datasets.test.scale: 4 differs from the top-level "scale": 2' \
+        in res.stderr  # the --set argument that gave it, not the file
     assert res.stderr.count('\n') == 1, res.stderr[-2000:]
     assert not (tmp_path / 'exp').exists()
 
@@ -319,8 +331,8 @@ def test_dataset_option_value_ends_the_run_with_one_line_naming_the_key(tmp_path
     opt = _copied_options(tmp_path, demo_images)
     path = write_options(str(tmp_path / 'o.json'), opt)
     res = run_main('main_train', ['--opt', path, '--set', 'datasets.test.sigma_test=-5'])
-    assert res.returncode == 2 and res.stderr == (f'error: {path}: datasets.test.sigma_test: -5 must be >= 0 (noise std '
-                                                  f'on the 0..255 scale)\n'), res.stderr[-2000:]
+    assert res.returncode == 2 and res.stderr == ('error: --set datasets.test.sigma_test=-5: datasets.test.sigma_test: '
+                                                  '-5 must be >= 0 (noise std on the 0..255 scale)\n'), res.stderr[-2000:]
     assert not (tmp_path / 'exp').exists()
 
 

@@ -380,6 +380,12 @@ def test_training_frames_must_be_scale_times_the_lq_frames_and_hold_the_patch(pa
     imwrite(str(tmp_path / 'lq_x2' / 'a' / '00000001.png'), pattern_frame(1)[::2, ::2])
     message = str(pytest.raises(UserError, VideoRecurrentTrainDataset, make_opt(
         VideoRecurrentTrainDataset, pattern_root, scale=4, gt_size=16, dataroot_lq=str(tmp_path / 'lq_x2'))).value)
+    assert message == (f'scale: 4, but every GT frame of datasets.train is 2x its low-quality one (e.g. '
+                       f'{pattern_root}/gt/a/00000000.png 32x32, {tmp_path}/lq_x2/a/00000000.png 16x16); set '
+                       f'"scale": 2, or give the x4 low-quality folder')  # one line, not one per frame
+    imwrite(str(tmp_path / 'lq_x2' / 'a' / '00000001.png'), pattern_frame(1)[::4, ::4])  # one frame at the scale
+    message = str(pytest.raises(UserError, VideoRecurrentTrainDataset, make_opt(
+        VideoRecurrentTrainDataset, pattern_root, scale=4, gt_size=16, dataroot_lq=str(tmp_path / 'lq_x2'))).value)
     assert message.splitlines()[0] == (f'datasets.train.dataroot_gt: {pattern_root}/gt/a/00000000.png: 32x32 but its '
                                        f'LQ frame {tmp_path}/lq_x2/a/00000000.png is 16x16; for training GT frames '
                                        f'must be exactly scale 4 x the LQ frames')

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.checks import FileProblems, fmt, image_sizes, parallel_map, spike_header, ssim_problem
+from data.checks import FileProblems, fmt, image_sizes, parallel_map, scale_mismatch, spike_header, ssim_problem
 from data.datasets.spike import SpikeSource
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.option_checks import at_least, extension, int_format, io_backend, noise_level, positive_ints
@@ -26,6 +26,7 @@ from data.sampler import parse_key
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.options import Key
+from utils.paths import folder_problem
 
 Size = Tuple[int, int]
 T = TypeVar('T')
@@ -77,8 +78,9 @@ def stack_tensor(frames: Sequence[np.ndarray]) -> torch.Tensor:
 
 def check_folder(path: Optional[str], key: str) -> Path:
     """The folder `path` as a Path; UserError naming the option `key` when it is not one."""
-    if not path or not os.path.isdir(path):
-        raise UserError(f'{key}: folder not found: {path}')
+    problem = folder_problem(path) if path else f'folder not found: {path}'
+    if problem:
+        raise UserError(f'{key}: {problem}')
     return Path(path)
 
 
@@ -177,6 +179,11 @@ def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str
         if not isinstance(gs, str) and not isinstance(ls, str):
             usual.setdefault(clip, Counter())[(gs, ls)] += 1
     clip_size = {clip: counts.most_common(1)[0][0] for clip, counts in usual.items()}
+    if scale is not None:
+        mismatch = scale_mismatch([(f[1], gs, f[2], ls) for f, gs, ls in zip(frames, gt_sizes, lq_sizes)
+                                   if not isinstance(gs, str) and not isinstance(ls, str)], scale, prefix, 'GT frame')
+        if mismatch:
+            raise UserError(mismatch)
     spike_jobs = []
     for (clip, gp, lp, sp), gs, ls in zip(frames, gt_sizes, lq_sizes):
         if isinstance(gs, str) or isinstance(ls, str):

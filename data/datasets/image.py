@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.checks import FileProblems, Size, fmt, image_depths, image_sizes, ssim_problem
+from data.checks import FileProblems, Size, fmt, image_depths, image_sizes, scale_mismatch, ssim_problem
 from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.option_checks import at_least, noise_level
@@ -37,6 +37,7 @@ from utils.errors import UserError
 from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, image_peak, imread_uint, imresize_bicubic, list_images,
                          to_float_image, uint8_tensor)
 from utils.options import REQUIRED, Key, one_of
+from utils.paths import folder_problem
 
 ItemKey = Any  # int (evaluation) or (index, seed) tuple (training)
 
@@ -49,8 +50,9 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
     folder = opt[key]
     if not isinstance(folder, str) or not folder:
         raise UserError(f'{where}: expected a folder path, got {folder!r}')
-    if not os.path.isdir(folder):
-        raise UserError(f'{where}: folder not found: {folder}')
+    problem = folder_problem(folder)
+    if problem:
+        raise UserError(f'{where}: {problem}')
     paths = list_images(folder)
     if not paths:
         raise UserError(f'{where}: no images ({", ".join(IMG_EXTENSIONS)}) in {folder}')
@@ -167,6 +169,12 @@ class ImageDataset(Dataset):
         sizes_H = image_sizes(self.paths_H)
         paths_L = self.paths_L or [None] * len(self.paths_H)
         sizes_L = image_sizes(self.paths_L) if self.paths_L is not None else [None] * len(self.paths_H)
+        if self.paths_L is not None:
+            mismatch = scale_mismatch([(pH, sH, pL, sL) for pH, sH, pL, sL in zip(self.paths_H, sizes_H, paths_L, sizes_L)
+                                       if not isinstance(sH, str) and not isinstance(sL, str)],
+                                      self.scale, self.where, exact=train)
+            if mismatch:
+                raise UserError(mismatch)
         too_small = 0
         for path_H, size_H, path_L, size_L in zip(self.paths_H, sizes_H, paths_L, sizes_L):
             if isinstance(size_H, str):
