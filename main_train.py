@@ -51,7 +51,7 @@ from utils.relaunch import maybe_relaunch
 from utils.resume import ResumePoint, find_resume_point
 from utils.runlock import RunLock
 from utils.seed import rng_state, seed_everything, set_rng_state
-from utils.step_gate import StepGate
+from utils.step_gate import StepGate, non_finite_words
 from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, TrainingStopped
 
 EXIT_USER_ERROR = 2
@@ -152,8 +152,11 @@ class Trainer:
         self.accum = t['accumulate_steps']
         self.steps_per_epoch = len(self.train_loader) // self.accum
         if self.steps_per_epoch < 1:
-            raise UserError(f'train.accumulate_steps: {self.accum} exceeds the {len(self.train_loader)} '
-                            f'batches per epoch of each process')
+            batches = self.sampler.num_samples // train_opt_ds['dataloader_batch_size']
+            raise UserError(f'train.accumulate_steps: {self.accum} exceeds the {batches} batch'
+                            f'{"es" if batches != 1 else ""} of {train_opt_ds["dataloader_batch_size"]} per epoch of '
+                            f'each process ({self.sampler.num_samples} of the {len(self.train_set)} training samples '
+                            f'on each of {self.state.world_size} process(es))')
         per_proc = train_opt_ds['dataloader_batch_size']
         self.effective_batch = per_proc * self.state.world_size * self.accum
         self.log.info(f'training samples {len(self.train_set)}, {self.steps_per_epoch} iterations per epoch; '
@@ -575,7 +578,8 @@ class Trainer:
         (`agree_to_go_on`: stop signals, unreadable data), which never waits for the GPU."""
         loss = self.model.backward(batches)
         finite = self.model.finalize_gradients(self.step, loss)
-        applied = self.gate.decide(finite, self.step) if self.gate is not None else None
+        applied = self.gate.decide(finite, self.step, self.model.iteration_losses()[1]) \
+            if self.gate is not None else None
         self.model.step(self.step, loss, applied)
 
     def note_compilation(self) -> None:
@@ -601,7 +605,8 @@ class Trainer:
         if s.ranks and self.state.world_size > 1:
             ranks = f' on rank{"s" if len(s.ranks) > 1 else ""} {", ".join(map(str, s.ranks))}'
         if self.train_opt['nan_policy'] == 'stop':
-            raise TrainingStopped(f'iteration {s.first}: non-finite loss or gradients{ranks} (train.nan_policy=stop); '
+            what = non_finite_words(self.model.iteration_losses()[0], s.terms)
+            raise TrainingStopped(f'iteration {s.first}: {what}{ranks} (train.nan_policy=stop); '
                                   f'{self.newest_save()}', EXIT_NONFINITE)
         if s.limit_at:
             raise TrainingStopped(f'iteration {s.limit_at}: {self.gate.limit} steps in a row skipped for non-finite '

@@ -53,6 +53,11 @@ class TrainingModel(Protocol):
     def log_losses(self) -> Dict[str, float]:
         """Collective: the mean losses since the last call, over ranks (the one host read per print)."""
 
+    def iteration_losses(self) -> Tuple[List[Optional[str]], torch.Tensor]:
+        """The loss terms of the last `backward` as a device vector (unsynced, never read on the hot path) and
+        their names as the log writes them (None for an entry that is no loss): the non-finite gate keeps which
+        were finite at the first skipped step, so that a stop can name them."""
+
     def current_lr(self) -> float:
         """The learning rate of the main optimizer's first group, for the log."""
 

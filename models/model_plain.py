@@ -7,6 +7,7 @@ here: `validate` hands the current eval network to the model's `restorer_class`
 """
 import contextlib
 import gc
+import re
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -43,6 +44,28 @@ def failure_text(e: BaseException) -> str:
     KeyError's message is only the key)."""
     text = first_line(e)[:300]
     return text if isinstance(e, (RuntimeError, ValueError, TypeError, UserError)) else f'{type(e).__name__}: {text}'
+
+
+# the netG keys that give a network's input channels (KAIR, BasicSR, SwinIR, Restormer, spandrel's networks)
+INPUT_CHANNEL_KEYS = ('in_nc', 'num_in_ch', 'in_chans', 'in_channels', 'inp_channels', 'in_ch')
+_CHANNELS_ERROR = re.compile(r'expected input\[[^\]]*\] to have (\d+) channels, but got (\d+) channels')
+
+
+def channel_key_problem(netG: Dict[str, Any], error: BaseException, where: str,
+                        channels: Optional[str]) -> Optional[str]:
+    """The one line naming netG's input-channel key when torch's first convolution refused the data's channel
+    count (`channels`: the dataset's words for its channels, as for `channels_hint`); None for any other
+    failure."""
+    found = _CHANNELS_ERROR.search(str(error))
+    if found is None:
+        return None
+    expected, given = int(found.group(1)), int(found.group(2))
+    key = next((k for k in INPUT_CHANNEL_KEYS if netG.get(k) == expected), None)
+    if key is None:
+        return None
+    data = f'{where} gives {channels}' if channels else f'{where} gives {given}-channel input'
+    return (f'netG.{key}: {expected}, but {data}: netG\'s first layer takes {expected} channels and is given '
+            f'{given}')
 
 
 def channels_hint(where: str, channels: Optional[str]) -> str:
@@ -202,6 +225,7 @@ class ModelPlain:
         # with extra losses, the sums of [G_lossfn_type's, each extra's] since the last log (applied steps)
         self._term_sums = torch.zeros(1 + len(self.extra_losses) if self.extra_losses else 0, device=device)
         self._iteration_terms: Optional[torch.Tensor] = None
+        self._iteration_loss = torch.zeros((), device=device)
         self._finalized = False
         self._grad_norm: Optional[torch.Tensor] = None
         self.restorer = self.restorer_class.from_options(self.eval_net, opt, device)
@@ -266,7 +290,7 @@ class ModelPlain:
         self.net = self._training_net()
         schedule = self.scheduler.state_dict()
         self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
-        self.scheduler = build_scheduler(self.optimizer, self.train_opt)
+        self.scheduler = build_scheduler(self.optimizer, self.train_opt, notes=False)
         self.scheduler.load_state_dict(schedule)
         self.averaging = averaging(self.optimizer)
 
@@ -349,6 +373,9 @@ class ModelPlain:
             with self.probe(self.net_g):
                 out = self.predict(self.net_g, batch)
         except NETWORK_FAILURES as e:
+            keyed = channel_key_problem(self.opt['netG'], e, where, channels)
+            if keyed is not None:
+                raise UserError(keyed) from None
             shapes = ', '.join(f'{k} {tuple(v.shape[1:])}' for k, v in batch.items() if torch.is_tensor(v))
             raise UserError(f'netG ({self.opt["netG"]["net_type"]}) cannot take a sample of {where} ({shapes}): '
                             f'{failure_text(e)}' + (f' (check netG\'s channels against {against})' if channels else '')
@@ -439,7 +466,14 @@ class ModelPlain:
             if terms_total is not None:
                 terms_total += terms.detach()
         self._iteration_terms = terms_total
+        self._iteration_loss = total
         return total
+
+    def iteration_losses(self) -> Tuple[List[Optional[str]], torch.Tensor]:
+        """`G_loss`, or with G_extra_losses each term (`l_g_pix`, `l_g_<name>`), of the last backward."""
+        if self._iteration_terms is not None:
+            return [f'l_g_{name}' for name in ['pix', *self.extra_losses]], self._iteration_terms
+        return ['G_loss'], self._iteration_loss.reshape(1)
 
     def finalize_gradients(self, step: int, loss: torch.Tensor) -> torch.Tensor:
         """Make the gradients of `backward` final and say whether the step is sound (device bool).

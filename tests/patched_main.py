@@ -83,6 +83,7 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
             print(f'CRASHING rank {dist.get_rank()}', flush=True)
             os._exit(17)
         if (nan_at and calls['n'] == nan_at or nan_from and calls['n'] >= nan_from) and _rank_matches('INJECT_NAN_RANK'):
+            self.iteration_losses()[1].mul_(float('nan'))  # the terms a stop names went non-finite with the loss
             return loss * torch.tensor(float('nan'))
         return loss
 

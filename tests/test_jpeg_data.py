@@ -78,7 +78,6 @@ def test_a_network_that_does_not_fit_the_gray_or_colour_choice_is_one_line_namin
                                      if phase == 'train' else {})}
     res = run([sys.executable, 'main_train.py', '--opt', write_options(str(tmp_path / 'o.json'), opt)])
     assert res.returncode == 2, res.stderr[-2000:]
-    assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: netG (dncnn) cannot take a sample of '
-                                                                  'datasets.train'), res.stderr
-    assert res.stderr.rstrip().endswith(f"(check netG's channels against datasets.train: {says})"), res.stderr
+    assert res.stderr == (f"error: netG.in_nc: {in_nc}, but datasets.train gives {says}: netG's first layer takes "
+                          f"{in_nc} channels and is given {4 - in_nc}\n"), res.stderr
     assert not (tmp_path / 'exp').exists()

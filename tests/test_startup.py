@@ -14,12 +14,14 @@ from tests.conftest import run_main, tiny_options, write_options
 
 @pytest.mark.parametrize('override, message', [
     ('netG.nc=0', 'netG (dncnn): parameter model.0.weight has no elements'),
-    ('n_channels=1', 'netG (dncnn) cannot take a sample of datasets.train (L (1, 24, 24), H (1, 24, 24)): '
-                     'Given groups=1'),
+    ('n_channels=1', "netG.in_nc: 3, but datasets.train gives 1-channel images (n_channels 1): netG's first "
+                     "layer takes 3 channels and is given 1"),
     ('train.G_lossfn_type="ssimm"', 'G_lossfn_type'),
     ('model="gann"', 'model'),
     ('path.pretrained_netG="/nowhere/G.pth"', 'path.pretrained_netG: /nowhere/G.pth: checkpoint file not found'),
-], ids=['nc-0', 'gray-data-colour-net', 'unknown-loss', 'unknown-model', 'missing-weights'])
+    ('train.accumulate_steps=17', 'train.accumulate_steps: 17 exceeds the 16 batches of 4 per epoch of each process '
+                                  '(64 of the 64 training samples on each of 1 process(es))'),
+], ids=['nc-0', 'gray-data-colour-net', 'unknown-loss', 'unknown-model', 'missing-weights', 'accumulation-over-epoch'])
 def test_a_mistake_found_while_building_exits_2_with_one_line_and_writes_nothing(tmp_path, demo_images, console_held,
                                                                                  override, message):
     path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))

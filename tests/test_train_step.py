@@ -222,7 +222,7 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
         assert all(torch.equal(a, b) for a, b in zip(weights[0], weights[1]))  # iteration 2 was not applied
         assert not all(torch.equal(a, b) for a, b in zip(weights[1], weights[2]))
         if policy == 'stop':
-            with pytest.raises(TrainingStopped, match=r'^iteration 2: non-finite loss or gradients '
+            with pytest.raises(TrainingStopped, match=r'^iteration 2: non-finite loss term G_loss '
                                                       r'\(train\.nan_policy=stop\); newest complete checkpoint: none'
                                ) as e:
                 trainer.check_skipped_steps()
@@ -237,3 +237,25 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
                                 '(train.nan_policy=skip, at most 1 in a row)']
     finally:
         trainer.signals.restore()
+
+
+def test_a_stop_on_a_non_finite_step_names_the_loss_terms_that_were_not_finite_then():
+    """Kept on the device at the first skipped step (no host read), named when the run stops: which of the
+    weighted terms went non-finite, or the gradients when every term was finite."""
+    from utils.step_gate import StepGate, non_finite_words
+    names = ['l_g_pix', 'l_g_fft', 'l_g_ssim']
+    gate = StepGate(CPU, limit=10)
+    inf, nan = float('inf'), float('nan')
+    gate.decide(torch.tensor(True), 1, torch.tensor([1.0, 2.0, 3.0]))
+    gate.decide(torch.tensor(False), 2, torch.tensor([1.0, inf, nan]))   # the first skipped step
+    gate.decide(torch.tensor(False), 3, torch.tensor([nan, 2.0, 3.0]))   # later ones do not overwrite it
+    skips = gate.take()
+    assert (skips.first, skips.skipped) == (2, 2)
+    assert non_finite_words(names, skips.terms) == 'non-finite loss terms l_g_fft, l_g_ssim'
+    gate.decide(torch.tensor(False), 4, torch.tensor([1.0, 2.0, 3.0]))  # finite terms, inf/NaN gradients
+    assert non_finite_words(names, gate.take().terms) == ('non-finite gradients (the loss terms were finite: '
+                                                           'l_g_pix, l_g_fft, l_g_ssim)')
+    gan = [None, 'D_loss', None]  # entries that are no loss are never named
+    gate.decide(torch.tensor(False), 5, torch.tensor([nan, nan, 1.0]))
+    assert non_finite_words(gan, gate.take().terms) == 'non-finite loss term D_loss'
+

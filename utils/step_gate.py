@@ -11,8 +11,8 @@ non-finite iteration, "skip" logs what was skipped and ends the run once `nan_sk
 a row were skipped. A non-finite step is never applied, so weights stay as they were whichever
 iteration the check point falls on; nothing is saved past a verdict to stop.
 """
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 import torch
 
@@ -31,6 +31,7 @@ class Skips:
     longest: int          # longest run of consecutive skipped steps
     limit_at: int         # iteration at which a run reached the limit
     ranks: List[int]      # ranks whose own loss or gradients were not finite
+    terms: List[List[bool]] = field(default_factory=list)  # per rank: which loss terms were finite at `first`
 
 
 class StepGate:
@@ -40,17 +41,26 @@ class StepGate:
         self.limit = int(limit)
         self._counts = torch.zeros(6, dtype=torch.long, device=device)
         self._local = torch.zeros((), dtype=torch.long, device=device)  # this rank's own non-finite steps
+        self._first_terms: Optional[torch.Tensor] = None  # this rank's finite loss terms at the first skipped step
 
-    def decide(self, finite: torch.Tensor, step: int) -> torch.Tensor:
+    def decide(self, finite: torch.Tensor, step: int, terms: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The verdict for iteration `step` from this rank's `finite` (device bool): applied on every rank
-        only if finite on every rank. Device ops only; every rank must call it (one all-reduce)."""
+        only if finite on every rank. `terms`: the step's loss terms (a device vector, the model's
+        `iteration_losses`), whose finiteness at the first skipped step is kept for the stop's line. Device ops
+        only; every rank must call it (one all-reduce)."""
         ok = finite.to(torch.long).reshape(())
         self._local += 1 - ok
         dist.all_reduce_min(ok)
         bad = 1 - ok
         c = self._counts
         run = (c[_RUN] + 1) * bad
-        first = torch.where((c[_FIRST] == 0) & (bad == 1), step, c[_FIRST])
+        first_now = (c[_FIRST] == 0) & (bad == 1)
+        if terms is not None:
+            flags = torch.isfinite(terms.detach()).reshape(-1)
+            if self._first_terms is None or self._first_terms.shape != flags.shape:
+                self._first_terms = torch.ones_like(flags)
+            self._first_terms.copy_(torch.where(first_now, flags, self._first_terms))
+        first = torch.where(first_now, step, c[_FIRST])
         limit_at = torch.where((c[_LIMIT_AT] == 0) & (run >= self.limit), step, c[_LIMIT_AT])
         c.copy_(torch.stack([c[_SKIPPED] + bad, first, torch.where(bad == 1, step, c[_LAST]),
                              torch.maximum(c[_LONGEST], run), limit_at, run]))
@@ -61,9 +71,28 @@ class StepGate:
         skipped steps carries over. A collective when a step was skipped: every rank must call it."""
         skipped, first, last, longest, limit_at, _ = self._counts.tolist()
         ranks: List[int] = []
+        terms: List[List[bool]] = []
         if skipped:  # the same on every rank (the verdicts were agreed), so every rank gathers
-            local = dist.gather_objects(int(self._local.item()))
-            ranks = [r for r, n in enumerate(local) if n]
+            own = self._first_terms.tolist() if self._first_terms is not None else []
+            local = dist.gather_objects((int(self._local.item()), own))
+            ranks = [r for r, (n, _) in enumerate(local) if n]
+            terms = [flags for _, flags in local]
         self._counts[:_RUN].zero_()
         self._local.zero_()
-        return Skips(skipped, first, last, longest, limit_at, ranks)
+        if self._first_terms is not None:
+            self._first_terms.fill_(True)
+        return Skips(skipped, first, last, longest, limit_at, ranks, terms)
+
+
+def non_finite_words(names: List[Optional[str]], terms: List[List[bool]]) -> str:
+    """What was not finite at the first skipped step, from the gathered `Skips.terms` and the model's names of
+    them (`iteration_losses`): the loss terms that were not finite on any rank, or the gradients when every
+    term was finite (a finite loss can have inf/NaN gradients)."""
+    bad = [name for i, name in enumerate(names) if name is not None and any(
+        i < len(flags) and not flags[i] for flags in terms)]
+    if bad:
+        return f'non-finite loss term{"s" if len(bad) > 1 else ""} {", ".join(bad)}'
+    if terms and any(terms):
+        return f'non-finite gradients (the loss terms were finite: {", ".join(n for n in names if n is not None)})'
+    return 'non-finite loss or gradients'
+
