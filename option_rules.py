@@ -50,7 +50,7 @@ def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     if resolved is None:
         return load_options(path, option_rules(), overrides)
     netG, note = resolved
-    opt = load_options(path, option_rules(), [*overrides, f'netG={json.dumps(netG)}'])
+    opt = load_options(path, option_rules(), overrides, replaced={'netG': netG})
     opt['_notes'].append(note)
     return opt
 

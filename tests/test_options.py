@@ -139,7 +139,7 @@ def test_overrides_parse_json_values_and_fall_back_to_strings(tmp_path):
 
 
 def test_override_of_an_unknown_key_is_an_error(tmp_path):
-    with pytest.raises(OptionsError, match=r'train\.totl_iter: unknown key \(did you mean "total_iter"\?\)'):
+    with pytest.raises(OptionsError, match=r'^--set train\.totl_iter=5: train\.totl_iter: unknown key \(did you mean "total_iter"\?\)'):
         read_options(_opts(tmp_path), ['train.totl_iter=5'])
 
 
@@ -188,10 +188,19 @@ def test_malformed_types_and_sections_are_one_line_errors(tmp_path):
         read_options(_opts(tmp_path, netG__net_type=['dncnn']))
     with pytest.raises(OptionsError, match=r'train\.G_optimizer_betas: \[0\.9, "x"\] must be two numbers in \[0, 1\)'):
         read_options(_opts(tmp_path, train__G_optimizer_betas=[0.9, 'x']))
-    opt = tiny_options(str(tmp_path), str(tmp_path))
-    opt['train'] = []
-    with pytest.raises(OptionsError, match=r'train: expected an object, got \[\]'):
-        read_options(write_options(str(tmp_path / 'o.json'), opt))
+    for section, value, kind in [('train', [], 'a list: []'), ('netG', 'dncnn', 'a string: "dncnn"'),
+                                 ('datasets.train', [1, 2], 'a list: [1, 2]'), ('datasets', 3, 'a number: 3')]:
+        opt = tiny_options(str(tmp_path), str(tmp_path))
+        *parents, last = section.split('.')
+        node = opt
+        for name in parents:
+            node = node[name]
+        node[last] = value
+        with pytest.raises(OptionsError) as e:  # what was given, where a section belongs: not "required key"
+            read_options(write_options(str(tmp_path / 'o.json'), opt))
+        holds = 'phases: train, test' if section == 'datasets' else 'keys'
+        assert str(e.value) == (f'{tmp_path}/o.json: {section}: expected a section (an object of {holds}, {{...}}), '
+                                f'got {kind}')
 
 
 def test_a_dataset_scale_that_contradicts_the_top_level_scale_is_refused(tmp_path):
@@ -246,9 +255,34 @@ def test_a_file_without_a_train_section_says_once_that_training_runs_on_defaults
         'train: the option file has no train section: every train key takes its default (G_lossfn_type "l1", '
         'G_optimizer_type "adam", G_optimizer_lr 0.0001, G_scheduler_type "MultiStepLR", total_iter 1000000, ...)']
     assert opt['_notes'] == []  # main_test reads such files too: the note is the training run's
-    # a train key given on the command line makes the section: nothing to say
-    assert options.training_notes(read_options(str(tmp_path / 'o.json'), ['train.total_iter=5'])) == []
+    # decided from the file: a train key given on the command line leaves every other one at its default
+    assert options.training_notes(read_options(str(tmp_path / 'o.json'), ['train.total_iter=5'])) == [
+        'train: the option file has no train section: every train key takes its default (G_lossfn_type "l1", '
+        'G_optimizer_type "adam", G_optimizer_lr 0.0001, G_scheduler_type "MultiStepLR", total_iter 5, ...)']
     assert options.training_notes(read_options(_opts(tmp_path))) == []
+    assert options.training_notes(read_options(_opts(tmp_path), ['train.total_iter=5'])) == []
+
+
+def test_a_mistake_in_a_set_argument_names_the_argument_not_the_option_file(tmp_path):
+    path = _opts(tmp_path)
+    for given, message in [
+            ('train.G_optimizer_lr=abc', '--set train.G_optimizer_lr=abc: train.G_optimizer_lr: expected an integer or '
+                                         'a number, got "abc"'),
+            ('train.nosuch=1', '--set train.nosuch=1: train.nosuch: unknown key'),
+            ('netG.net_type="dncn"', '--set netG.net_type="dncn": netG.net_type: unknown network "dncn" (did you mean '
+                                    '"dncnn"?); '),
+            ('datasets.train=[1,2]', '--set datasets.train=[1,2]: datasets.train: expected a section (an object of '
+                                     'keys, {...}), got a list: [1, 2]'),
+            ('datasets.train={"name": "x"}', '--set datasets.train={"name": "x"}: datasets.train.dataset_type: '
+                                             'required key is missing'),  # a key inside the section it gave
+            (f'path.root={path}', f'--set path.root={path}: path.root: {path} is a file, not a folder'),
+            ('logging.wandb_api_key=[1]', '--set logging.wandb_api_key=***redacted***: logging.')]:  # not echoed
+        with pytest.raises(OptionsError) as e:
+            read_options(path, [given])
+        assert str(e.value).startswith(message) and '[1]' not in str(e.value), str(e.value)
+    with pytest.raises(OptionsError) as e:  # the file's own mistake still names the file, beside an override
+        read_options(_opts(tmp_path, train__G_optimizer_lr='abc'), ['train.total_iter=5'])
+    assert str(e.value).startswith(f'{tmp_path}/opt.json: train.G_optimizer_lr: expected'), str(e.value)
 
 
 def test_a_top_level_scale_that_nothing_takes_is_noted_and_scoring_stays_at_scale_one(tmp_path):

@@ -4,6 +4,7 @@ Every user mistake here is one OptionsError line `<file or --set>: <key>: <messa
 anything is written.
 """
 import os
+import re
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_task_that_is_not_one_safe_folder_name_is_refused_before_anything_is_wri
 
 @pytest.mark.parametrize('task', ['../x', '', '.', '/', '..'], ids=repr)
 def test_task_override_is_checked_like_the_file(tmp_path, task):
-    with pytest.raises(OptionsError, match=r'opt\.json: task: '):
+    with pytest.raises(OptionsError, match=rf'^--set task={re.escape(task)}: task: '):  # the argument that gave it
         read_options(_opts(tmp_path), [f'task={task}'])
 
 
@@ -69,7 +70,7 @@ def test_safe_task_names_are_accepted_and_stay_inside_the_root(tmp_path):
 def test_empty_path_root_is_refused_in_the_file_and_as_override(tmp_path):
     with pytest.raises(OptionsError, match=r'opt\.json: path\.root: "" must not be empty'):
         read_options(_opts(tmp_path, path__root=''))
-    with pytest.raises(OptionsError, match=r'opt\.json: path\.root: "" must not be empty'):
+    with pytest.raises(OptionsError, match=r'^--set path\.root=: path\.root: "" must not be empty'):
         read_options(_opts(tmp_path), ['path.root='])
 
 
@@ -218,10 +219,10 @@ def test_deeply_nested_override_is_a_one_line_error(tmp_path):
 
 @pytest.mark.parametrize('seed', [2**70, 2**32, -1])
 def test_manual_seed_outside_0_to_2_pow_32_is_refused(tmp_path, seed):
-    message = rf'opt\.json: train\.manual_seed: {seed} must be in \[0, 2\*\*32\)'
-    with pytest.raises(OptionsError, match=message):
+    message = rf'train\.manual_seed: {seed} must be in \[0, 2\*\*32\)'
+    with pytest.raises(OptionsError, match=rf'opt\.json: {message}'):
         read_options(_opts(tmp_path, train__manual_seed=seed))
-    with pytest.raises(OptionsError, match=message):
+    with pytest.raises(OptionsError, match=rf'^--set train\.manual_seed={seed}: {message}'):
         read_options(_opts(tmp_path), [f'train.manual_seed={seed}'])
 
 
@@ -232,10 +233,10 @@ def test_manual_seed_bounds_and_null_are_accepted(tmp_path):
 
 @pytest.mark.parametrize('timeout', [1e300, 604801, 0, -5])
 def test_dist_timeout_must_be_positive_and_at_most_7_days(tmp_path, timeout):
-    message = r'opt\.json: dist_timeout: .* must be > 0 and at most 604800 seconds \(7 days\)'
-    with pytest.raises(OptionsError, match=message):
+    message = r'dist_timeout: .* must be > 0 and at most 604800 seconds \(7 days\)'
+    with pytest.raises(OptionsError, match=rf'opt\.json: {message}'):
         read_options(_opts(tmp_path, dist_timeout=timeout))
-    with pytest.raises(OptionsError, match=message):
+    with pytest.raises(OptionsError, match=rf'^--set dist_timeout={re.escape(str(timeout))}: {message}'):
         read_options(_opts(tmp_path), [f'dist_timeout={timeout}'])
 
 

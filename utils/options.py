@@ -399,6 +399,13 @@ def _show(value: Any, key: str = '') -> str:
     return text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + '...'
 
 
+def _kind_of(value: Any) -> str:
+    """A JSON value's kind in words, for "expected a section" messages."""
+    return ('a list' if isinstance(value, list) else 'a string' if isinstance(value, str) else
+            'null' if value is None else 'true/false' if isinstance(value, bool) else
+            'a number' if isinstance(value, (int, float)) else f'a {type(value).__name__}')
+
+
 def _number_problem(value: Any) -> Optional[str]:
     if isinstance(value, _BadNumber):
         return value.problem()
@@ -501,9 +508,16 @@ def parse_override(text: str) -> Tuple[List[str], Any]:
     return parts, value
 
 
-def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> None:
+def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> Dict[str, str]:
+    """Apply `--set KEY.PATH=VALUE` overrides to the parsed file; returns {KEY.PATH: the argument as shown in
+    messages (secrets redacted)}, so that a mistake in an override is reported against the argument, not the
+    file (the last of several overrides of one key wins)."""
+    given: Dict[str, str] = {}
     for text in overrides:
         parts, value = parse_override(text)
+        key = '.'.join(parts)
+        given[key] = (f'{key}={REDACTED}' if _SECRET_KEY.search(parts[-1]) else
+                      text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + '...')
         node = data
         for depth, p in enumerate(parts[:-1]):
             nxt = node.get(p)
@@ -513,6 +527,19 @@ def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> None:
                 raise _err(f'--set {text.split("=", 1)[0]}: "{".".join(parts[:depth + 1])}" is not a section')
             node = nxt
         node[parts[-1]] = value
+    return given
+
+
+def source_of(where: str, source: str, overridden: Mapping[str, str]) -> str:
+    """What a message about option `where` names: the `--set` argument that gave it (or a section above it),
+    else the option file (`source`)."""
+    keys = [k for k in overridden if where == k or where.startswith(k + '.')]
+    return f'--set {overridden[max(keys, key=len)]}' if keys else source
+
+
+def _located(where: str, source: str, overridden: Mapping[str, str]) -> str:
+    """`source: where` as messages begin, the source being the option file or the `--set` argument."""
+    return f'{source_of(where, source, overridden)}: {where}'
 
 
 def _type_name(types: Sequence[type]) -> str:
@@ -577,12 +604,18 @@ class Rules:
 class _Validator:
     """Validates one parsed option dict; every error names `file: section.key`."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, overridden: Optional[Mapping[str, str]] = None):
         self.source = source
+        self.overridden = dict(overridden or {})  # {KEY.PATH: --set argument} (apply_overrides)
         self.notes: List[str] = []  # warnings for the log (keys accepted and ignored)
 
     def fail(self, where: str, msg: str) -> None:
-        raise _err(f'{self.source}: {where}: {msg}')
+        raise _err(f'{_located(where, self.source, self.overridden)}: {msg}')
+
+    def not_a_section(self, where: str, data: Any, holds: str = 'keys') -> None:
+        """A list, string or number given where a section (an object of `holds`) belongs."""
+        self.fail(where or 'top level', f'expected a section (an object of {holds}, {{...}}), got '
+                                        f'{_kind_of(data)}: {_show(data, where.rsplit(".", 1)[-1])}')
 
     def unknown(self, where: str, key: str, allowed: Iterable[str]) -> None:
         allowed = list(allowed)
@@ -601,8 +634,7 @@ class _Validator:
     def section(self, data: Any, schema: Dict[str, Any], where: str, nested: bool = True) -> Dict[str, Any]:
         """Validate against `{key: Key or plain default}` (or a nested schema dict when `nested`); fill the defaults."""
         if not isinstance(data, dict):
-            name = where.rstrip('.')
-            self.fail(name or 'top level', f'expected an object, got {_show(data, name.rsplit(".", 1)[-1])}')
+            self.not_a_section(where.rstrip('.'), data)
         out: Dict[str, Any] = {}
         for key in data:
             if key not in schema:
@@ -682,7 +714,7 @@ class _Validator:
         try:
             return lookup(data, where)
         except UserError as e:
-            raise _err(f'{self.source}: {e}') from None
+            raise _err(f'{source_of(where, self.source, self.overridden)}: {e}') from None
 
     def names(self, opt: Dict[str, Any], names: Mapping[str, Callable[[str, str], Any]]) -> None:
         for path, lookup in names.items():
@@ -709,9 +741,17 @@ def training_notes(opt: Dict[str, Any]) -> List[str]:
     return [f'train: the option file has no train section: every train key takes its default ({shown}, ...)']
 
 
-def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> Dict[str, Any]:
-    """Check `data` and return a new dict with every key present (defaults filled)."""
-    v = _Validator(source)
+def missing_sections(given: Iterable[str]) -> List[str]:
+    """The sections of the schema (train, path, val, ...) that are not among the `given` top-level keys."""
+    given = set(given)
+    return [sec for sec in SCHEMA if isinstance(SCHEMA[sec], dict) and sec not in given]
+
+
+def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>',
+             overridden: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """Check `data` and return a new dict with every key present (defaults filled). `overridden`: the `--set`
+    arguments that gave keys of `data` (apply_overrides), named instead of `source` in their messages."""
+    v = _Validator(source, overridden)
     bad = _check_values(data)
     if bad:
         v.fail(*bad)
@@ -736,13 +776,15 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         if isinstance(static.get(sec, {}), dict):
             static[sec], schema[sec] = v.choices(static.get(sec, {}), schema[sec], chosen, f'{sec}.')
     opt = v.section(static, schema, '')
-    opt['_missing'] = [sec for sec in SCHEMA if isinstance(SCHEMA[sec], dict) and sec not in data]
+    opt['_missing'] = missing_sections(data)
     for check in rules.checks:
         problem = check(opt)
         if problem:
             v.fail(*problem)
     if 'netD' in extra:
         netD = data['netD'] if 'netD' in data else None
+        if netD is not None and not isinstance(netD, dict):
+            v.not_a_section('netD', netD)
         if not isinstance(netD, dict) or 'net_type' not in netD:
             v.fail('netD.net_type', f'required key is missing (model {opt["model"]} trains a discriminator)')
         opt['netD'] = v.section(netD, v.named('netD.net_type', netD['net_type'], rules.discriminator), 'netD.',
@@ -751,6 +793,8 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         v.fail('netD', f'model {opt["model"]} trains no discriminator (model "gan" does); remove netD')
 
     netG = data.get('netG')
+    if 'netG' in data and not isinstance(netG, dict):
+        v.not_a_section('netG', netG)
     if not isinstance(netG, dict) or 'net_type' not in netG:
         v.fail('netG.net_type', 'required key is missing')
     schema = v.named('netG.net_type', netG['net_type'], rules.network)
@@ -769,7 +813,7 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
 
     datasets = data.get('datasets', {})
     if not isinstance(datasets, dict):
-        v.fail('datasets', 'expected an object with phases (train, test)')
+        v.not_a_section('datasets', datasets, 'phases: train, test')
     opt['datasets'] = {}
     used_top_level: set = set()
     for phase, section in datasets.items():
@@ -778,7 +822,9 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
             v.fail(f'datasets.{phase}', f'unknown phase{did_you_mean(phase, ("train", "test"))}; use "train" or "test"')
         if phase == 'val' and 'test' in datasets:
             v.fail('datasets.val', '"val" is another name for "test": give only one of them')
-        if not isinstance(section, dict) or 'dataset_type' not in section:
+        if not isinstance(section, dict):
+            v.not_a_section(f'datasets.{phase}', section)
+        if 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
         schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
         if phase != 'train':
@@ -847,7 +893,7 @@ def _run_dir_problem(root: str, task: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def derive_paths(opt: Dict[str, Any], source: str = '<options>') -> None:
+def derive_paths(opt: Dict[str, Any], source: str = '<options>', overridden: Optional[Mapping[str, str]] = None) -> None:
     """Add the run folders (KAIR layout) under `path`: <root>/<task>/{models,images,options,tb_logger}.
 
     The run folder must lie strictly inside `path.root` (also after resolving symbolic links) and
@@ -856,20 +902,25 @@ def derive_paths(opt: Dict[str, Any], source: str = '<options>') -> None:
     p = opt['path']
     problem = _run_dir_problem(p['root'], opt['task'])
     if problem:
-        raise _err(f'{source}: {problem[0]}: {problem[1]}')
+        raise _err(f'{_located(problem[0], source, overridden or {})}: {problem[1]}')
     task_dir = os.path.join(p['root'], opt['task'])
     p.update(task=task_dir, models=os.path.join(task_dir, 'models'),
              images=os.path.join(task_dir, 'images'), options=os.path.join(task_dir, 'options'),
              tb_logger=os.path.join(task_dir, 'tb_logger'))
 
 
-def load_options(path: str, rules: Rules, overrides: Sequence[str] = ()) -> Dict[str, Any]:
-    """Parse, override, validate and complete an option file."""
+def load_options(path: str, rules: Rules, overrides: Sequence[str] = (),
+                 replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Parse, override, validate and complete an option file. `replaced`: top-level sections put in place of the
+    file's after the overrides (netG "auto" resolved); their mistakes are reported against the file."""
     data = parse_json_file(path)
-    apply_overrides(data, overrides)
-    opt = validate(data, rules, source=path)
+    sections = set(data)
+    overridden = apply_overrides(data, overrides)
+    data.update(replaced or {})
+    opt = validate(data, rules, source=path, overridden=overridden)
+    opt['_missing'] = missing_sections(sections)  # from the file: a `--set train.x=...` adds no train section
     opt['opt_path'] = path
-    derive_paths(opt, source=path)
+    derive_paths(opt, source=path, overridden=overridden)
     return opt
 
 
