@@ -405,16 +405,51 @@ def every_name(cat: Catalog) -> List[str]:
     return sorted({n for m in cat.all_members() for n in (m.name, *m.aliases)})
 
 
+# what `--describe` takes for a kind of member (each registry's `listing`, named in its unknown-name message)
+KIND_WORDS = ['network', 'model', 'dataset', 'loss', 'optimizer', 'scheduler', 'metric', 'init', 'demo']
+
+
+def kinds_named(cat: Catalog, word: str) -> List[str]:
+    """The kinds of member a word names, singular or plural: "network", "losses", "dataset", "init"
+    (the weight and BatchNorm initialisers), "demo" (the demo data generators)."""
+    w = word.lower()
+    forms = {w, w[:-1] if w.endswith('s') else w, w[:-2] if w.endswith('es') else w}
+    if forms & {'init', 'initializer'}:
+        forms.add('initialiser')
+    return [k for k in cat.members if forms & set(k.lower().split())]
+
+
+def kind_text(cat: Catalog, kinds: Sequence[str]) -> str:
+    """What `--describe <kind>` prints: every member of those kinds, a line each (name, aliases, summary)."""
+    lines = []
+    for kind in kinds:
+        members = sorted(cat.members[kind], key=lambda m: m.name.lower())
+        sites = dict.fromkeys(s.words() for m in members for s in m.sites)
+        plural = f'{kind}es' if kind.endswith('s') else f'{kind}s'
+        lines.append(f'{len(members)} {plural}{" (chosen by " + "; ".join(sites) + ")" if sites else ""}:')
+        named = [(m, m.name + (f' (also: {", ".join(m.aliases)})' if m.aliases else '')) for m in members]
+        width = min(max(len(n) for _, n in named), 28)
+        for m, n in named:
+            summary = m.summary or NO_HELP
+            lines.append(f'  {n.ljust(width)}  {summary if len(summary) <= 80 else summary[:77] + "..."}')
+    return '\n'.join(lines + [f'--describe <name> shows the keys of one of them'])
+
+
 def describe(name: str, cat: Optional[Catalog] = None) -> str:
     """What `--describe <name>` prints: per member of that name, where it is chosen and the keys it reads
-    (type, default, allowed values, meaning). A UserError with a did-you-mean for an unknown name."""
+    (type, default, allowed values, meaning); for a kind ("networks", "loss", ...) the list of its members.
+    A UserError with a did-you-mean for an unknown name."""
     cat = cat or catalog()
-    found = find(cat, name)
     if name == AUTO:
         return auto_text()
+    found = find(cat, name)
+    kinds = kinds_named(cat, name)
+    if kinds and not any(m.name == name or name in m.aliases for m in found):
+        return kind_text(cat, kinds)
     if not found:
-        raise UserError(f'--describe: unknown name "{name}"{did_you_mean(name, every_name(cat))}; '
-                        f'docs/options.md lists every name')
+        words = KIND_WORDS
+        raise UserError(f'--describe: unknown name "{name}"{did_you_mean(name, every_name(cat) + words)}; '
+                        f'a kind ({", ".join(words)}) lists its names; docs/options.md lists every name')
     return '\n\n'.join(member_text(m) for m in found)
 
 

@@ -48,7 +48,7 @@ def test_the_perceptual_metrics_of_metrics_are_chosen_the_same_way():
 
 
 @pytest.mark.parametrize('val, message', [
-    ({'metrics': ['brightnes']}, 'val.metrics: unknown metric "brightnes" (did you mean "brightness"?); known: '),
+    ({'metrics': ['brightnes']}, 'val.metrics: unknown metric "brightnes" (did you mean "brightness"?); '),
     ({'metrics': ['brightness', 'brightness']}, 'val.metrics: ["brightness", "brightness"] names brightness twice'),
     ({'metrics': 'brightness'}, 'val.metrics: expected a list, got "brightness"'),
     ({'metrics': ['mean_abs_error'], 'mae_weight': 0}, 'val.mae_weight: 0 must be > 0'),

@@ -74,7 +74,7 @@ def test_extra_losses_read_their_own_prefixed_keys(tmp_path, demo_images):
 
 
 @pytest.mark.parametrize('train, message', [
-    ({'G_extra_losses': {'fftt': 0.1}}, r'train\.G_extra_losses: unknown loss "fftt" \(did you mean "fft"\?\); known: '),
+    ({'G_extra_losses': {'fftt': 0.1}}, r'train\.G_extra_losses: unknown loss "fftt" \(did you mean "fft"\?\); \d+ known: --describe loss'),
     ({'G_extra_losses': {'fft': -1}}, r'train\.G_extra_losses: \{"fft": -1\} the weight of "fft" must be a number >= 0'),
     ({'G_extra_losses': {'fft': '0.1'}}, r'the weight of "fft" must be a number >= 0'),
     ({'G_extra_losses': {'fft': True}}, r'the weight of "fft" must be a number >= 0'),

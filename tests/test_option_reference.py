@@ -199,7 +199,8 @@ def test_describe_an_unknown_name_is_one_line_with_a_suggestion():
     r = run([PY, 'main_train.py', '--describe', 'charbonier'], env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 2
     assert r.stdout == ''
-    assert r.stderr == ('error: --describe: unknown name "charbonier" (did you mean "charbonnier"?); '
+    assert r.stderr == ('error: --describe: unknown name "charbonier" (did you mean "charbonnier"?); a kind '
+                        '(network, model, dataset, loss, optimizer, scheduler, metric, init, demo) lists its names; '
                         'docs/options.md lists every name\n')
 
 

@@ -7,6 +7,7 @@ declares the option keys it reads.
 """
 import ast
 import os
+import re
 import sys
 import textwrap
 
@@ -337,12 +338,13 @@ def test_a_member_registered_under_another_file_name_is_found_by_scanning_the_me
     assert 'zoo.helpers' not in sys.modules and 'zoo.network_layers' not in sys.modules
 
 
-def test_an_unknown_name_is_one_line_naming_the_key_with_a_suggestion_and_the_known_names(tmp_path, monkeypatch):
+def test_an_unknown_name_is_one_line_naming_the_key_with_a_suggestion_and_where_the_known_names_are(tmp_path,
+                                                                                                 monkeypatch):
     nets = _zoo(tmp_path, monkeypatch)
     with pytest.raises(UserError) as e:
         nets.get('smal', 'netG.net_type')
     assert str(e.value) == ('netG.net_type: unknown network "smal" (did you mean "small"?); '
-                            'known: family_a, family_b, small')
+                            '3 known: --describe network lists them (or docs/options.md)')
     with pytest.raises(UserError, match='unknown network "../x"'):
         nets.get('../x', 'netG.net_type')
     with pytest.raises(UserError, match='unknown network "layers"'):
@@ -386,3 +388,27 @@ def test_an_unknown_demo_generator_ends_the_run_before_anything_is_written(tmp_p
     assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
     assert 'datasets.train.generate_demo: unknown demo "image" (did you mean "images"?)' in r.stderr
     assert not (tmp_path / 'exp').exists() and not (tmp_path / 'demo_data').exists()
+
+
+def test_every_registry_names_a_listing_that_describe_prints_whole_and_its_messages_stay_short():
+    """An unknown name's line points at `--describe <kind>` instead of listing 60 names: that word must list
+    exactly the registry's names, and the line must stay short whatever the registry holds."""
+    import option_catalog
+    from data.registry import DATASETS
+    from data.synthetic.demo import DEMO_DATA
+    from losses.registry import LOSSES
+    from metrics.registry import METRICS
+    from models.networks.layers.init import BN_INITS, WEIGHT_INITS
+    from models.optim import OPTIMIZERS, SCHEDULERS
+    from models.registry import MODELS, NETWORKS
+    cat = option_catalog.catalog()
+    for registry in (DATASETS, DEMO_DATA, LOSSES, METRICS, BN_INITS, WEIGHT_INITS, OPTIMIZERS, SCHEDULERS, MODELS,
+                     NETWORKS):
+        assert registry.listing in option_catalog.KIND_WORDS
+        listed = option_catalog.describe(registry.listing, cat)
+        for name in registry.names():  # a line of its own, or an alias on its member's line
+            assert re.search(rf'^  ({re.escape(name)} |\S+ \(also: ([^)]*, )?{re.escape(name)}[,)])', listed, re.M), \
+                (registry.listing, name)
+        with pytest.raises(UserError) as e:
+            registry.get('zzzz', 'some.key')
+        assert len(str(e.value)) < 200 and '\n' not in str(e.value), str(e.value)

@@ -29,11 +29,13 @@ T = TypeVar('T')
 class Registry:
     """name → object, filled by `register`, looked up with `get` (a one-line UserError on a miss)."""
 
-    def __init__(self, kind: str, package: Optional[str] = None, pattern: str = '*'):
+    def __init__(self, kind: str, package: Optional[str] = None, pattern: str = '*', listing: Optional[str] = None):
         """`kind` names the members in messages ("network"); members live in modules of `package`
         whose names match the glob `pattern` ("network_*"), or, without a package, in the module
-        that creates the registry."""
+        that creates the registry. `listing`: the word `--describe` lists the members by (default: the
+        kind's first word), named in the message for an unknown name."""
         self.kind = kind
+        self.listing = listing or kind.split()[0]
         self.package = package
         self.pattern = pattern
         self._members: Dict[str, Any] = {}
@@ -79,9 +81,9 @@ class Registry:
             self._import_conventional(name)
         if name not in self._members:
             self._import_all()
-        if name not in self._members:
+        if name not in self._members:  # the did-you-mean, and where the whole list is (not the list itself)
             raise UserError(f'{where}: unknown {self.kind} "{name}"{did_you_mean(name, self._members)}; '
-                            f'known: {", ".join(self.names())}')
+                            f'{len(self.names())} known: --describe {self.listing} lists them (or docs/options.md)')
         return self._members[name]
 
     def options(self, name: str, where: str) -> Dict[str, Any]:
