@@ -552,11 +552,13 @@ def _periods(v: Any) -> Optional[str]:
     return 'must be a positive integer or a non-empty list of them'
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any], net: str = 'G') -> IterationLR:
+def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any], net: str = 'G',
+                    notes: bool = True) -> IterationLR:
     """The lr schedule of the `<net>_scheduler_*` keys (null type: constant); call `step()` once per iteration.
 
     A schedule that runs to an end (`<net>_scheduler_total_iter`) ends at `train.total_iter` when that key is
-    null, and must end after the warm-up."""
+    null, and must end after the warm-up. `notes`: warn (rank 0) of milestones the run never reaches (False
+    where a model rebuilds the schedule it already built)."""
     name = train_opt[f'{net}_scheduler_type']
     name, where = 'none' if name is None else name, f'train.{net}_scheduler_type'
     prefix = f'{net}_scheduler_'
@@ -571,6 +573,12 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any],
         if kwargs['kind'] == 'onecycle' and kwargs['pct_start'] * kwargs['end_iter'] < 2:
             raise UserError(f'train.{prefix}pct_start: {kwargs["pct_start"]} of {kwargs["end_iter"]} iterations '
                             f'leaves no rising phase (it needs at least 2 iterations)')
+    total = int(train_opt['total_iter'])
+    if notes and kwargs['kind'] == 'multistep' and kwargs['milestones'] and min(kwargs['milestones']) >= total \
+            and is_main_process():  # the schedule never steps: KAIR's files end on a last milestone = total_iter
+        get_logger().warning(f'train.{prefix}milestones: {", ".join(map(str, kwargs["milestones"]))}, all at or beyond '
+                             f'train.total_iter {total}: the learning rate never decays (milestones count '
+                             f'iterations, not epochs; {prefix}type null gives a constant rate)')
     return IterationLR(optimizer, warmup_iter=warmup, net=net, **kwargs)
 
 

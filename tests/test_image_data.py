@@ -529,6 +529,23 @@ def test_demo_data_is_generated_only_inside_a_folder_named_demo_data_and_other_p
     assert ensure_demo_data(_demo('images', 'train', str(tmp_path / 'a' / 'demo_data' / 'b' / 'train'))) is True
 
 
+def test_generating_demo_data_is_one_log_line_saying_where_and_an_existing_set_says_nothing(tmp_path):
+    """A typo inside demo_data/ (`demo_data/imges/train`) makes new data in the typo's folder: the line says
+    where, so it is seen at the start of the run."""
+    target = tmp_path / 'demo_data' / 'imges' / 'train'
+    lines = _Lines()
+    get_logger().addHandler(lines)
+    get_logger().setLevel(logging.INFO)  # the autouse fixture puts the logger back after the test
+    try:
+        assert ensure_demo_data(_demo('images', 'train', str(target))) is True
+        assert lines.lines == [f'datasets.train.dataroot_H: generate_demo wrote 64 files of synthetic demo data '
+                               f'into {target}']
+        ensure_demo_data(_demo('images', 'train', str(target)))  # complete already: nothing written, nothing said
+        assert len(lines.lines) == 1
+    finally:
+        get_logger().removeHandler(lines)
+
+
 def test_a_typo_in_the_data_path_of_a_copy_of_the_demo_file_is_folder_not_found_not_made_up_data(tmp_path,
                                                                                                   console_held):
     """`generate_demo` stays in the copy; the typo's folder is read as given, so the run stops at once."""

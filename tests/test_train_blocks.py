@@ -1,4 +1,5 @@
 """Losses, optimizer, iteration-based lr schedules (incl. resume), EMA and KAIR's weight regularisers."""
+import logging
 import math
 
 import numpy as np
@@ -331,3 +332,19 @@ def test_adam_is_fused_on_cuda_by_default_and_as_asked_elsewhere():
 def test_tf32_is_a_cuda_setting_and_silent_elsewhere():
     from models.model_plain import tf32_setup
     assert tf32_setup(None, torch.device('cpu')) is None and tf32_setup(True, torch.device('cpu')) is None
+
+
+def test_milestones_the_run_never_reaches_are_one_warning_line(caplog):
+    caplog.set_level(logging.INFO, logger='restoration')
+    build_scheduler(_opt(), t({'G_scheduler_type': 'MultiStepLR', 'G_scheduler_milestones': [700, 900],
+                               'total_iter': 500}))
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        'train.G_scheduler_milestones: 700, 900, all at or beyond train.total_iter 500: the learning rate never '
+        'decays (milestones count iterations, not epochs; G_scheduler_type null gives a constant rate)']
+    caplog.clear()
+    for milestones in ([200, 500], [200, 900]):  # KAIR's files end on a milestone at total_iter: one is reached
+        build_scheduler(_opt(), t({'G_scheduler_type': 'MultiStepLR', 'G_scheduler_milestones': milestones,
+                                   'total_iter': 500}))
+    build_scheduler(_opt(), t({'G_scheduler_type': 'MultiStepLR', 'G_scheduler_milestones': [700],
+                               'total_iter': 500}), notes=False)  # a model rebuilding its schedule says it once
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -81,7 +81,8 @@ def write_atomically(target: str, write: Callable[[str], None], where: str = '')
 
     Does nothing if `target` is already complete. Refuses to touch a non-empty `target` without
     the marker (it may be the user's own data). Concurrent callers (e.g. several DDP ranks) are
-    safe: the first rename wins and the others discard their copy.
+    safe: the first rename wins and the others discard their copy. The writer that wins logs one line
+    saying what it wrote where: a typo in a demo data root makes new data in a new folder, never silently.
     """
     target = os.path.abspath(target)
     if is_complete(target):
@@ -95,10 +96,12 @@ def write_atomically(target: str, write: Callable[[str], None], where: str = '')
     try:
         os.makedirs(tmp)
         write(tmp)
+        files = sum(len(names) for _, _, names in os.walk(tmp))
         with open(os.path.join(tmp, COMPLETE_MARKER), 'w') as f:
             f.write('complete\n')
         try:
             os.replace(tmp, target)  # atomic; also replaces an empty target folder
+            get_logger().info(f'{where}: generate_demo wrote {files} files of synthetic demo data into {target}')
         except OSError:
             if not is_complete(target):  # lost a race to another writer: fine; otherwise a real error
                 raise
