@@ -327,15 +327,20 @@ class VideoRestorer(ImageRestorer):
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'VideoRestorer':
         """Testing options from `val`; window size and spike channels from `netG`, for networks that have them."""
         netG, v = opt['netG'], opt['val']
-        if v['tile'] or v['self_ensemble']:
-            key = 'val.tile' if v['tile'] else 'val.self_ensemble'
-            raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
-                            f'and in time with val.flip_seq')
+        cls.refuse_image_testing(v)
         window_size = list(netG['window_size'] if 'window_size' in netG else cls.NO_WINDOW)
         if 'clip_size' in netG:  # RVRT restores clips of clip_size frames: whole clips must divide by it too
             window_size[0] = math.lcm(int(window_size[0]), int(netG['clip_size']))
         spike_chans = netG['spike_chans'] if 'spike_chans' in netG else 0
         return cls(net, device, opt['val'], window_size, spike_chans, build_metrics(v, device))
+
+    @staticmethod
+    def refuse_image_testing(v: Mapping[str, Any]) -> None:
+        """`val.tile` and `val.self_ensemble` are image testing; a video model's are its own keys."""
+        if v['tile'] or v['self_ensemble']:
+            key = 'val.tile' if v['tile'] else 'val.self_ensemble'
+            raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
+                            f'and in time with val.flip_seq')
 
     def _check_val_options(self) -> None:
         v, ws = self.val, self.window_size
@@ -512,10 +517,7 @@ class SlidingWindowRestorer(VideoRestorer):
     @classmethod
     def from_options(cls, net: nn.Module, opt: Dict[str, Any], device: torch.device) -> 'SlidingWindowRestorer':
         netG, v = opt['netG'], opt['val']
-        if v['tile'] or v['self_ensemble']:
-            key = 'val.tile' if v['tile'] else 'val.self_ensemble'
-            raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
-                            f'and in time with val.flip_seq')
+        cls.refuse_image_testing(v)
         num_frame = int(netG['num_frame']) if 'num_frame' in netG else 5
         centre = netG['center_frame_idx'] if 'center_frame_idx' in netG else None
         return cls(net, device, v, num_frame, num_frame // 2 if centre is None else int(centre),

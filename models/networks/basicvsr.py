@@ -18,7 +18,7 @@ Input N×T×3×H×W with H, W > 32 (SpyNet), output N×T×3×4H×4W (×4 only, a
 T >= 2·temporal_padding+1.
 """
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,38 @@ def neighbour_flows(spynet: SpyNet, x: torch.Tensor) -> Tuple[torch.Tensor, torc
 def warp(feat: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
     """feat (N×C×H×W) warped by flow (N×2×H×W)."""
     return flow_warp(feat, flow.permute(0, 2, 3, 1))
+
+
+# a step of one direction's recurrence: (frame index, state warped to it) -> the new state
+BackwardCell = Callable[[int, torch.Tensor], torch.Tensor]
+# a step of the forward recurrence: (frame index, warped state, the backward state of that frame) -> (new state,
+# the restored frame)
+ForwardCell = Callable[[int, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
+
+
+def propagate_both_ways(x: torch.Tensor, flows_forward: torch.Tensor, flows_backward: torch.Tensor, num_feat: int,
+                        backward_cell: BackwardCell, forward_cell: ForwardCell) -> torch.Tensor:
+    """BasicVSR's bidirectional propagation (Chan et al., CVPR 2021, Sec. 3.1), which IconVSR keeps: a state
+    carried from the last frame to the first (warped by the backward flows), then one from the first to the last
+    that also reads each frame's backward state; returns the frames `forward_cell` restores, stacked on dim 1.
+    Each backward state is released as soon as the forward pass has used it."""
+    n, t, _, h, w = x.shape
+    backward: List[torch.Tensor] = [x.new_empty(0)] * t
+    state = x.new_zeros(n, num_feat, h, w)
+    for i in range(t - 1, -1, -1):
+        if i < t - 1:
+            state = warp(state, flows_backward[:, i])
+        state = backward_cell(i, state)
+        backward[i] = state
+    outputs = []
+    state = x.new_zeros(n, num_feat, h, w)
+    for i in range(t):
+        if i > 0:
+            state = warp(state, flows_forward[:, i - 1])
+        state, out = forward_cell(i, state, backward[i])
+        backward[i] = x.new_empty(0)
+        outputs.append(out)
+    return torch.stack(outputs, 1)
 
 
 class UpsampleX4(nn.Module):
@@ -101,25 +133,15 @@ class BasicVSR(UpsampleX4):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_frames(x, 2, 'BasicVSR')
-        n, t, _, h, w = x.shape
         flows_forward, flows_backward = neighbour_flows(self.spynet, x)
-        backward: List[torch.Tensor] = [x.new_empty(0)] * t
-        state = x.new_zeros(n, self.num_feat, h, w)
-        for i in range(t - 1, -1, -1):
-            if i < t - 1:
-                state = warp(state, flows_backward[:, i])
-            state = self.backward_trunk(torch.cat([x[:, i], state], 1))
-            backward[i] = state
-        outputs = []
-        state = x.new_zeros(n, self.num_feat, h, w)
-        for i in range(t):
-            if i > 0:
-                state = warp(state, flows_forward[:, i - 1])
+
+        def backward_cell(i: int, state: torch.Tensor) -> torch.Tensor:
+            return self.backward_trunk(torch.cat([x[:, i], state], 1))
+
+        def forward_cell(i: int, state: torch.Tensor, back: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
             state = self.forward_trunk(torch.cat([x[:, i], state], 1))
-            feat = lrelu(self.fusion(torch.cat([backward[i], state], 1)))
-            backward[i] = x.new_empty(0)  # released as soon as it is used
-            outputs.append(self.upsample(feat, x[:, i]))
-        return torch.stack(outputs, 1)
+            return state, self.upsample(lrelu(self.fusion(torch.cat([back, state], 1))), x[:, i])
+        return propagate_both_ways(x, flows_forward, flows_backward, self.num_feat, backward_cell, forward_cell)
 
 
 class EDVRFeatureExtractor(PyramidAlignFuse):
@@ -214,28 +236,19 @@ class IconVSR(UpsampleX4):
         if ph or pw:
             x = F.pad(x.reshape(n * t, 3, h_in, w_in), [0, pw, 0, ph], mode='reflect').view(n, t, 3, h_in + ph,
                                                                                            w_in + pw)
-        h, w = x.shape[-2:]
         keyframes = self.keyframes(t)
         flows_forward, flows_backward = neighbour_flows(self.spynet, x)
         refill = self.keyframe_features(x, keyframes)
 
-        backward: List[torch.Tensor] = [x.new_empty(0)] * t
-        state = x.new_zeros(n, self.num_feat, h, w)
-        for i in range(t - 1, -1, -1):
-            if i < t - 1:
-                state = warp(state, flows_backward[:, i])
-            if i in refill:
+        def backward_cell(i: int, state: torch.Tensor) -> torch.Tensor:
+            if i in refill:  # keyframes: the EDVR features of the frame refill the state
                 state = self.backward_fusion(torch.cat([state, refill[i]], 1))
-            state = self.backward_trunk(torch.cat([x[:, i], state], 1))
-            backward[i] = state
-        outputs = []
-        state = x.new_zeros(n, self.num_feat, h, w)
-        for i in range(t):
-            if i > 0:
-                state = warp(state, flows_forward[:, i - 1])
+            return self.backward_trunk(torch.cat([x[:, i], state], 1))
+
+        def forward_cell(i: int, state: torch.Tensor, back: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
             if i in refill:
                 state = self.forward_fusion(torch.cat([state, refill[i]], 1))
-            state = self.forward_trunk(torch.cat([x[:, i], backward[i], state], 1))
-            backward[i] = x.new_empty(0)
-            outputs.append(self.upsample(state, x[:, i]))
-        return torch.stack(outputs, 1)[..., :4 * h_in, :4 * w_in]
+            state = self.forward_trunk(torch.cat([x[:, i], back, state], 1))
+            return state, self.upsample(state, x[:, i])
+        out = propagate_both_ways(x, flows_forward, flows_backward, self.num_feat, backward_cell, forward_cell)
+        return out[..., :4 * h_in, :4 * w_in]
