@@ -37,12 +37,17 @@ QUICK_NET = ('netG.nc=8', 'netG.nb=3')  # --quick: the demo's DnCNN made tiny (t
 
 def measure(opt: Dict[str, Any], iters: int) -> Tuple[List[Tuple[float, float]], int]:
     """(iteration seconds, data-wait seconds) of each of `iters` iterations, and iterations per epoch."""
-    opt['train'].update(total_iter=iters, checkpoint_print=1, checkpoint_test=10 ** 9, checkpoint_save=10 ** 9)
+    # a constant lr: the demo's milestones lie past so short a run (and the data wait does not depend on it)
+    opt['train'].update(total_iter=iters, checkpoint_print=1, checkpoint_test=10 ** 9, checkpoint_save=10 ** 9,
+                        G_scheduler_milestones=[])
     args = main_train.parse_args(['--opt', DEMO])
-    trainer = main_train.Trainer(opt, dist.detect({}), torch.device('cpu'), args)
+    state = dist.detect({})
+    trainer = main_train.Trainer(opt, state, torch.device('cpu'), args)
     samples: List[Tuple[float, float]] = []
+    lock = None
     try:
         trainer.build()
+        lock = main_train.prepare_run_dir(opt, state, args)  # the run folder the history and the log go to
         trainer.start()
         trainer.val_loader = None
         trainer.save = lambda: None
@@ -51,6 +56,8 @@ def measure(opt: Dict[str, Any], iters: int) -> Tuple[List[Tuple[float, float]],
         trainer.run()
     finally:
         trainer.close()
+        if lock is not None:
+            lock.release()
     return samples, trainer.steps_per_epoch
 
 

@@ -198,6 +198,8 @@ def test_a_bench_runs_quick_prints_its_table_last_and_writes_nothing_into_the_pr
         assert found is not None, f'bench/{name} --quick: no line matching {pattern!r} (after line {at}):\n{tail}'
         at = found + 1
     assert at == len(lines), f'bench/{name} --quick: {lines[-1]!r} printed after its table:\n{tail}'
+    failed_writes = [ln for ln in (proc.stdout + proc.stderr).splitlines() if '[Errno ' in ln]
+    assert not failed_writes, f'bench/{name} --quick: an OS error between its rows: {failed_writes[0]}'
     written = sorted(new_files_in_project() - before)
     assert not written, f'bench/{name} --quick wrote into the project (outputs belong under a temp dir): {written}'
     print(f'bench/{name} --quick: {seconds:.1f} s')
