@@ -244,6 +244,11 @@ def test_missing_or_empty_folder_is_a_user_error_naming_the_option(tmp_path):
     (tmp_path / 'empty').mkdir()
     with pytest.raises(UserError, match=r'^datasets\.train\.dataroot_H: no images'):
         DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=str(tmp_path / 'empty')))
+    imwrite(str(tmp_path / 'one.png'), _rand((8, 8, 3)))  # an image where its folder belongs: said as it is
+    with pytest.raises(UserError) as e:
+        DatasetDnCNN(_opt(DatasetDnCNN, dataroot_H=str(tmp_path / 'one.png')))
+    assert str(e.value) == (f'datasets.train.dataroot_H: {tmp_path}/one.png is a file, not a folder; give the folder '
+                            f'that holds the data')
 
 
 def test_paired_folders_must_have_the_same_number_of_images(tmp_path):

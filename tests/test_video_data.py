@@ -219,6 +219,9 @@ def test_missing_folders_clips_and_frames_name_the_key_and_path(pattern_root):
     with pytest.raises(UserError, match=r'datasets.train.dataroot_lq: folder not found: .*nowhere'):
         VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root,
                                             dataroot_lq=str(pattern_root / 'nowhere')))
+    with pytest.raises(UserError, match=r'datasets.train.dataroot_lq: .*00000000.png is a file, not a folder'):
+        VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root,
+                                            dataroot_lq=str(pattern_root / 'lq' / 'a' / '00000000.png')))
     os.remove(pattern_root / 'lq' / 'b' / '00000005.png')
     with pytest.raises(UserError, match=r'datasets.train.dataroot_lq: frame b/00000005 not found: .*00000005.png'):
         VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root))
