@@ -517,6 +517,9 @@ class ModelPlain:
         """The lr the schedule gives the first parameter group at each of `iterations` (curves.png's plan)."""
         return self.scheduler.planned(iterations)
 
+    def lr_phases(self) -> List[int]:
+        return self.scheduler.phases()
+
     def _count_loss(self, loss: torch.Tensor, applied: Optional[torch.Tensor]) -> None:
         """Add an applied step's loss to the sums `log_losses` reads (on the device)."""
         terms = self._iteration_terms
