@@ -239,7 +239,10 @@ class ModelPlain:
 
     def end_iteration(self, step: int) -> None:
         """Called after every iteration (and with the start iteration before the first): KAIR's
-        `merge_bn` folds BatchNorm into the convolutions once `merge_bn_startpoint` is reached."""
+        `merge_bn` folds BatchNorm into the convolutions once `merge_bn_startpoint` is reached; a loss that draws
+        random numbers (ms_swd) draws those of the next iteration from `step`, the same after a resume."""
+        for loss in (self.loss_fn, *self.extra_losses.values()):
+            loss.set_iteration(step)
         if self.merge_bn_at is not None and not self.bn_merged and step >= self.merge_bn_at:
             self.merge_batchnorm()
             get_logger().info(f'iteration {step}: merge_bn folded BatchNorm into the convolutions '

@@ -412,8 +412,8 @@ def test_curves_draw_the_wsd_and_knee_plans_with_their_corners_where_they_are(ki
 
 
 @pytest.mark.parametrize('train, message', [
-    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=0), r'train\.G_scheduler_decay_ratio: .*must be in \(0, 1\]'),
-    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=1.5), r'train\.G_scheduler_decay_ratio: .*must be in \(0, 1\]'),
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=0), r'train\.G_scheduler_decay_ratio: .*must be in \(0, 1]'),
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=1.5), r'train\.G_scheduler_decay_ratio: .*in \(0, 1]'),
     (dict(G_scheduler_type='wsd', G_scheduler_decay_shape='sqrt'),
      r'train\.G_scheduler_decay_shape: .*must be one of linear, cosine, 1-sqrt'),
     (dict(G_scheduler_type='knee', G_scheduler_explore_ratio=1), r'train\.G_scheduler_explore_ratio: .*must be in '
