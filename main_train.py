@@ -460,10 +460,12 @@ class Trainer:
 
     def schedule_row(self, total: int, points: int = 400) -> Dict[str, Any]:
         """The history row of the lr schedule planned from here to `total` (curves.png draws it in the lr panel):
-        `points` evenly spaced iterations plus each side of every step of the schedule (a milestone's drop is
+        `points` evenly spaced iterations, each iteration where a phase begins (the end of the warm-up, a decay's
+        start: corners drawn where they are) and each side of every step of the schedule (a milestone's drop is
         drawn where it happens), from the schedule's closed form; rank 0 writes it at every start."""
         first = self.step
-        its = sorted({first, total, *range(first, total + 1, max(1, (total - first) // points or 1))})
+        corners = [i for i in self.model.lr_phases() if first <= i <= total]  # where a phase begins: drawn exactly
+        its = sorted({first, total, *corners, *range(first, total + 1, max(1, (total - first) // points or 1))})
         lrs = self.model.lr_schedule(its)
         # where the lr jumps between two samples (milestones, restarts), add the iterations around the jump
         fine: List[int] = []

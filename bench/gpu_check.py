@@ -110,6 +110,9 @@ MAIN_TRAIN = os.path.join(ROOT, 'main_train.py')
 DEMO = 'options/train_dncnn_demo.json'
 # --quick: the demo's DnCNN made tiny, on small patches
 QUICK_DEMO = ('netG.nc=8', 'netG.nb=3', 'datasets.train.H_size=24', 'datasets.train.dataloader_batch_size=4')
+# issue 45's losses beside the demo's L1 (structure_texture with a random VGG19: the weights file may be absent)
+RECIPE_LOSSES = ('train.G_extra_losses={"wavelet": 0.1, "oklab_consistency": 1, "lstar_consistency": 1, "ms_swd": 1, '
+                 '"structure_texture": 0.1}')
 # variables of a launcher or cluster the check itself may run under: a row sets its own
 LAUNCH_VARS = ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_WORLD_SIZE', 'GROUP_RANK',
                'ROLE_RANK', 'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE')
@@ -616,6 +619,10 @@ def plan() -> List[Row]:
         demo_row('bf16', ['train.amp="bf16"']),
         demo_row('fp16', ['train.amp="fp16"'], cuda_only=True, quick=True),
         demo_row('channels_last', ['train.channels_last=true']),
+        # the 2026 recipe losses and schedule under bf16 on the device: MS-SWD's directions drawn there each iteration
+        demo_row('bf16-recipe-losses', ['train.amp="bf16"', 'train.G_scheduler_type="wsd"', RECIPE_LOSSES,
+                                        'train.G_swd_scales=3', 'train.G_swd_patch_size=5',
+                                        'train.G_st_pretrained_path="random"'], estimate_s=40, timeout_s=240),
         EnvLaunchRow(name='launch/env-world1', opt=DEMO, quick_sets=QUICK_DEMO, quick=True,
                      expect=(('cuda', r'mode=env backend=nccl world_size=1'),
                              ('cpu', r'mode=env backend=gloo world_size=1')),

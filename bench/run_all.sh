@@ -39,6 +39,9 @@ echo
 echo "== bench_curves.py: cost of redrawing curves.png"
 python bench/bench_curves.py "${ARGS[@]}"
 echo
+echo "== bench_losses.py: cost of each loss, / L1 and / a network step"
+python bench/bench_losses.py "${ARGS[@]}"
+echo
 echo "== bench_vrt_step.py: VRT 006 training step, deformable conv paths x checkpointing (~20 min; --quick: a tiny VRT)"
 python bench/bench_vrt_step.py "${ARGS[@]}"
 echo

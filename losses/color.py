@@ -29,7 +29,7 @@ def _color_space(v: Any) -> Optional[str]:
     return None if v in ('ycbcr', 'lab') else 'must be "ycbcr" or "lab"'
 
 
-def _mix(x: torch.Tensor, rows: Any) -> torch.Tensor:
+def mix_channels(x: torch.Tensor, rows: Any) -> torch.Tensor:
     """(..., 3, H, W) -> (..., len(rows), H, W): each output channel a weighted sum of the three input ones."""
     m = torch.tensor(rows, dtype=x.dtype, device=x.device)
     return torch.einsum('oc,...chw->...ohw', m, x)
@@ -37,16 +37,35 @@ def _mix(x: torch.Tensor, rows: Any) -> torch.Tensor:
 
 def rgb_to_cbcr(x: torch.Tensor) -> torch.Tensor:
     """(..., 3, H, W) RGB in [0, 1] -> (..., 2, H, W) BT.601 Cb, Cr in [16/255, 240/255]."""
-    return _mix(x, _CBCR) / 255.0 + 128.0 / 255.0
+    return mix_channels(x, _CBCR) / 255.0 + 128.0 / 255.0
+
+
+def srgb_to_linear(x: torch.Tensor) -> torch.Tensor:
+    """sRGB's decoding (IEC 61966-2-1), the power taken on its own branch only: no NaN gradient below 0.04045, and
+    values outside [0, 1] pass (negative ones on the linear branch)."""
+    return torch.where(x > 0.04045, ((x.clamp(min=0.04045) + 0.055) / 1.055) ** 2.4, x / 12.92)
+
+
+def cie_f(t: torch.Tensor) -> torch.Tensor:
+    """CIE Lab's f: the cube root above 0.008856, its tangent line below (OpenCV's constants)."""
+    return torch.where(t > 0.008856, t.clamp(min=0.008856) ** (1.0 / 3.0), 7.787 * t + 16.0 / 116.0)
+
+
+def rgb_to_lab(x: torch.Tensor) -> torch.Tensor:
+    """(..., 3, H, W) sRGB in [0, 1] -> (..., 3, H, W) CIE L*, a*, b* (D65), in Lab units (L* 0..100)."""
+    xyz = mix_channels(srgb_to_linear(x), _XYZ) / torch.tensor(_WHITE, dtype=x.dtype, device=x.device).view(3, 1, 1)
+    fx, fy, fz = cie_f(xyz).unbind(-3)
+    return torch.stack([116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)], -3)
 
 
 def rgb_to_ab(x: torch.Tensor) -> torch.Tensor:
     """(..., 3, H, W) sRGB in [0, 1] -> (..., 2, H, W) CIE a*, b* (D65), in Lab units."""
-    linear = torch.where(x > 0.04045, ((x.clamp(min=0.04045) + 0.055) / 1.055) ** 2.4, x / 12.92)
-    xyz = _mix(linear, _XYZ) / torch.tensor(_WHITE, dtype=x.dtype, device=x.device).view(3, 1, 1)
-    f = torch.where(xyz > 0.008856, xyz.clamp(min=0.008856) ** (1.0 / 3.0), 7.787 * xyz + 16.0 / 116.0)
-    fx, fy, fz = f.unbind(-3)
-    return torch.stack([500.0 * (fx - fy), 200.0 * (fy - fz)], -3)
+    return rgb_to_lab(x)[..., 1:, :, :]
+
+
+def rgb_to_lstar(x: torch.Tensor) -> torch.Tensor:
+    """(..., 3, H, W) sRGB in [0, 1] -> (..., 1, H, W) CIE L* (0..100): the lightness of the luminance Y alone."""
+    return 116.0 * cie_f(mix_channels(srgb_to_linear(x), _XYZ[1:2])) - 16.0
 
 
 @LOSSES.register('color', options={'color_space': Key('ycbcr', (str,), _color_space,

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from losses.perceptual import RANDOM_VGG, VGGFeatures, default_vgg19_path
+from losses.perceptual import RANDOM_VGG, VGGFeatures, default_vgg19_path, vgg_input
 from losses.registry import LOSSES
 from utils.errors import UserError
 from utils.logger import get_logger
@@ -81,19 +81,9 @@ class ContextualLoss(nn.Module):
         self.weights: List[float] = [float(w) for w in weights]
         self.band_width = float(cx_band_width)
 
-    @staticmethod
-    def _rgb(x: torch.Tensor) -> torch.Tensor:
-        x = x.reshape(-1, *x.shape[-3:])
-        if x.shape[1] == 1:
-            return x.expand(-1, 3, -1, -1)
-        if x.shape[1] != 3:
-            raise ValueError(f'the contextual loss compares VGG features of RGB or gray images, got {x.shape[1]} '
-                             f'channels')
-        return x
-
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        fx = self.vgg(self._rgb(x))
+        fx = self.vgg(vgg_input(x, 'the contextual loss'))
         with torch.no_grad():
-            fy = self.vgg(self._rgb(y.detach()))
+            fy = self.vgg(vgg_input(y.detach(), 'the contextual loss'))
         with torch.autocast(x.device.type, enabled=False):
             return sum(w * contextual_loss(a, b, self.band_width).mean() for w, a, b in zip(self.weights, fx, fy))

@@ -25,7 +25,8 @@ C1, C2 = 0.01 ** 2, 0.03 ** 2  # (K L)^2 with L = 1: images in [0, 1]
 MIN_SIZE = (WINDOW - 1) * 2 ** (len(WEIGHTS) - 1) + 1  # 161: an 11x11 window still fits at the 5th scale
 
 
-def _gaussian(window: int, sigma: float) -> torch.Tensor:
+def gaussian_taps(window: int, sigma: float) -> torch.Tensor:
+    """The `window` taps of a normalised 1-D Gaussian of std `sigma` (computed in float64), float32."""
     g = torch.tensor([math.exp(-((i - window // 2) ** 2) / (2 * sigma ** 2)) for i in range(window)],
                      dtype=torch.float64)
     return (g / g.sum()).float()
@@ -37,7 +38,7 @@ class MSSSIMLoss(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.register_buffer('window', _gaussian(WINDOW, SIGMA), persistent=False)
+        self.register_buffer('window', gaussian_taps(WINDOW, SIGMA), persistent=False)
 
     def _filter(self, t: torch.Tensor) -> torch.Tensor:
         """The separable Gaussian window over each channel, valid part only."""

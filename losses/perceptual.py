@@ -35,6 +35,17 @@ def default_vgg19_path() -> str:
     return default_path('vgg19')
 
 
+def vgg_input(x: torch.Tensor, who: str) -> torch.Tensor:
+    """(..., C, H, W) images as VGG19 takes them, (B, 3, H, W): video frames as images, gray repeated to RGB; any
+    other channel count is a ValueError naming `who` (the loss)."""
+    x = x.reshape(-1, *x.shape[-3:])
+    if x.shape[1] == 1:
+        return x.expand(-1, 3, -1, -1)
+    if x.shape[1] != 3:
+        raise ValueError(f'{who} compares VGG features of RGB or gray images, got {x.shape[1]} channels')
+    return x
+
+
 class VGGFeatures(nn.Module):
     """Outputs of VGG19's `features` at the given layer indices, on inputs in [0, 1] (or [-1, 1] with
     `use_range_norm`), normalised with ImageNet's mean and std when `use_input_norm`. Frozen."""

@@ -28,6 +28,14 @@ class WeightedLoss(nn.Module):
         loss = self.base(pred, target)
         return loss if self.loss_weight == 1.0 else loss * self.loss_weight
 
+    def set_iteration(self, step: int) -> None:
+        """Tell a loss that draws random numbers (ms_swd's projections) which iteration comes next (`step`
+        iterations done): it draws them from its seed and `step` alone, so every rank, every micro-batch of the
+        iteration and a resumed run draw the same. The model calls it before each iteration; others ignore it."""
+        hook = getattr(self.base, 'set_iteration', None)
+        if hook is not None:
+            hook(step)
+
 
 def build_loss(train_opt: Dict[str, Any], prefix: str = 'G_') -> nn.Module:
     """The loss `<prefix>lossfn_type` names, built from its `<prefix><key>` options and weighted by

@@ -65,6 +65,10 @@ class TrainingModel(Protocol):
         """The learning rate the schedule gives the main optimizer's first group at each of `iterations`
         (curves.png draws the plan next to the logged values)."""
 
+    def lr_phases(self) -> List[int]:
+        """The iterations where that schedule changes its formula (warm-up end, decay start, milestones): the plan
+        samples each, so curves.png draws a corner where it is."""
+
     def eval_weights(self) -> ContextManager[None]:
         """Every rank: the networks at their evaluation weights inside the context (a schedule-free optimizer's
         average), at their training weights after. The loop validates and writes checkpoints inside it."""

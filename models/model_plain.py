@@ -263,7 +263,10 @@ class ModelPlain:
 
     def end_iteration(self, step: int) -> None:
         """Called after every iteration (and with the start iteration before the first): KAIR's
-        `merge_bn` folds BatchNorm into the convolutions once `merge_bn_startpoint` is reached."""
+        `merge_bn` folds BatchNorm into the convolutions once `merge_bn_startpoint` is reached; a loss that draws
+        random numbers (ms_swd) draws those of the next iteration from `step`, the same after a resume."""
+        for loss in (self.loss_fn, *self.extra_losses.values()):
+            loss.set_iteration(step)
         if self.merge_bn_at is not None and not self.bn_merged and step >= self.merge_bn_at:
             self.merge_batchnorm()
             get_logger().info(f'iteration {step}: merge_bn folded BatchNorm into the convolutions '
@@ -550,6 +553,9 @@ class ModelPlain:
     def lr_schedule(self, iterations: Sequence[int]) -> List[float]:
         """The lr the schedule gives the first parameter group at each of `iterations` (curves.png's plan)."""
         return self.scheduler.planned(iterations)
+
+    def lr_phases(self) -> List[int]:
+        return self.scheduler.phases()
 
     def _count_loss(self, loss: torch.Tensor, applied: Optional[torch.Tensor]) -> None:
         """Add an applied step's loss to the sums `log_losses` reads (on the device)."""

@@ -25,7 +25,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import REQUIRED, Key, betas, non_negative, one_of, positive, rule
+from utils.options import REQUIRED, Key, betas, non_negative, one_of, positive, rule, unit_interval
 from utils.registry import Registry
 
 PYTORCH_OPTIMIZER = 'pytorch_optimizer'  # the package's module name (requirements.txt: pytorch-optimizer)
@@ -342,6 +342,14 @@ def averaging(optimizer: torch.optim.Optimizer) -> Optional[Averaging]:
 # schedules whose shape starts after the warm-up (the warm-up rises to the base lr, the decay runs from its end to
 # `end_iter`); the others are functions of the absolute iteration that the warm-up multiplies
 AFTER_WARMUP = ('cosine_decay', 'linear_decay', 'exponential')
+# schedules that hold the base lr from the end of the warm-up to `decay_start`, then decay to eta_min at `end_iter`
+HOLD_THEN_DECAY = ('wsd', 'knee')
+# the shapes of a decay from the base lr (fraction p of the decay done) to eta_min; wsd's `decay_shape`
+DECAY_SHAPES: Dict[str, Callable[[float], float]] = {
+    'linear': lambda p: 1.0 - p,
+    'cosine': lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
+    '1-sqrt': lambda p: 1.0 - math.sqrt(p),
+}
 
 
 class IterationLR(LRScheduler):
@@ -361,13 +369,20 @@ class IterationLR(LRScheduler):
         eta_min after it.
     kind 'linear_decay': likewise, a straight line from base to eta_min.
     kind 'exponential': likewise, base * gamma ** (t - warmup_iter) (torch's ExponentialLR without warm-up).
+    kind 'wsd' (warmup-stable-decay; Hu et al. 2024's MiniCPM, Hägele et al. 2024): the warm-up, then base until
+        `decay_start`, then `decay_shape` ('linear', 'cosine' or '1-sqrt': base - (base - eta_min) sqrt(p)) down
+        to eta_min at `end_iter`; eta_min after it.
+    kind 'knee' (Iyer et al. 2023's explore-exploit schedule, traiNNer-redux's KneeLR): the warm-up, then base
+        until `decay_start` (the explore phase), then a straight line to eta_min at `end_iter`.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str, milestones: Sequence[int] = (),
                  gamma: float = 0.5, periods: Union[int, Sequence[int]] = 1,
                  restart_weights: Sequence[float] = (1,), eta_min: float = 0.0, warmup_iter: int = 0,
                  end_iter: int = 0, pct_start: float = 0.3, div_factor: float = 25.0,
-                 final_div_factor: float = 1e4, anneal: str = 'cos', last_epoch: int = -1, net: str = 'G'):
+                 final_div_factor: float = 1e4, anneal: str = 'cos', decay_start: int = 0,
+                 decay_shape: str = 'linear', decay_ratio: float = 0.0, explore_ratio: float = 0.0,
+                 last_epoch: int = -1, net: str = 'G'):
         self.net = net  # whose `<net>_scheduler_*` keys built it, for the notes of `differences`
         self.kind = kind
         self.milestones = sorted(int(m) for m in milestones)
@@ -381,15 +396,27 @@ class IterationLR(LRScheduler):
         self.div_factor = float(div_factor)
         self.final_div_factor = float(final_div_factor)
         self.anneal = anneal
+        self.decay_start = int(decay_start)
+        self.decay_shape = decay_shape
+        # the options decay_start comes from (wsd's, knee's), compared on resume by `differences`
+        self.decay_ratio = float(decay_ratio)
+        self.explore_ratio = float(explore_ratio)
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr: float, t: int) -> float:
         """The lr of a group with base lr `base_lr` after `t` steps (the lr in force at iteration t + 1)."""
         warm = self.warmup_iter
-        if self.kind in AFTER_WARMUP:
+        if self.kind in AFTER_WARMUP or self.kind in HOLD_THEN_DECAY:
             if warm > 0 and t < warm:
                 return base_lr * (t + 1) / warm
-            return self._decay(base_lr, t - warm, self.end_iter - warm)
+            if self.kind in AFTER_WARMUP:
+                return self._decay(base_lr, t - warm, self.end_iter - warm)
+            if t < self.decay_start:
+                return base_lr
+            s, span = t - self.decay_start, self.end_iter - self.decay_start
+            if s >= span:
+                return self.eta_min
+            return self.eta_min + (base_lr - self.eta_min) * DECAY_SHAPES[self.decay_shape](s / span)
         if self.kind == 'multistep':
             lr = base_lr * self.gamma ** bisect.bisect_right(self.milestones, t)
         elif self.kind == 'cosine':
@@ -438,6 +465,20 @@ class IterationLR(LRScheduler):
                 return self.eta_min
         return self.eta_min + weight * 0.5 * (base_lr - self.eta_min) * (1 + math.cos(math.pi * pos / period))
 
+    def phases(self) -> List[int]:
+        """The iterations where the closed form changes its formula (the end of the warm-up, a decay's start and end,
+        the milestones, the restarts): curves.png's plan samples each, so its corners are drawn where they are."""
+        out = [self.warmup_iter] if self.warmup_iter > 0 else []
+        if self.kind in HOLD_THEN_DECAY:
+            out.append(self.decay_start)
+        if self.kind in HOLD_THEN_DECAY or self.kind in ('cosine_decay', 'linear_decay', 'onecycle'):
+            out.append(self.end_iter)
+        if self.kind == 'multistep':
+            out += self.milestones
+        if self.kind == 'cosine' and isinstance(self.periods, list):
+            out += [sum(self.periods[:i + 1]) for i in range(len(self.periods))]
+        return sorted(set(out))
+
     def get_lr(self) -> List[float]:
         return [self.lr_at(base, self.last_epoch) for base in self.base_lrs]
 
@@ -454,7 +495,9 @@ class IterationLR(LRScheduler):
                    'restart_weights': 'G_scheduler_restart_weights', 'eta_min': 'G_scheduler_eta_min',
                    'warmup_iter': 'G_scheduler_warmup_iter', 'end_iter': 'G_scheduler_total_iter',
                    'pct_start': 'G_scheduler_pct_start', 'div_factor': 'G_scheduler_div_factor',
-                   'final_div_factor': 'G_scheduler_final_div_factor', 'anneal': 'G_scheduler_anneal'}
+                   'final_div_factor': 'G_scheduler_final_div_factor', 'anneal': 'G_scheduler_anneal',
+                   'decay_ratio': 'G_scheduler_decay_ratio', 'decay_shape': 'G_scheduler_decay_shape',
+                   'explore_ratio': 'G_scheduler_explore_ratio'}
 
     def step(self, epoch: Optional[int] = None) -> None:
         """Advance the counter. The lr is a function of the counter alone, so stepping before the
@@ -567,12 +610,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any],
     if 'end_iter' in kwargs:
         if kwargs['end_iter'] is None:
             kwargs['end_iter'] = int(train_opt['total_iter'])
-        if kwargs['kind'] in AFTER_WARMUP and kwargs['end_iter'] <= warmup:
+        if kwargs['kind'] in AFTER_WARMUP + HOLD_THEN_DECAY and kwargs['end_iter'] <= warmup:
             raise UserError(f'train.{prefix}total_iter: the schedule ends at iteration {kwargs["end_iter"]} (null: '
                             f'train.total_iter), not after train.{prefix}warmup_iter {warmup}')
         if kwargs['kind'] == 'onecycle' and kwargs['pct_start'] * kwargs['end_iter'] < 2:
             raise UserError(f'train.{prefix}pct_start: {kwargs["pct_start"]} of {kwargs["end_iter"]} iterations '
                             f'leaves no rising phase (it needs at least 2 iterations)')
+        if kwargs['kind'] in HOLD_THEN_DECAY:
+            kwargs['decay_start'] = _decay_start(kwargs, warmup, f'train.{prefix}')
     total = int(train_opt['total_iter'])
     if notes and kwargs['kind'] == 'multistep' and kwargs['milestones'] and min(kwargs['milestones']) >= total \
             and is_main_process():  # the schedule never steps: KAIR's files end on a last milestone = total_iter
@@ -580,6 +625,28 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train_opt: Dict[str, Any],
                              f'train.total_iter {total}: the learning rate never decays (milestones count '
                              f'iterations, not epochs; {prefix}type null gives a constant rate)')
     return IterationLR(optimizer, warmup_iter=warmup, net=net, **kwargs)
+
+
+def _decay_start(kwargs: Dict[str, Any], warmup: int, where: str) -> int:
+    """The iteration where wsd's decay (its last `decay_ratio` of the run) or the knee's (after its first
+    `explore_ratio`, warm-up included, as traiNNer-redux counts it) begins, rounded to an iteration: at least one
+    iteration of decay, and not before the warm-up ends."""
+    end = kwargs['end_iter']
+    if kwargs['kind'] == 'wsd':
+        key, ratio = 'decay_ratio', kwargs['decay_ratio']
+        start = end - int(round(ratio * end))
+        phase = f'a decay over the last {ratio} of {end} iterations'
+    else:
+        key, ratio = 'explore_ratio', kwargs['explore_ratio']
+        start = int(round(ratio * end))
+        phase = f'an explore phase of {ratio} of {end} iterations'
+    if start >= end:
+        raise UserError(f'{where}{key}: {phase} leaves no iteration to decay over (the schedule ends at iteration '
+                        f'{end}, null {where}total_iter: train.total_iter)')
+    if start < warmup:
+        raise UserError(f'{where}{key}: {phase} starts the decay at iteration {start}, before '
+                        f'{where}warmup_iter {warmup} ends')
+    return start
 
 
 @SCHEDULERS.register('MultiStepLR', 'multistep', options={
@@ -665,3 +732,33 @@ def _one_cycle(where: str, total_iter: Optional[int], pct_start: float, div_fact
                anneal: str) -> Dict[str, Any]:
     return {'kind': 'onecycle', 'end_iter': total_iter, 'pct_start': pct_start, 'div_factor': div_factor,
             'final_div_factor': final_div_factor, 'anneal': anneal}
+
+
+@rule('in (0, 1]', exclusiveMinimum=0, maximum=1)
+def _share(v: Any) -> Optional[str]:
+    return None if 0 < v <= 1 else 'must be in (0, 1]'
+
+
+@SCHEDULERS.register('wsd', options={
+    'decay_ratio': Key(0.2, _NUM, _share, 'share of the run (of total_iter) over which the lr decays, at its end '
+                       '(Hägele et al.: 0.2 matches a cosine run)'),
+    'decay_shape': Key('1-sqrt', (str,), one_of(*DECAY_SHAPES), 'the decay\'s shape: base lr x (1 - p), the half '
+                       'cosine, or 1 - sqrt(p), p the share of the decay done (Hägele et al.\'s best)'),
+    'eta_min': ETA_MIN, 'total_iter': END_ITER})
+def _wsd(where: str, decay_ratio: float, decay_shape: str, eta_min: float, total_iter: Optional[int]) -> Dict[str, Any]:
+    """Warmup-stable-decay: the warm-up, the base lr, then a decay over the last `decay_ratio` of the run.
+
+    The stable phase can be extended and a decay branched off any checkpoint of it (Hägele et al. 2024), the
+    decay's shape linear, cosine or 1-sqrt."""
+    return {'kind': 'wsd', 'decay_ratio': decay_ratio, 'decay_shape': decay_shape, 'eta_min': eta_min,
+            'end_iter': total_iter}
+
+
+@SCHEDULERS.register('KneeLR', 'knee', options={
+    'explore_ratio': Key(0.5, _NUM, unit_interval, 'share of the run (of total_iter, the warm-up included) held at '
+                         'the base lr before the linear decay (traiNNer-redux\'s default 0.5)'),
+    'eta_min': ETA_MIN, 'total_iter': END_ITER})
+def _knee(where: str, explore_ratio: float, eta_min: float, total_iter: Optional[int]) -> Dict[str, Any]:
+    """traiNNer-redux's KneeLR (Iyer et al., "Wide-minima density hypothesis and the explore-exploit learning rate
+    schedule", JMLR 2023): the warm-up, the base lr until `explore_ratio` of the run, then linear to eta_min."""
+    return {'kind': 'knee', 'explore_ratio': explore_ratio, 'eta_min': eta_min, 'end_iter': total_iter}

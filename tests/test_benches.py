@@ -85,6 +85,13 @@ EXPECTED: Dict[str, Expected] = {
                                         'spike\\+RGB clips, ours cache_data')],
         r'^== done \d\d:\d\d:\d\d$',
     ], slow=False),
+    'bench_losses.py': Expected([
+        r'^== bench_losses.py \(quick\): (cpu|cuda), batch 2 of 3x96x96, amp off, 1 rep\(s\)',
+        r'^row +ms fwd\+bwd +/ l1 +/ msrresnet step +peak MiB$',
+        *[rf'^{row} +{NUM} +{NUM} +{NUM} +(nan|{NUM})$' for row in (
+            'l1', 'charbonnier', 'fft', 'color lab', 'sobel', 'wavelet', 'oklab_consistency', 'lstar_consistency',
+            'ms_swd', 'ms_swd patch 1', 'structure_texture', 'msrresnet x4 step')],
+    ], slow=True),
     'bench_loop.py': Expected([
         rf'^{row} .* ratio +{NUM} \(paired +{NUM}\)' for row in (
             r'framework loop / bare PyTorch loop', r'framework \(nan_policy=off\) / bare loop')

@@ -91,7 +91,13 @@ def _assert_same(ddp: dict, single: dict) -> None:
     pytest.param(dict(G_optimizer_type='adan', G_optimizer_lr=1e-2, G_scheduler_type='OneCycleLR',
                       G_scheduler_pct_start=0.5, G_scheduler_div_factor=2, E_decay=0.9, E_warmup_iter=2,
                       E_switch_iter=2), marks=pytest.mark.slow),  # ~1 min; runs in CI (CI=true) and with RUN_SLOW=1
-], ids=['adan_sf-cosine-ema-warmup', 'adan-onecycle-ema-switch'])
+    # issue 45: MS-SWD's random directions must be the same on both ranks as in the one process (~30 s; CI)
+    pytest.param(dict(G_scheduler_type='wsd', G_scheduler_warmup_iter=1, G_scheduler_decay_ratio=0.5, E_decay=0.9,
+                      G_extra_losses={'ms_swd': 1.0, 'wavelet': 0.2, 'oklab_consistency': 1.0,
+                                      'lstar_consistency': 1.0},
+                      G_swd_scales=2, G_swd_patch_size=3, G_swd_projections=16, G_consistency_blur=1.0),
+                 marks=pytest.mark.slow),
+], ids=['adan_sf-cosine-ema-warmup', 'adan-onecycle-ema-switch', 'wsd-ms_swd-wavelet-consistency'])
 def test_two_ranks_train_a_recipe_as_one_process_with_the_whole_batch(tmp_path, demo_images, recipe):
     """The recipes that touch the step: a schedule-free optimizer (its averaged weights written at every save, the
     EMA averaging them), the EMA's warm-up and switch, Adan and the new schedules: G and E as one process."""

@@ -243,16 +243,21 @@ def test_a_plain_model_trains_with_every_recipe_loss_and_logs_each_term(tmp_path
     extra = {name: 0.5 for name in RECIPE_LOSSES if name != 'msssim_l1'}  # MS-SSIM needs 161x161 patches
     opt = validate(tiny_options(str(tmp_path / 'exp'), demo_images, G_extra_losses=extra,
                                 G_cx_pretrained_path='random', G_cx_layers=[2]), option_rules())
-    model = ModelPlain(opt, torch.device('cpu'))
+    steps_and_logs_each_extra_loss(ModelPlain(opt, torch.device('cpu')), 1, 0.5)
+
+
+def steps_and_logs_each_extra_loss(model, step, weight):
+    """One training step of `model` (every G_extra_losses weight `weight`) on a random 24x24 batch: each extra
+    loss is logged on its own as its weighted value on netG's output, and every weight of netG moves."""
     g = torch.Generator().manual_seed(0)
     batch = {'L': torch.rand(4, 3, 24, 24, generator=g), 'H': torch.rand(4, 3, 24, 24, generator=g)}
     with torch.no_grad():
         out = copy.deepcopy(model.net_g).train()(batch['L'])
-    expected = {f'l_g_{name}': 0.5 * loss(out, batch['H']).item() for name, loss in
+    expected = {f'l_g_{name}': weight * loss(out, batch['H']).item() for name, loss in
                 ((n, m.base) for n, m in model.extra_losses.items())}
     before = [p.detach().clone() for p in model.net_g.parameters()]
     loss = model.backward([batch])
-    model.step(1, loss)
+    model.step(step, loss)
     logged = model.log_losses()
     assert set(logged) == {'G_loss', 'l_g_pix', *expected}
     for key, value in expected.items():

@@ -12,7 +12,7 @@ from models.ema import ModelEMA
 from models.model_plain import ModelPlain
 from models.optim import OPTIMIZERS, averaging, build_optimizer, build_scheduler, gated_step
 from option_rules import option_rules
-from utils.errors import UserError
+from utils.errors import OptionsError, UserError
 from utils.options import validate
 
 CPU = torch.device('cpu')
@@ -345,6 +345,118 @@ def test_a_schedule_without_an_end_ends_at_total_iter_and_a_resume_logs_a_change
 def test_the_planned_schedule_is_what_the_log_shows_after_each_iteration():
     seq, sched = _ours(10, G_scheduler_type='MultiStepLR', G_scheduler_milestones=[4], G_scheduler_warmup_iter=2)
     assert sched.planned(range(0, 9)) == pytest.approx([s[0] for s in seq[:9]])
+
+
+# Warmup-stable-decay and the knee (issue 45): their definitions written out here, the plan curves.png draws, and
+# bad phases as one line naming the key.
+
+WSD_SHAPES = {'linear': lambda p: 1 - p, 'cosine': lambda p: (1 + math.cos(math.pi * p)) / 2,
+              '1-sqrt': lambda p: 1 - math.sqrt(p)}
+
+
+@pytest.mark.parametrize('shape', list(WSD_SHAPES))
+def test_wsd_warms_up_holds_the_lr_then_decays_over_the_last_share_of_the_run(shape):
+    lrs, eta = (0.1, 0.02), 1e-3
+    seq, _ = _ours(44, lrs, G_scheduler_type='wsd', G_scheduler_warmup_iter=4, G_scheduler_decay_ratio=0.25,
+                   G_scheduler_decay_shape=shape, G_scheduler_eta_min=eta, total_iter=40)
+
+    def expected(base, t):  # the last quarter of 40 iterations decays: from iteration 30 to 40
+        if t < 4:
+            return base * (t + 1) / 4
+        if t < 30:
+            return base
+        return eta + (base - eta) * WSD_SHAPES[shape](min(1.0, (t - 30) / 10))
+    assert seq == [pytest.approx([expected(b, t) for b in lrs], rel=1e-12) for t in range(44)]
+    assert seq[35][0] < 0.1 and seq[40][0] == pytest.approx(eta)
+
+
+def test_knee_is_traiNNer_reduxs_kneelr_one_iteration_later_and_decays_to_eta_min():
+    """traiNNer-redux's KneeLR: lr(step) = peak while step <= explore_ratio x total, then peak - peak / decay_steps x
+    (step - explore_steps), its step counted from 1 (the lr of its first iteration is that of step 1). Here the
+    first iteration has step 0, as torch's LinearLR (and `linear`) count: the same curve, one iteration later."""
+    total, ratio = 30, 0.4
+    explore = int(total * ratio)
+
+    def kneelr(step, peak=0.1):
+        return peak if step <= explore else peak - peak / (total - explore) * (step - explore)
+    seq, _ = _ours(total + 1, (0.1,), G_scheduler_type='KneeLR', G_scheduler_explore_ratio=ratio, total_iter=total)
+    assert [s[0] for s in seq] == pytest.approx([kneelr(t) for t in range(total + 1)], rel=1e-12, abs=1e-15)
+    warm, _ = _ours(total + 1, (0.1,), G_scheduler_type='knee', G_scheduler_explore_ratio=ratio, total_iter=total,
+                    G_scheduler_warmup_iter=5, G_scheduler_eta_min=0.01)
+    lr = [s[0] for s in warm]
+    assert lr[:6] == pytest.approx([0.02, 0.04, 0.06, 0.08, 0.1, 0.1])  # the warm-up inside the explore phase
+    assert lr[explore] == 0.1 and lr[explore + 9] == pytest.approx(0.1 - 0.09 / 18 * 9) and lr[total] == 0.01
+
+
+@pytest.mark.parametrize('kind, train', [
+    ('wsd', dict(G_scheduler_decay_ratio=0.3, G_scheduler_warmup_iter=7)),
+    ('knee', dict(G_scheduler_explore_ratio=0.55, G_scheduler_warmup_iter=7, G_scheduler_eta_min=1e-4))])
+def test_curves_draw_the_wsd_and_knee_plans_with_their_corners_where_they_are(kind, train):
+    """What main_train writes as the run's planned schedule and curves.png's lr panel draws: the closed form at 400
+    evenly spaced iterations and exactly at each phase's start, so the warm-up's end and the knee are corners."""
+    import main_train
+    from utils.plot import curves_figure
+    sched = build_scheduler(_sgd((0.1,)), train_options(G_scheduler_type=kind, total_iter=100_003, **train))
+    trainer = type('Run', (), {'step': 0, 'model': type('Model', (), {'lr_schedule': staticmethod(sched.planned),
+                                                                         'lr_phases': staticmethod(sched.phases)})})
+    row = main_train.Trainer.schedule_row(trainer, 100_003)
+    start = 100_003 - round(0.3 * 100_003) if kind == 'wsd' else round(0.55 * 100_003)
+    assert sched.phases() == [7, start, 100_003]
+    drawn = curves_figure([row]).axes[1].lines[0]
+    x, y = list(drawn.get_xdata()), list(drawn.get_ydata())
+    assert {7, start, 100_003} <= set(x) and len(x) >= 400
+    assert y == [sched.lr_at(0.1, i) for i in x]
+    assert y[x.index(7) - 1] < 0.1 == y[x.index(7)] == y[x.index(start)] and y[-1] == (0.0 if kind == 'wsd' else 1e-4)
+    assert all(v == 0.1 for i, v in zip(x, y) if 7 <= i <= start)  # the stable phase is flat
+    assert all(a >= b for a, b in zip(y[x.index(start):], y[x.index(start) + 1:]))  # then it only falls
+
+
+@pytest.mark.parametrize('train, message', [
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=0), r'train\.G_scheduler_decay_ratio: .*must be in \(0, 1]'),
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=1.5), r'train\.G_scheduler_decay_ratio: .*in \(0, 1]'),
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_shape='sqrt'),
+     r'train\.G_scheduler_decay_shape: .*must be one of linear, cosine, 1-sqrt'),
+    (dict(G_scheduler_type='knee', G_scheduler_explore_ratio=1), r'train\.G_scheduler_explore_ratio: .*must be in '
+                                                                  r'\[0, 1\)'),
+    (dict(G_scheduler_type='knee', G_scheduler_explore_ratio=-0.1), r'train\.G_scheduler_explore_ratio: .*must be in'),
+])
+def test_wsd_and_knee_keys_out_of_range_are_one_line_naming_the_key(train, message):
+    with pytest.raises(OptionsError, match=message):
+        train_options(**train)
+
+
+@pytest.mark.parametrize('train, message', [
+    (dict(G_scheduler_type='wsd', G_scheduler_warmup_iter=50, total_iter=50),
+     r'^train\.G_scheduler_total_iter: the schedule ends at iteration 50 \(null: train\.total_iter\), not after '
+     r'train\.G_scheduler_warmup_iter 50$'),
+    (dict(G_scheduler_type='knee', G_scheduler_warmup_iter=80, G_scheduler_total_iter=60, total_iter=100),
+     r'^train\.G_scheduler_total_iter: the schedule ends at iteration 60'),
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=0.9, G_scheduler_warmup_iter=20, total_iter=100),
+     r'^train\.G_scheduler_decay_ratio: a decay over the last 0\.9 of 100 iterations starts the decay at iteration '
+     r'10, before train\.G_scheduler_warmup_iter 20 ends$'),
+    (dict(G_scheduler_type='wsd', G_scheduler_decay_ratio=0.004, total_iter=100),
+     r'^train\.G_scheduler_decay_ratio: a decay over the last 0\.004 of 100 iterations leaves no iteration to decay '
+     r'over'),
+    (dict(G_scheduler_type='knee', G_scheduler_explore_ratio=0.1, G_scheduler_warmup_iter=20, total_iter=100),
+     r'^train\.G_scheduler_explore_ratio: an explore phase of 0\.1 of 100 iterations starts the decay at iteration '
+     r'10, before train\.G_scheduler_warmup_iter 20 ends$'),
+    (dict(G_scheduler_type='knee', G_scheduler_explore_ratio=0.999, total_iter=100),
+     r'^train\.G_scheduler_explore_ratio: an explore phase of 0\.999 of 100 iterations leaves no iteration'),
+])
+def test_wsd_and_knee_phases_that_do_not_fit_the_run_are_one_line_naming_the_key(train, message):
+    with pytest.raises(UserError, match=message):
+        build_scheduler(_sgd(), train_options(**train))
+
+
+def test_a_resumed_wsd_run_notes_an_edited_decay_and_continues_on_the_new_one():
+    _, sched = _ours(12, G_scheduler_type='wsd', G_scheduler_decay_ratio=0.5, total_iter=20)
+    edited = build_scheduler(_sgd(), train_options(G_scheduler_type='wsd', G_scheduler_decay_ratio=0.25,
+                                                   G_scheduler_decay_shape='linear', total_iter=20))
+    assert edited.differences(sched.state_dict()) == [
+        'train.G_scheduler_decay_ratio: checkpoint 0.5, options 0.25; the options win',
+        'train.G_scheduler_decay_shape: checkpoint 1-sqrt, options linear; the options win']
+    edited.load_state_dict(sched.state_dict())
+    assert edited.get_last_lr() == [1.0]  # iteration 12: still stable on the edited schedule (decay from 15)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -202,6 +202,12 @@ def test_unknown_scheduler_type_suggests_a_known_name():
     {'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': [5, 6],
      'G_scheduler_restart_weights': [1, 0.7], 'G_scheduler_eta_min': 1e-3, 'G_scheduler_warmup_iter': 2},
     {'G_scheduler_type': 'CosineAnnealingWarmRestarts', 'G_scheduler_periods': 4, 'G_scheduler_eta_min': 1e-3},
+    {'G_scheduler_type': 'wsd', 'G_scheduler_warmup_iter': 2, 'G_scheduler_decay_ratio': 0.5,
+     'G_scheduler_eta_min': 1e-5, 'total_iter': 12},
+    {'G_scheduler_type': 'wsd', 'G_scheduler_decay_ratio': 0.75, 'G_scheduler_decay_shape': 'cosine',
+     'total_iter': 12},
+    {'G_scheduler_type': 'knee', 'G_scheduler_warmup_iter': 3, 'G_scheduler_explore_ratio': 0.3,
+     'G_scheduler_total_iter': 12},
 ])
 def test_resumed_scheduler_continues_the_uninterrupted_lr_sequence(train_opt):
     lrs, n, split = (1e-3, 5e-4), 14, 6
