@@ -284,6 +284,22 @@ INHERITED = ('scale', 'n_channels') + GIVEN_INHERITED
 # network takes inherits the top-level `scale`, and a different value is an error.
 NETWORK_SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'upscale_factor', 'scale')
 
+# A test set's section name: `test`, or BasicSR's `test_1`, `test_2`, ... (`val`, `val_1`, ...: other names)
+TEST_SECTION = re.compile(r'(test|val)(_\w+)?')
+
+
+def _set_name_problem(name: str) -> Optional[str]:
+    """Why `name` cannot name a folder of its own (None when it can)."""
+    if name in ('.', '..') or any(c in name for c in '/\\\0'):
+        return 'must be one folder name (no / or \\, not "." or "..")'
+    return None
+
+
+def all_test_sets(opt: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The validated test sets of `opt`, in file order: `datasets.test` (the first one) and `test_2`, `test_3`, ..."""
+    return [section for section in opt['datasets'].values() if section['phase'] == 'test']
+
+
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG', 'netD')
 # An editor's pointer to the options' JSON Schema (`"$schema": "../schema.json"`, options/schema.json), so that
@@ -501,18 +517,44 @@ def parse_override(text: str) -> Tuple[List[str], Any]:
     return parts, value
 
 
+_INDEXED = re.compile(r'([^\[\]]+)((?:\[\d+\])+)')  # `test[1]`: an item of a list (several test sets)
+
+
+def _steps(part: str) -> List[Any]:
+    """One dotted part of a --set key as steps: `test[1]` -> ['test', 1]; a plain key -> [key]."""
+    m = _INDEXED.fullmatch(part)
+    if m is None:
+        return [part]
+    return [m.group(1), *(int(i) for i in re.findall(r'\d+', m.group(2)))]
+
+
 def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> None:
+    """Set each `KEY.PATH=VALUE` in `data`: missing sections are created; `[i]` names an item of a list (as the
+    errors name them: `--set datasets.test[1].dataroot_H=...`), which must exist."""
     for text in overrides:
         parts, value = parse_override(text)
-        node = data
-        for depth, p in enumerate(parts[:-1]):
-            nxt = node.get(p)
+        steps = [step for part in parts for step in _steps(part)]
+        node: Any = data
+        path = ''
+        for i, step in enumerate(steps):
+            shown = f'--set {text.split("=", 1)[0]}'
+            if isinstance(step, int):
+                if not isinstance(node, list):
+                    raise _err(f'{shown}: "{path}" is not a list')
+                if step >= len(node):
+                    raise _err(f'{shown}: "{path}" has {len(node)} item{"s" if len(node) != 1 else ""} '
+                               f'(indices 0 to {len(node) - 1})')
+            elif not isinstance(node, dict):
+                hint = f': name an item, e.g. {path}[0].{step}' if isinstance(node, list) else ''
+                raise _err(f'{shown}: "{path}" is {"a list" if isinstance(node, list) else "not a section"}{hint}')
+            path = f'{path}[{step}]' if isinstance(step, int) else f'{path}.{step}' if path else step
+            if i == len(steps) - 1:
+                node[step] = value
+                break
+            nxt = node[step] if isinstance(step, int) else node.get(step)
             if nxt is None:
-                nxt = node[p] = {}
-            if not isinstance(nxt, dict):
-                raise _err(f'--set {text.split("=", 1)[0]}: "{".".join(parts[:depth + 1])}" is not a section')
+                nxt = node[step] = {}
             node = nxt
-        node[parts[-1]] = value
 
 
 def _type_name(types: Sequence[type]) -> str:
@@ -684,6 +726,65 @@ class _Validator:
         except UserError as e:
             raise _err(f'{self.source}: {e}') from None
 
+    def dataset_sections(self, datasets: Dict[str, Any]) -> List[Tuple[str, str, Any]]:
+        """(key in the validated `datasets`, where in the file, section) of each dataset section, in file order.
+
+        Test sets come as `test` (one section or a list of them: the preferred form) or as BasicSR's `test_1`,
+        `test_2`, ... sections (`test_<anything>`; `val`, `val_<n>` are other names for them). They are kept as
+        `test`, `test_2`, `test_3`, ... in file order: `datasets.test` is the first set, the one every reader of
+        a single test set (validation during training among them) reads."""
+        out: List[Tuple[str, str, Any]] = []
+        tests: List[Tuple[str, Any]] = []
+        family: Dict[str, str] = {}  # 'test'/'val' -> the first key of that name
+        listed: Optional[str] = None
+        named: Optional[str] = None
+        for phase, section in datasets.items():
+            if phase == 'train':
+                out.append(('train', 'datasets.train', section))
+                continue
+            m = TEST_SECTION.fullmatch(phase)
+            if m is None:
+                self.fail(f'datasets.{phase}', f'unknown phase{did_you_mean(phase, ("train", "test", "test_1"))}; use '
+                          f'"train" and "test" (one test set or a list of them; BasicSR\'s test_1, test_2, ... too)')
+            family.setdefault(m.group(1), phase)
+            if isinstance(section, list):
+                if m.group(2):
+                    self.fail(f'datasets.{phase}', f'expected one test set (an object); a list of test sets goes in '
+                              f'datasets.{m.group(1)}')
+                if not section:
+                    self.fail(f'datasets.{phase}', 'an empty list: give at least one test set, or remove the key')
+                listed = phase
+                tests += [(f'datasets.{phase}[{i}]', s) for i, s in enumerate(section)]
+            else:
+                named = phase if m.group(2) else named
+                tests.append((f'datasets.{phase}', section))
+        if len(family) > 1:
+            self.fail(f'datasets.{family["val"]}', f'"{family["val"]}" is another name for "{family["test"]}": '
+                      f'give only one of them')
+        if listed is not None and named is not None:
+            self.fail(f'datasets.{named}', f'several test sets go either in the list datasets.{listed} or in '
+                      f'test_1, test_2, ... sections, not both')
+        out += [('test' if i == 0 else f'test_{i + 1}', where, section) for i, (where, section) in enumerate(tests)]
+        return out
+
+    def test_set_names(self, sections: List[Dict[str, Any]]) -> None:
+        """With several test sets each `name` names the set's row in results.md and its folder of results:
+        given, one folder name, and not the name of another set."""
+        if len(sections) < 2:
+            return
+        seen: Dict[str, str] = {}
+        for s in sections:
+            where, name = f'{s["_where"]}.name', s['name']
+            if name == '':
+                self.fail(where, 'required when there are several test sets: it names the set\'s row in results.md '
+                                 'and its results folder')
+            problem = _set_name_problem(name)
+            if problem:
+                self.fail(where, f'{_show(name)} {problem}')
+            if name in seen:
+                self.fail(where, f'{_show(name)} is the name of {seen[name]} too; each test set needs its own name')
+            seen[name] = s['_where']
+
     def names(self, opt: Dict[str, Any], names: Mapping[str, Callable[[str, str], Any]]) -> None:
         for path, lookup in names.items():
             *sections, key = path.split('.')
@@ -699,14 +800,21 @@ _DEFAULTS_SHOWN = ('G_lossfn_type', 'G_optimizer_type', 'G_optimizer_lr', 'G_sch
 
 
 def training_notes(opt: Dict[str, Any]) -> List[str]:
-    """Notes only a training run needs (main_test reads the same files without a `train` section): one line
-    when the file has no `train`, since every training key then takes its default (a section misnamed or
-    dropped while editing would otherwise train silently on defaults)."""
+    """Notes only a training run needs (main_test reads the same files without a `train` section): which test set
+    validation uses when there are several, and one line when the file has no `train`, since every training key
+    then takes its default (a section misnamed or dropped while editing would otherwise train silently on
+    defaults)."""
+    notes = []
+    tests = all_test_sets(opt)
+    if len(tests) > 1:  # validation tests one set: it runs in the training time, and best_G.pth follows one score
+        first = tests[0]
+        notes.append(f'datasets: {len(tests)} test sets; validation during training uses the first, {first["_where"]} '
+                     f'({json.dumps(first["name"])}); main_test.py tests them all')
     if 'train' not in opt['_missing']:
-        return []
+        return notes
     train = opt['train']
     shown = ', '.join(f'{k} {json.dumps(train[k])}' for k in _DEFAULTS_SHOWN if k in train)
-    return [f'train: the option file has no train section: every train key takes its default ({shown}, ...)']
+    return notes + [f'train: the option file has no train section: every train key takes its default ({shown}, ...)']
 
 
 def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> Dict[str, Any]:
@@ -772,19 +880,15 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         v.fail('datasets', 'expected an object with phases (train, test)')
     opt['datasets'] = {}
     used_top_level: set = set()
-    for phase, section in datasets.items():
-        where = f'datasets.{phase}.'
-        if phase not in ('train', 'test', 'val'):
-            v.fail(f'datasets.{phase}', f'unknown phase{did_you_mean(phase, ("train", "test"))}; use "train" or "test"')
-        if phase == 'val' and 'test' in datasets:
-            v.fail('datasets.val', '"val" is another name for "test": give only one of them')
+    for key, where_set, section in v.dataset_sections(datasets):
+        where = f'{where_set}.'
         if not isinstance(section, dict) or 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
         schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
-        if phase != 'train':
-            for key, why in rules.train_only_dataset_keys.items():
-                if key in section:
-                    v.fail(f'{where}{key}', why)
+        if key != 'train':
+            for train_key, why in rules.train_only_dataset_keys.items():
+                if train_key in section:
+                    v.fail(f'{where}{train_key}', why)
             schema = {k: spec for k, spec in schema.items() if k not in rules.train_only_dataset_keys}
         section = dict(section)
         for inherited in INHERITED:  # KAIR propagates these top-level keys into datasets
@@ -796,16 +900,17 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
             v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
                    f'the network works at scale {opt["scale"]}, so its output would not match these images '
                    f'(leave {where}scale out to inherit it)')
-        for key in GIVEN_INHERITED:
-            if key in schema and opt[key] is not None and section[key] != opt[key]:
-                v.fail(f'{where}{key}', f'{_show(section[key])} differs from the top-level "{key}": '
-                       f'{_show(opt[key])}; give it in one place')
-            if key in schema and key in section:
-                used_top_level.add(key)
+        for inherited in GIVEN_INHERITED:
+            if inherited in schema and opt[inherited] is not None and section[inherited] != opt[inherited]:
+                v.fail(f'{where}{inherited}', f'{_show(section[inherited])} differs from the top-level "{inherited}": '
+                       f'{_show(opt[inherited])}; give it in one place')
+            if inherited in schema and inherited in section:
+                used_top_level.add(inherited)
         checked = v.section(section, schema, where, nested=False)
-        checked['phase'] = 'test' if phase == 'val' else phase
-        checked['_where'] = f'datasets.{phase}'
-        opt['datasets']['test' if phase == 'val' else phase] = checked
+        checked['phase'] = 'train' if key == 'train' else 'test'
+        checked['_where'] = where_set
+        opt['datasets'][key] = checked
+    v.test_set_names(all_test_sets(opt))
     v.names(opt, rules.names)
     unused = [k for k in GIVEN_INHERITED if opt[k] is not None and k not in used_top_level]
     if unused:
@@ -863,14 +968,49 @@ def derive_paths(opt: Dict[str, Any], source: str = '<options>') -> None:
              tb_logger=os.path.join(task_dir, 'tb_logger'))
 
 
-def load_options(path: str, rules: Rules, overrides: Sequence[str] = ()) -> Dict[str, Any]:
-    """Parse, override, validate and complete an option file."""
+def load_options(path: str, rules: Rules, overrides: Sequence[str] = (), test_sets: Optional[str] = None) -> Dict[str, Any]:
+    """Parse, override, validate and complete an option file; with `test_sets`, an option file whose test sets
+    replace those of `path` (`with_test_sets`)."""
     data = parse_json_file(path)
+    source = path
+    if test_sets is not None:
+        data = with_test_sets(data, test_sets)
+        source = f'{path} with the test sets of {test_sets}'
     apply_overrides(data, overrides)
-    opt = validate(data, rules, source=path)
+    if test_sets is not None:
+        scale_problem(data, path, test_sets)
+    opt = validate(data, rules, source=source)
     opt['opt_path'] = path
     derive_paths(opt, source=path)
     return opt
+
+
+def with_test_sets(data: Dict[str, Any], test_sets: str) -> Dict[str, Any]:
+    """The parsed option file `data` with the test sets of the option file `test_sets` in place of its own
+    (`main_test.py --test-sets`: a trained run's options plus a shipped benchmark file, such as
+    options/test/test_sr_benchmarks_x4.json). Only the test sections are taken, and the benchmark file's `scale`
+    (under the key `_test_sets_scale`, for `scale_problem` once the overrides are applied)."""
+    given = parse_json_file(test_sets)
+    sections = given.get('datasets')
+    tests = {k: v for k, v in sections.items() if TEST_SECTION.fullmatch(k)} if isinstance(sections, dict) else {}
+    if not tests:
+        raise _err(f'{test_sets}: datasets.test: no test set in this file (--test-sets takes an option file whose '
+                   f'datasets.test lists the sets)')
+    own = data.get('datasets')
+    kept = {k: v for k, v in own.items() if not TEST_SECTION.fullmatch(k)} if isinstance(own, dict) else {}
+    return {**data, 'datasets': {**kept, **tests}, _SETS_SCALE: given.get('scale')}
+
+
+_SETS_SCALE = '_test_sets_scale'
+
+
+def scale_problem(data: Dict[str, Any], path: str, test_sets: str) -> None:
+    """A benchmark file's low-quality folders are made for its `scale` (when it gives one): the run must restore at
+    it. Removes the note `with_test_sets` left in `data`."""
+    scale, ours = data.pop(_SETS_SCALE, None), data.get('scale', SCHEMA['scale'].default)
+    if scale is not None and scale != ours:
+        raise _err(f'{test_sets}: scale: {_show(scale)}: its test sets are made for scale {_show(scale)}, but '
+                   f'{path} restores at scale {_show(ours)}; use the test sets of scale {_show(ours)}')
 
 
 def redact(value: Any, key: str = '') -> Any:
