@@ -5,7 +5,8 @@ history.jsonl alone, so any run folder can be plotted again without TensorBoard:
 
 During training rank 0 redraws it after every validation in a child process running that same
 command (matplotlib's object API with the Agg canvas; no pyplot, no display), so the training loop
-only pays for starting it (bench/bench_curves.py measures both).
+only pays for starting it (bench/bench_curves.py measures both). `main_test.py --watch` draws its
+test_curves.png (scores of each test set against the checkpoint's iteration) with `watch_curves_figure`.
 """
 import argparse
 import io
