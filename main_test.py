@@ -1,5 +1,7 @@
-"""Evaluate a checkpoint on the `datasets.test` sets: restored images and a PSNR/SSIM (+ `val.metrics`) table per
-set, and results.md, a row per set; or, with --watch, each new checkpoint of a running job.
+"""Evaluate a checkpoint on the `datasets.test` sets, or (--watch) each new checkpoint of a running job.
+
+Per test set its restored images and a PSNR/SSIM (+ `val.metrics`) table, results.csv, and results.md with a row
+per set; --watch writes results_by_iter.csv and test_curves.png.
 
     python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth or x.safetensors]
     python main_test.py --opt <run options> --test-sets options/test/test_sr_benchmarks_x4.json
@@ -72,6 +74,9 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         log.warning(f'options: {note}')
     sets = build_test_sets(opt, state)
     restorer_class = MODELS.get(opt['model'], 'model').restorer_class
+    if AT_ONCE is not None and len(sets) > 1:
+        AT_ONCE.at_once_line = ('stopped: SIGINT (Ctrl-C): testing stopped; results.md not written (each set tested '
+                                'to its end has its results.csv)')
     if models is None:
         weights = args.weights or newest_weights(opt['path']['models'])
         net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])

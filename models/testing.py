@@ -216,8 +216,13 @@ def watch(restorer: ImageRestorer, sets: Sequence[TestSet], build_net: Callable[
     names = (*METRICS, *restorer.metrics)
     set_names = [s.name for s in sets]
     tested = 0
+    tables: List[IterTable] = []
+    error = dist.main_process_outcome(lambda: tables.append(IterTable(os.path.join(root, RESULTS_BY_ITER), names)),
+                                      lambda e: str(e) if isinstance(e, UserError) else None)
+    if error is not None:  # on every rank: none is left waiting for rank 0's first look
+        raise UserError(error)
     if main:
-        table = IterTable(os.path.join(root, RESULTS_BY_ITER), names)
+        table = tables[0]
         done_sets = table.tested()
         follower = Follower(models, [k for k, have in done_sets.items() if set(set_names) <= have])
         total = job_total_iter(run_dir, default_total)

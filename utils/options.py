@@ -973,23 +973,25 @@ def load_options(path: str, rules: Rules, overrides: Sequence[str] = (), test_se
     replace those of `path` (`with_test_sets`)."""
     data = parse_json_file(path)
     source = path
+    sets_scale = None
     if test_sets is not None:
-        data = with_test_sets(data, test_sets)
+        data, sets_scale = with_test_sets(data, test_sets)
         source = f'{path} with the test sets of {test_sets}'
     apply_overrides(data, overrides)
-    if test_sets is not None:
-        scale_problem(data, path, test_sets)
+    ours = data.get('scale', SCHEMA['scale'].default)
+    if sets_scale is not None and sets_scale != ours:  # its low-quality folders are made for its scale
+        raise _err(f'{test_sets}: scale: {_show(sets_scale)}: its test sets are made for scale {_show(sets_scale)}, '
+                   f'but {path} restores at scale {_show(ours)}; use the test sets of scale {_show(ours)}')
     opt = validate(data, rules, source=source)
     opt['opt_path'] = path
     derive_paths(opt, source=path)
     return opt
 
 
-def with_test_sets(data: Dict[str, Any], test_sets: str) -> Dict[str, Any]:
-    """The parsed option file `data` with the test sets of the option file `test_sets` in place of its own
-    (`main_test.py --test-sets`: a trained run's options plus a shipped benchmark file, such as
-    options/test/test_sr_benchmarks_x4.json). Only the test sections are taken, and the benchmark file's `scale`
-    (under the key `_test_sets_scale`, for `scale_problem` once the overrides are applied)."""
+def with_test_sets(data: Dict[str, Any], test_sets: str) -> Tuple[Dict[str, Any], Any]:
+    """(the parsed option file `data` with the test sets of the option file `test_sets` in place of its own, the
+    `scale` that file gives or None): `main_test.py --test-sets`, a trained run's options plus a shipped benchmark
+    file such as options/test/test_sr_benchmarks_x4.json. Only the test sections are taken."""
     given = parse_json_file(test_sets)
     sections = given.get('datasets')
     tests = {k: v for k, v in sections.items() if TEST_SECTION.fullmatch(k)} if isinstance(sections, dict) else {}
@@ -998,19 +1000,7 @@ def with_test_sets(data: Dict[str, Any], test_sets: str) -> Dict[str, Any]:
                    f'datasets.test lists the sets)')
     own = data.get('datasets')
     kept = {k: v for k, v in own.items() if not TEST_SECTION.fullmatch(k)} if isinstance(own, dict) else {}
-    return {**data, 'datasets': {**kept, **tests}, _SETS_SCALE: given.get('scale')}
-
-
-_SETS_SCALE = '_test_sets_scale'
-
-
-def scale_problem(data: Dict[str, Any], path: str, test_sets: str) -> None:
-    """A benchmark file's low-quality folders are made for its `scale` (when it gives one): the run must restore at
-    it. Removes the note `with_test_sets` left in `data`."""
-    scale, ours = data.pop(_SETS_SCALE, None), data.get('scale', SCHEMA['scale'].default)
-    if scale is not None and scale != ours:
-        raise _err(f'{test_sets}: scale: {_show(scale)}: its test sets are made for scale {_show(scale)}, but '
-                   f'{path} restores at scale {_show(ours)}; use the test sets of scale {_show(ours)}')
+    return {**data, 'datasets': {**kept, **tests}}, given.get('scale')
 
 
 def redact(value: Any, key: str = '') -> Any:
