@@ -125,9 +125,9 @@ def size_problem(name: str, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) ->
             (eh, ew), (hh, hw) = e.shape[:2], h.shape[:2]
             ratio = f' ({hh // eh}x the output)' if eh and ew and hh % eh == 0 and hw % ew == 0 and \
                 hh // eh == hw // ew > 1 else ''
-            return (f'{name}: the restored image is {ew}x{eh} but its target is {hw}x{hh}{ratio}; the network\'s output '
-                    f'must be the target\'s size: check that netG restores at the data\'s scale and that dataroot_H '
-                    f'holds the targets of these inputs')
+            return (f'{name}: the restored image is {ew}x{eh} but its target is {hw}x{hh}{ratio}; the network\'s '
+                    f'output must be the target\'s size: check that netG restores at the data\'s scale and that '
+                    f'dataroot_H holds the targets of these inputs')
     return None
 
 

@@ -109,15 +109,7 @@ def evaluate_sets(restorer: ImageRestorer, sets: Sequence[TestSet], *, score_inp
     out = []
     for test_set in sets:
         scored = restorer.for_test_set(test_set.section)
-        write_item = None
-        if folder is not None:
-            where = folder(test_set)
-
-            def write_item(name: str, frames: List[bytes], where: str = where) -> None:
-                for k, data in enumerate(frames):
-                    suffix = f'_{k:03d}' if len(frames) > 1 else ''
-                    atomic_write_bytes(os.path.join(where, f'{name}{suffix}.png'), lambda f, data=data: f.write(data),
-                                       size=len(data))
+        write_item = None if folder is None else image_writer(folder(test_set))
         label = 'testing' if len(sets) == 1 else f'testing {test_set.name}'
         res = evaluate(scored, test_set.loader, test_set.items, score_input=score_input, label=label, lines=lines,
                        write_item=write_item, where=test_set.where)
@@ -126,6 +118,16 @@ def evaluate_sets(restorer: ImageRestorer, sets: Sequence[TestSet], *, score_inp
         if done is not None and dist.is_main_process():
             done(result)
     return out
+
+
+def image_writer(where: str) -> Callable[[str, List[bytes]], None]:
+    """What writes a restored item into `where`: `<name>.png`, or `<name>_000.png`, ... for the frames of a clip."""
+    def write_item(name: str, frames: List[bytes]) -> None:
+        for k, data in enumerate(frames):
+            suffix = f'_{k:03d}' if len(frames) > 1 else ''
+            atomic_write_bytes(os.path.join(where, f'{name}{suffix}.png'), lambda f, data=data: f.write(data),
+                               size=len(data))
+    return write_item
 
 
 def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, weights: str, images: bool) -> None:

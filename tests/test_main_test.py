@@ -29,7 +29,8 @@ def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_p
     assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y', 'mean_abs_error', 'brightness']
     assert rows[-1][0] == 'mean'
     assert len(rows) == 2 + 8 and all(float(r[1]) > 10 for r in rows[1:])
-    assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)] + ['results.csv', 'results.md'])
+    assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)]
+                                                          + ['results.csv', 'results.md'])
     noisy = re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', one.stdout)
     assert len(noisy) == 1 and 19.5 < float(noisy[0]) < 21, one.stdout  # sigma 25: about 20.2 dB
 
@@ -55,7 +56,8 @@ def test_a_target_of_another_size_than_the_output_is_one_line_naming_the_item(tm
     opt['datasets'] = {'test': {'name': 'x2', 'dataset_type': 'sr', 'dataroot_H': os.path.join(demo_images, 'test')}}
     path = write_options(str(tmp_path / 'o.json'), opt)
     out = tmp_path / 'out'
-    res = run_main('main_test', ['--opt', path, '--weights', os.path.join(tiny_run.models, '8_G.pth'), '--out', str(out)])
+    weights = os.path.join(tiny_run.models, '8_G.pth')
+    res = run_main('main_test', ['--opt', path, '--weights', weights, '--out', str(out)])
     assert res.returncode == 2 and res.stderr.count('\n') == 1, res.stderr[-2000:]
     assert re.fullmatch(r"error: datasets\.test: 0000: the restored image is (\d+)x(\d+) but its target is (\d+)x(\d+) "
                         r"\(2x the output\); the network's output must be the target's size: check that netG restores "

@@ -44,7 +44,8 @@ def test_a_list_of_test_sets_and_basicsrs_numbered_sections_validate_to_the_same
 
 
 @pytest.mark.parametrize('datasets, error', [
-    ({'test': [*_sets('A'), {'name': 'B', 'dataset_type': 'dncnn'}]}, r'datasets\.test\[1\]\.dataroot_H: required key is missing'),
+    ({'test': [*_sets('A'), {'name': 'B', 'dataset_type': 'dncnn'}]},
+     r'datasets\.test\[1\]\.dataroot_H: required key is missing'),
     ({'test_1': _sets('A')[0], 'test_2': {**_sets('B')[0], 'dataroot_h': 'x'}},
      r'datasets\.test_2\.dataroot_h: unknown key \(did you mean "dataroot_H"\?\)'),
     ({'test': [*_sets('A'), {**_sets('B')[0], 'sigma_test': -1}]}, r'datasets\.test\[1\]\.sigma_test: -1 '),

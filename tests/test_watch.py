@@ -214,7 +214,8 @@ def test_watch_tests_each_complete_checkpoint_once_and_skips_pruned_vanishing_an
     out = os.path.join(run.folder, 'results')
     rows = _rows(os.path.join(out, 'results_by_iter.csv'))
     assert [(r['iteration'], r['set'], r['weights'], r['items']) for r in rows] == [
-        ('4', 'A', '4_E.pth', '4'), ('4', 'B', '4_E.pth', '4'), ('20', 'A', '20_E.pth', '4'), ('20', 'B', '20_E.pth', '4')]
+        ('4', 'A', '4_E.pth', '4'), ('4', 'B', '4_E.pth', '4'),
+        ('20', 'A', '20_E.pth', '4'), ('20', 'B', '20_E.pth', '4')]
     assert rows[2]['psnr'] != rows[0]['psnr']  # 20 has 8's weights, not 4's
     log = res.stdout
     assert re.search(r'WARNING: --watch: iteration 8: removed by the job before it was tested .*: skipped', log)

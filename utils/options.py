@@ -880,15 +880,15 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
         v.fail('datasets', 'expected an object with phases (train, test)')
     opt['datasets'] = {}
     used_top_level: set = set()
-    for key, where_set, section in v.dataset_sections(datasets):
+    for stored, where_set, section in v.dataset_sections(datasets):
         where = f'{where_set}.'
         if not isinstance(section, dict) or 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
         schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
-        if key != 'train':
-            for train_key, why in rules.train_only_dataset_keys.items():
-                if train_key in section:
-                    v.fail(f'{where}{train_key}', why)
+        if stored != 'train':
+            for key, why in rules.train_only_dataset_keys.items():
+                if key in section:
+                    v.fail(f'{where}{key}', why)
             schema = {k: spec for k, spec in schema.items() if k not in rules.train_only_dataset_keys}
         section = dict(section)
         for inherited in INHERITED:  # KAIR propagates these top-level keys into datasets
@@ -900,16 +900,16 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>') -> D
             v.fail(f'{where}scale', f'{_show(section["scale"])} differs from the top-level "scale": {opt["scale"]}; '
                    f'the network works at scale {opt["scale"]}, so its output would not match these images '
                    f'(leave {where}scale out to inherit it)')
-        for inherited in GIVEN_INHERITED:
-            if inherited in schema and opt[inherited] is not None and section[inherited] != opt[inherited]:
-                v.fail(f'{where}{inherited}', f'{_show(section[inherited])} differs from the top-level "{inherited}": '
-                       f'{_show(opt[inherited])}; give it in one place')
-            if inherited in schema and inherited in section:
-                used_top_level.add(inherited)
+        for key in GIVEN_INHERITED:
+            if key in schema and opt[key] is not None and section[key] != opt[key]:
+                v.fail(f'{where}{key}', f'{_show(section[key])} differs from the top-level "{key}": '
+                       f'{_show(opt[key])}; give it in one place')
+            if key in schema and key in section:
+                used_top_level.add(key)
         checked = v.section(section, schema, where, nested=False)
-        checked['phase'] = 'train' if key == 'train' else 'test'
+        checked['phase'] = 'train' if stored == 'train' else 'test'
         checked['_where'] = where_set
-        opt['datasets'][key] = checked
+        opt['datasets'][stored] = checked
     v.test_set_names(all_test_sets(opt))
     v.names(opt, rules.names)
     unused = [k for k in GIVEN_INHERITED if opt[k] is not None and k not in used_top_level]
@@ -968,7 +968,8 @@ def derive_paths(opt: Dict[str, Any], source: str = '<options>') -> None:
              tb_logger=os.path.join(task_dir, 'tb_logger'))
 
 
-def load_options(path: str, rules: Rules, overrides: Sequence[str] = (), test_sets: Optional[str] = None) -> Dict[str, Any]:
+def load_options(path: str, rules: Rules, overrides: Sequence[str] = (),
+                 test_sets: Optional[str] = None) -> Dict[str, Any]:
     """Parse, override, validate and complete an option file; with `test_sets`, an option file whose test sets
     replace those of `path` (`with_test_sets`)."""
     data = parse_json_file(path)

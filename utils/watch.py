@@ -141,7 +141,8 @@ class IterTable:
             with open(path, newline='') as f:
                 table = list(csv.reader(f))
         except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f'{path}: cannot read it ({getattr(e, "strerror", None) or e}); give another --out') from None
+            why = getattr(e, 'strerror', None) or e
+            raise UserError(f'{path}: cannot read it ({why}); give another --out') from None
         if table and table[0] != self.columns:
             raise UserError(f'{path}: its columns are {", ".join(table[0])} but this run scores '
                             f'{", ".join(self.columns)}; give another --out, or move the file away')
