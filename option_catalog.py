@@ -681,9 +681,13 @@ def json_schema(cat: Optional[Catalog] = None) -> Dict[str, Any]:
             phase_props.update({k: False for k in TRAIN_ONLY_OPTIONS})
         defs[f'datasets.{phase}'] = {'type': 'object', 'required': ['dataset_type'], 'properties': phase_props,
                                      'allOf': branches}
+    # test sets: `test` is one set or a list of them; BasicSR's `test_1`, `test_2`, ... one set each (`val`: another
+    # name)
+    one_or_more = {'anyOf': [{'$ref': '#/$defs/datasets.test'},
+                             {'type': 'array', 'minItems': 1, 'items': {'$ref': '#/$defs/datasets.test'}}]}
     defs['datasets'] = {'type': 'object', 'properties': {'train': {'$ref': '#/$defs/datasets.train'},
-                                                         'test': {'$ref': '#/$defs/datasets.test'},
-                                                         'val': {'$ref': '#/$defs/datasets.test'}},
+                                                         'test': one_or_more, 'val': one_or_more},
+                        'patternProperties': {r'^(test|val)_\w+$': {'$ref': '#/$defs/datasets.test'}},
                         'additionalProperties': False, 'not': {'required': ['test', 'val']}}
 
     return {'$schema': SCHEMA_DRAFT,

@@ -38,8 +38,9 @@ def best_metric_problem(opt: Dict[str, Any]) -> Optional[Tuple[str, str]]:
                                f'use one of {", ".join(scored)} (or add it to val.metrics)')
 
 
-def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
-    """The option file at `path` with `--set` overrides, validated and completed.
+def read_options(path: str, overrides: Sequence[str] = (), test_sets: Optional[str] = None) -> Dict[str, Any]:
+    """The option file at `path` with `--set` overrides, validated and completed; with `test_sets`, the test sets
+    of that option file instead of its own (main_test's `--test-sets`, utils/options.py `with_test_sets`).
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
     (models/networks/auto.py), given to the loader as one more override, and noted for the log.
@@ -48,9 +49,9 @@ def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     apply_overrides(data, overrides)
     resolved = resolve_auto_network(data, path)
     if resolved is None:
-        return load_options(path, option_rules(), overrides)
+        return load_options(path, option_rules(), overrides, test_sets)
     netG, note = resolved
-    opt = load_options(path, option_rules(), overrides, replaced={'netG': netG})
+    opt = load_options(path, option_rules(), overrides, test_sets, replaced={'netG': netG})
     opt['_notes'].append(note)
     return opt
 

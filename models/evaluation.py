@@ -19,6 +19,7 @@ import numpy as np
 
 from models.restorer import ImageRestorer
 from utils import dist
+from utils.errors import UserError
 from utils.image import encode_image, to_uint8
 from utils.logger import get_logger
 from utils.progress import progress
@@ -52,14 +53,16 @@ class Evaluation:
 
 def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_items: int, *,
              score_input: bool = False, num_previews: int = 0, write_item: Optional[WriteItem] = None,
-             label: str = 'validation', lines: bool = False) -> Evaluation:
+             label: str = 'validation', lines: bool = False, where: str = 'datasets.test') -> Evaluation:
     """Restore and score the `num_items` items of `loader` (this rank's shard) on every rank.
 
     A collective: every rank calls it with the same arguments but its own loader. `write_item` (rank
     0 only calls it) receives every item's frames as PNG bytes; its first OSError is kept in
     `write_error` and no further item is written, while the loop (and its collectives) goes on.
     `score_input` also scores the inputs themselves (`restorer.input_items`), the score a restoration must beat.
-    `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs).
+    `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs). A restored
+    item of another size than its target (`where`: the test section, for the message) ends the evaluation on
+    every rank, after the round's gather, with one UserError.
     """
     world, rank = dist.get_world_size(), dist.get_rank()
     rounds = -(-num_items // world)
@@ -71,17 +74,25 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
     for r in progress(range(rounds), rounds, label, enabled=dist.is_main_process(), lines=lines):
         batch = next(local, None)
         mine = []
+        problem = None
         if batch is not None:
             inputs = {name: (restorer.score(I, H), upscale)
                       for name, I, H, upscale in restorer.input_items(batch)} if score_input else {}
             for name, E, H in restorer.restore(batch):
+                problem = size_problem(name, E, H)
+                if problem is not None:
+                    break
                 if len(previews) < num_previews:
                     previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
                 given = inputs.get(name)
                 mine.append((Row(name, len(E), restorer.score(E, H)),
                              None if given is None else [*given[0], float(given[1])],
                              [encode_image(e) for e in E] if encode else None))
-        for k, part in enumerate(dist.gather_objects(mine)):
+        parts = dist.gather_objects((mine, problem))
+        problems = [p for _, p in parts if p is not None]
+        if problems:  # on every rank at once: none is left waiting in the next round's gather
+            raise UserError(f'{where}: {problems[0]}')
+        for k, (part, _) in enumerate(parts):
             for j, (row, input_scores, frames) in enumerate(part):
                 gathered.append(((r, k, j), row, input_scores))  # round, rank, item: dataset order
                 if rank == 0 and frames is not None and write_error is None:
@@ -101,6 +112,23 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
                       input_means(scored_inputs, names) if score_input else None, previews, write_error, names,
                       {**dict.fromkeys(METRICS, True),
                        **{name: bool(m.higher_is_better) for name, m in restorer.metrics.items()}})
+
+
+def size_problem(name: str, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> Optional[str]:
+    """Why restored frames `E` cannot be scored against their targets `H` (another size), or None."""
+    for e, h in zip(E, H):
+        if e.shape[:2] == h.shape[:2] and e.shape != h.shape:
+            channels = lambda a: a.shape[2] if a.ndim == 3 else 1
+            return (f'{name}: the restored image has {channels(e)} channels but its target {channels(h)}; check '
+                    f'netG\'s output channels against the data\'s n_channels')
+        if e.shape[:2] != h.shape[:2]:
+            (eh, ew), (hh, hw) = e.shape[:2], h.shape[:2]
+            ratio = f' ({hh // eh}x the output)' if eh and ew and hh % eh == 0 and hw % ew == 0 and \
+                hh // eh == hw // ew > 1 else ''
+            return (f'{name}: the restored image is {ew}x{eh} but its target is {hw}x{hh}{ratio}; the network\'s '
+                    f'output must be the target\'s size: check that netG restores at the data\'s scale and that '
+                    f'dataroot_H holds the targets of these inputs')
+    return None
 
 
 def means_of_rows(scores: List[List[float]], names: Sequence[str] = METRICS) -> Dict[str, float]:

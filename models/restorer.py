@@ -147,9 +147,22 @@ class ImageRestorer:
         """The restorer the options ask for; scoring follows the test set's `metric_border`, `metric_round_y`."""
         v = opt['val']
         test = opt['datasets']['test'] if 'test' in opt['datasets'] else {'scale': opt['scale']}
-        border, round_y = scoring(test, test['scale'] if 'scale' in test else 1)  # no `scale`: it restores at 1
+        border, round_y = cls.scoring_of(test)
         return cls(net, device, metric_border=border, tile=v['tile'], tile_overlap=v['tile_overlap'],
                    self_ensemble=v['self_ensemble'], round_y=round_y, metrics=build_metrics(v, device))
+
+    @staticmethod
+    def scoring_of(test: Dict[str, Any]) -> Tuple[int, bool]:
+        """(metric_border, round_y) of a test section: its `metric_border`, `metric_round_y`, else KAIR's choice
+        for its scale (a section without `scale` restores at 1)."""
+        return scoring(test, test['scale'] if 'scale' in test else 1)
+
+    def for_test_set(self, test: Dict[str, Any]) -> 'ImageRestorer':
+        """This restorer (the same network and metrics) scoring as the test section `test` asks: several test sets
+        of one run each keep their own border (main_test)."""
+        out = copy.copy(self)
+        out.metric_border, out.round_y = self.scoring_of(test)
+        return out
 
     def score(self, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> List[float]:
         """[psnr, ssim, psnr_y, ssim_y, *`val.metrics`] of one restored item, with this restorer's conventions."""
@@ -269,12 +282,14 @@ class KernelRestorer(ImageRestorer):
             key = 'val.tile' if v['tile'] else 'val.self_ensemble'
             raise UserError(f'{key}: model {opt["model"]} restores whole images (its blur model is circular over '
                             f'the whole image); set it to 0/false')
-        test = opt['datasets']['test'] if 'test' in opt['datasets'] else None
-        metrics = build_metrics(v, device)
-        if test is None or 'sf_validation' not in test:
-            return cls(net, device, metric_border=0, metrics=metrics)
-        border, round_y = scoring(test, test['sf_validation'])
-        return cls(net, device, metric_border=border, round_y=round_y, metrics=metrics)
+        test = opt['datasets']['test'] if 'test' in opt['datasets'] else {}
+        border, round_y = cls.scoring_of(test)
+        return cls(net, device, metric_border=border, round_y=round_y, metrics=build_metrics(v, device))
+
+    @staticmethod
+    def scoring_of(test: Dict[str, Any]) -> Tuple[int, bool]:
+        """Scored at the test set's `sf_validation` (none cropped without one)."""
+        return scoring(test, test['sf_validation']) if 'sf_validation' in test else (0, False)
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[Any, ...]:
@@ -341,6 +356,11 @@ class VideoRestorer(ImageRestorer):
             key = 'val.tile' if v['tile'] else 'val.self_ensemble'
             raise UserError(f'{key}: image testing only; video models test in tiles with val.size_patch_testing '
                             f'and in time with val.flip_seq')
+
+    @staticmethod
+    def scoring_of(test: Dict[str, Any]) -> Tuple[int, bool]:
+        """Whole frames, Y unrounded, on every test set (KAIR's main_train_vrt and VRT's main_test_vrt)."""
+        return 0, False
 
     def _check_val_options(self) -> None:
         v, ws = self.val, self.window_size

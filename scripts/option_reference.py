@@ -187,7 +187,9 @@ def reference(cat: Catalog) -> str:
                       'the architecture and its keys from the checkpoint in `path.pretrained_netG` (only the keys '
                       'below may accompany it).', '', *table(cat.network_common)]
         if kind == 'dataset':
-            L += ['', 'Every `datasets.<phase>` section (phases `train` and `test`; `val` is another name for `test`) '
+            L += ['', 'Every `datasets.<phase>` section (phases `train` and `test`; `val` is another name for `test`; '
+                      '`test` may be a list of test sets, or BasicSR\'s `test_1`, `test_2`, ... sections: '
+                      '[evaluation.md](evaluation.md#several-test-sets-in-one-run)) '
                       'takes these loader keys; test sections refuse '
                   + ', '.join(f'`{k}`' for k in TRAIN_ONLY_OPTIONS) + '.', '', *table(cat.loader)]
         for m in cat.members[kind]:

@@ -1,5 +1,6 @@
 """main_test.py: a checkpoint evaluated on the test set gives restored images and a metrics table."""
 import csv
+import json
 import os
 import re
 import sys
@@ -28,7 +29,8 @@ def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_p
     assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y', 'mean_abs_error', 'brightness']
     assert rows[-1][0] == 'mean'
     assert len(rows) == 2 + 8 and all(float(r[1]) > 10 for r in rows[1:])
-    assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)] + ['results.csv'])
+    assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)]
+                                                          + ['results.csv', 'results.md'])
     noisy = re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', one.stdout)
     assert len(noisy) == 1 and 19.5 < float(noisy[0]) < 21, one.stdout  # sigma 25: about 20.2 dB
 
@@ -43,3 +45,21 @@ def test_main_test_without_a_checkpoint_says_so(tmp_path, demo_images):
     opt = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images))
     res = run_main('main_test', ['--opt', opt])
     assert res.returncode == 2 and 'no checkpoint found' in res.stderr and res.stderr.count('\n') == 1
+
+
+def test_a_target_of_another_size_than_the_output_is_one_line_naming_the_item(tmp_path, tiny_run, demo_images):
+    """A network that restores at scale 1 (DnCNN) tested on x2 super-resolution pairs: the outputs are half their
+    targets' size; one line names the test set, the item and both sizes (every rank stops together), no table."""
+    with open(tiny_run.opt_path) as f:
+        opt = json.load(f)
+    opt['scale'] = 2
+    opt['datasets'] = {'test': {'name': 'x2', 'dataset_type': 'sr', 'dataroot_H': os.path.join(demo_images, 'test')}}
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    out = tmp_path / 'out'
+    weights = os.path.join(tiny_run.models, '8_G.pth')
+    res = run_main('main_test', ['--opt', path, '--weights', weights, '--out', str(out)])
+    assert res.returncode == 2 and res.stderr.count('\n') == 1, res.stderr[-2000:]
+    assert re.fullmatch(r"error: datasets\.test: 0000: the restored image is (\d+)x(\d+) but its target is (\d+)x(\d+) "
+                        r"\(2x the output\); the network's output must be the target's size: check that netG restores "
+                        r"at the data's scale and that dataroot_H holds the targets of these inputs\n", res.stderr)
+    assert not (out / 'results.csv').exists() and not (out / 'results.md').exists()

@@ -288,7 +288,7 @@ def test_main_test_writes_every_frame_of_every_clip_and_the_table_for_edvr(tmp_p
               + [a for s in sets for a in ('--set', s)])
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     files = sorted(os.listdir(tmp_path / 'out'))
-    assert files == sorted([f'{c}_{t:03d}.png' for c in ('000', '011') for t in range(6)] + ['results.csv'])
+    assert files == sorted([f'{c}_{t:03d}.png' for c in ('000', '011') for t in range(6)] + ['results.csv', 'results.md'])
     with open(tmp_path / 'out' / 'results.csv') as f:
         rows = list(csv.reader(f))
     assert rows[0][:5] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y']

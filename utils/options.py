@@ -284,6 +284,22 @@ INHERITED = ('scale', 'n_channels') + GIVEN_INHERITED
 # network takes inherits the top-level `scale`, and a different value is an error.
 NETWORK_SCALE_KEYS = ('upscale', 'upscaling_factor', 'up_scale', 'upscale_factor', 'scale')
 
+# A test set's section name: `test`, or BasicSR's `test_1`, `test_2`, ... (`val`, `val_1`, ...: other names)
+TEST_SECTION = re.compile(r'(test|val)(_\w+)?')
+
+
+def _set_name_problem(name: str) -> Optional[str]:
+    """Why `name` cannot name a folder of its own (None when it can)."""
+    if name in ('.', '..') or any(c in name for c in '/\\\0'):
+        return 'must be one folder name (no / or \\, not "." or "..")'
+    return None
+
+
+def all_test_sets(opt: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The validated test sets of `opt`, in file order: `datasets.test` (the first one) and `test_2`, `test_3`, ..."""
+    return [section for section in opt['datasets'].values() if section['phase'] == 'test']
+
+
 # Sections validated by other rules than SCHEMA: dataset classes' OPTIONS, the network signature.
 DYNAMIC_SECTIONS = ('datasets', 'netG', 'netD')
 # An editor's pointer to the options' JSON Schema (`"$schema": "../schema.json"`, options/schema.json), so that
@@ -508,32 +524,56 @@ def parse_override(text: str) -> Tuple[List[str], Any]:
     return parts, value
 
 
+_INDEXED = re.compile(r'([^\[\]]+)((?:\[\d+\])+)')  # `test[1]`: an item of a list (several test sets)
+
+
+def _steps(part: str) -> List[Any]:
+    """One dotted part of a --set key as steps: `test[1]` -> ['test', 1]; a plain key -> [key]."""
+    m = _INDEXED.fullmatch(part)
+    if m is None:
+        return [part]
+    return [m.group(1), *(int(i) for i in re.findall(r'\d+', m.group(2)))]
+
+
 def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> Dict[str, str]:
-    """Apply `--set KEY.PATH=VALUE` overrides to the parsed file; returns {KEY.PATH: the argument as shown in
-    messages (secrets redacted)}, so that a mistake in an override is reported against the argument, not the
-    file (the last of several overrides of one key wins)."""
+    """Set each `KEY.PATH=VALUE` in `data`: missing sections are created; `[i]` names an item of a list (as the
+    errors name them: `--set datasets.test[1].dataroot_H=...`), which must exist. Returns {KEY.PATH as messages
+    name it: the argument as shown in messages (secrets redacted)}, so that a mistake in an override is reported
+    against the argument, not the file (the last of several overrides of one key wins)."""
     given: Dict[str, str] = {}
     for text in overrides:
         parts, value = parse_override(text)
-        key = '.'.join(parts)
-        given[key] = (f'{key}={REDACTED}' if _SECRET_KEY.search(parts[-1]) else
-                      text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + '...')
-        node = data
-        for depth, p in enumerate(parts[:-1]):
-            nxt = node.get(p)
+        steps = [step for part in parts for step in _steps(part)]
+        node: Any = data
+        path = ''
+        for i, step in enumerate(steps):
+            shown = f'--set {text.split("=", 1)[0]}'
+            if isinstance(step, int):
+                if not isinstance(node, list):
+                    raise _err(f'{shown}: "{path}" is not a list')
+                if step >= len(node):
+                    raise _err(f'{shown}: "{path}" has {len(node)} item{"s" if len(node) != 1 else ""} '
+                               f'(indices 0 to {len(node) - 1})')
+            elif not isinstance(node, dict):
+                hint = f': name an item, e.g. {path}[0].{step}' if isinstance(node, list) else ''
+                raise _err(f'{shown}: "{path}" is {"a list" if isinstance(node, list) else "not a section"}{hint}')
+            path = f'{path}[{step}]' if isinstance(step, int) else f'{path}.{step}' if path else step
+            if i == len(steps) - 1:
+                node[step] = value
+                given[path] = (f'{text.split("=", 1)[0]}={REDACTED}' if _SECRET_KEY.search(parts[-1]) else
+                               text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + '...')
+                break
+            nxt = node[step] if isinstance(step, int) else node.get(step)
             if nxt is None:
-                nxt = node[p] = {}
-            if not isinstance(nxt, dict):
-                raise _err(f'--set {text.split("=", 1)[0]}: "{".".join(parts[:depth + 1])}" is not a section')
+                nxt = node[step] = {}
             node = nxt
-        node[parts[-1]] = value
     return given
 
 
 def source_of(where: str, source: str, overridden: Mapping[str, str]) -> str:
     """What a message about option `where` names: the `--set` argument that gave it (or a section above it),
     else the option file (`source`)."""
-    keys = [k for k in overridden if where == k or where.startswith(k + '.')]
+    keys = [k for k in overridden if where == k or where.startswith((k + '.', k + '['))]
     return f'--set {overridden[max(keys, key=len)]}' if keys else source
 
 
@@ -716,6 +756,65 @@ class _Validator:
         except UserError as e:
             raise _err(f'{source_of(where, self.source, self.overridden)}: {e}') from None
 
+    def dataset_sections(self, datasets: Dict[str, Any]) -> List[Tuple[str, str, Any]]:
+        """(key in the validated `datasets`, where in the file, section) of each dataset section, in file order.
+
+        Test sets come as `test` (one section or a list of them: the preferred form) or as BasicSR's `test_1`,
+        `test_2`, ... sections (`test_<anything>`; `val`, `val_<n>` are other names for them). They are kept as
+        `test`, `test_2`, `test_3`, ... in file order: `datasets.test` is the first set, the one every reader of
+        a single test set (validation during training among them) reads."""
+        out: List[Tuple[str, str, Any]] = []
+        tests: List[Tuple[str, Any]] = []
+        family: Dict[str, str] = {}  # 'test'/'val' -> the first key of that name
+        listed: Optional[str] = None
+        named: Optional[str] = None
+        for phase, section in datasets.items():
+            if phase == 'train':
+                out.append(('train', 'datasets.train', section))
+                continue
+            m = TEST_SECTION.fullmatch(phase)
+            if m is None:
+                self.fail(f'datasets.{phase}', f'unknown phase{did_you_mean(phase, ("train", "test", "test_1"))}; use '
+                          f'"train" and "test" (one test set or a list of them; BasicSR\'s test_1, test_2, ... too)')
+            family.setdefault(m.group(1), phase)
+            if isinstance(section, list):
+                if m.group(2):
+                    self.fail(f'datasets.{phase}', f'expected one test set (an object); a list of test sets goes in '
+                              f'datasets.{m.group(1)}')
+                if not section:
+                    self.fail(f'datasets.{phase}', 'an empty list: give at least one test set, or remove the key')
+                listed = phase
+                tests += [(f'datasets.{phase}[{i}]', s) for i, s in enumerate(section)]
+            else:
+                named = phase if m.group(2) else named
+                tests.append((f'datasets.{phase}', section))
+        if len(family) > 1:
+            self.fail(f'datasets.{family["val"]}', f'"{family["val"]}" is another name for "{family["test"]}": '
+                      f'give only one of them')
+        if listed is not None and named is not None:
+            self.fail(f'datasets.{named}', f'several test sets go either in the list datasets.{listed} or in '
+                      f'test_1, test_2, ... sections, not both')
+        out += [('test' if i == 0 else f'test_{i + 1}', where, section) for i, (where, section) in enumerate(tests)]
+        return out
+
+    def test_set_names(self, sections: List[Dict[str, Any]]) -> None:
+        """With several test sets each `name` names the set's row in results.md and its folder of results:
+        given, one folder name, and not the name of another set."""
+        if len(sections) < 2:
+            return
+        seen: Dict[str, str] = {}
+        for s in sections:
+            where, name = f'{s["_where"]}.name', s['name']
+            if name == '':
+                self.fail(where, 'required when there are several test sets: it names the set\'s row in results.md '
+                                 'and its results folder')
+            problem = _set_name_problem(name)
+            if problem:
+                self.fail(where, f'{_show(name)} {problem}')
+            if name in seen:
+                self.fail(where, f'{_show(name)} is the name of {seen[name]} too; each test set needs its own name')
+            seen[name] = s['_where']
+
     def names(self, opt: Dict[str, Any], names: Mapping[str, Callable[[str, str], Any]]) -> None:
         for path, lookup in names.items():
             *sections, key = path.split('.')
@@ -731,14 +830,21 @@ _DEFAULTS_SHOWN = ('G_lossfn_type', 'G_optimizer_type', 'G_optimizer_lr', 'G_sch
 
 
 def training_notes(opt: Dict[str, Any]) -> List[str]:
-    """Notes only a training run needs (main_test reads the same files without a `train` section): one line
-    when the file has no `train`, since every training key then takes its default (a section misnamed or
-    dropped while editing would otherwise train silently on defaults)."""
+    """Notes only a training run needs (main_test reads the same files without a `train` section): which test set
+    validation uses when there are several, and one line when the file has no `train`, since every training key
+    then takes its default (a section misnamed or dropped while editing would otherwise train silently on
+    defaults)."""
+    notes = []
+    tests = all_test_sets(opt)
+    if len(tests) > 1:  # validation tests one set: it runs in the training time, and best_G.pth follows one score
+        first = tests[0]
+        notes.append(f'datasets: {len(tests)} test sets; validation during training uses the first, {first["_where"]} '
+                     f'({json.dumps(first["name"])}); main_test.py tests them all')
     if 'train' not in opt['_missing']:
-        return []
+        return notes
     train = opt['train']
     shown = ', '.join(f'{k} {json.dumps(train[k])}' for k in _DEFAULTS_SHOWN if k in train)
-    return [f'train: the option file has no train section: every train key takes its default ({shown}, ...)']
+    return notes + [f'train: the option file has no train section: every train key takes its default ({shown}, ...)']
 
 
 def missing_sections(given: Iterable[str]) -> List[str]:
@@ -816,18 +922,14 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>',
         v.not_a_section('datasets', datasets, 'phases: train, test')
     opt['datasets'] = {}
     used_top_level: set = set()
-    for phase, section in datasets.items():
-        where = f'datasets.{phase}.'
-        if phase not in ('train', 'test', 'val'):
-            v.fail(f'datasets.{phase}', f'unknown phase{did_you_mean(phase, ("train", "test"))}; use "train" or "test"')
-        if phase == 'val' and 'test' in datasets:
-            v.fail('datasets.val', '"val" is another name for "test": give only one of them')
+    for stored, where_set, section in v.dataset_sections(datasets):
+        where = f'{where_set}.'
         if not isinstance(section, dict):
-            v.not_a_section(f'datasets.{phase}', section)
+            v.not_a_section(where_set, section)
         if 'dataset_type' not in section:
             v.fail(f'{where}dataset_type', 'required key is missing')
         schema = v.named(f'{where}dataset_type', section['dataset_type'], rules.dataset)
-        if phase != 'train':
+        if stored != 'train':
             for key, why in rules.train_only_dataset_keys.items():
                 if key in section:
                     v.fail(f'{where}{key}', why)
@@ -849,9 +951,10 @@ def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>',
             if key in schema and key in section:
                 used_top_level.add(key)
         checked = v.section(section, schema, where, nested=False)
-        checked['phase'] = 'test' if phase == 'val' else phase
-        checked['_where'] = f'datasets.{phase}'
-        opt['datasets']['test' if phase == 'val' else phase] = checked
+        checked['phase'] = 'train' if stored == 'train' else 'test'
+        checked['_where'] = where_set
+        opt['datasets'][stored] = checked
+    v.test_set_names(all_test_sets(opt))
     v.names(opt, rules.names)
     unused = [k for k in GIVEN_INHERITED if opt[k] is not None and k not in used_top_level]
     if unused:
@@ -910,18 +1013,43 @@ def derive_paths(opt: Dict[str, Any], source: str = '<options>', overridden: Opt
 
 
 def load_options(path: str, rules: Rules, overrides: Sequence[str] = (),
-                 replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """Parse, override, validate and complete an option file. `replaced`: top-level sections put in place of the
-    file's after the overrides (netG "auto" resolved); their mistakes are reported against the file."""
+                 test_sets: Optional[str] = None, replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Parse, override, validate and complete an option file; with `test_sets`, an option file whose test sets
+    replace those of `path` (`with_test_sets`). `replaced`: top-level sections put in place of the file's after
+    the overrides (netG "auto" resolved); their mistakes are reported against the file."""
     data = parse_json_file(path)
     sections = set(data)
+    source = path
+    sets_scale = None
+    if test_sets is not None:
+        data, sets_scale = with_test_sets(data, test_sets)
+        source = f'{path} with the test sets of {test_sets}'
     overridden = apply_overrides(data, overrides)
     data.update(replaced or {})
-    opt = validate(data, rules, source=path, overridden=overridden)
+    ours = data.get('scale', SCHEMA['scale'].default)
+    if sets_scale is not None and sets_scale != ours:  # its low-quality folders are made for its scale
+        raise _err(f'{test_sets}: scale: {_show(sets_scale)}: its test sets are made for scale {_show(sets_scale)}, '
+                   f'but {path} restores at scale {_show(ours)}; use the test sets of scale {_show(ours)}')
+    opt = validate(data, rules, source=source, overridden=overridden)
     opt['_missing'] = missing_sections(sections)  # from the file: a `--set train.x=...` adds no train section
     opt['opt_path'] = path
     derive_paths(opt, source=path, overridden=overridden)
     return opt
+
+
+def with_test_sets(data: Dict[str, Any], test_sets: str) -> Tuple[Dict[str, Any], Any]:
+    """(the parsed option file `data` with the test sets of the option file `test_sets` in place of its own, the
+    `scale` that file gives or None): `main_test.py --test-sets`, a trained run's options plus a shipped benchmark
+    file such as options/test/test_sr_benchmarks_x4.json. Only the test sections are taken."""
+    given = parse_json_file(test_sets)
+    sections = given.get('datasets')
+    tests = {k: v for k, v in sections.items() if TEST_SECTION.fullmatch(k)} if isinstance(sections, dict) else {}
+    if not tests:
+        raise _err(f'{test_sets}: datasets.test: no test set in this file (--test-sets takes an option file whose '
+                   f'datasets.test lists the sets)')
+    own = data.get('datasets')
+    kept = {k: v for k, v in own.items() if not TEST_SECTION.fullmatch(k)} if isinstance(own, dict) else {}
+    return {**data, 'datasets': {**kept, **tests}}, given.get('scale')
 
 
 def redact(value: Any, key: str = '') -> Any:

@@ -5,9 +5,11 @@ history.jsonl alone, so any run folder can be plotted again without TensorBoard:
 
 During training rank 0 redraws it after every validation in a child process running that same
 command (matplotlib's object API with the Agg canvas; no pyplot, no display), so the training loop
-only pays for starting it (bench/bench_curves.py measures both).
+only pays for starting it (bench/bench_curves.py measures both). `main_test.py --watch` draws its
+test_curves.png (scores of each test set against the checkpoint's iteration) with `watch_curves_figure`.
 """
 import argparse
+import io
 import math
 import os
 import subprocess
@@ -23,15 +25,55 @@ _NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples
 
 def plot_rows(rows: Sequence[Dict[str, Any]], out: str, title: str = '') -> None:
     """Draw the curves of `rows` (history rows) to the PNG `out`, written atomically."""
-    fig = curves_figure(rows, title)
+    save_figure(curves_figure(rows, title), out)
+
+
+def save_figure(fig: Any, out: str) -> None:
+    """The figure as the PNG `out`, written atomically: drawn in memory first, so the temporary file beside `out`
+    lives only for the write of its bytes."""
+    data = io.BytesIO()
+    fig.savefig(data, format='png')
     tmp = f'{out}.tmp.png'
     try:
-        fig.savefig(tmp)
+        with open(tmp, 'wb') as f:
+            f.write(data.getvalue())
         os.replace(tmp, out)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def watch_curves_figure(rows: Sequence[Dict[str, Any]], names: Sequence[str], title: str = '') -> Any:
+    """`main_test.py --watch`'s plot: one panel per score of `names` (PSNR, SSIM, on Y, then `val.metrics`) against
+    the checkpoint's iteration, a line per test set. `rows` are results_by_iter.csv's (utils/watch.py), in the order
+    tested: where an iteration was tested twice (a job that resumed from an earlier save), the later row counts."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cols = min(len(names), 4)
+    lines = -(-len(names) // cols)
+    fig = Figure(figsize=(3.4 * cols, 3.0 * lines), dpi=80)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(lines, cols, squeeze=False).ravel()
+    sets = list(dict.fromkeys(r['set'] for r in rows))
+    labels = {'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'psnr_y': 'PSNR on Y (dB)', 'ssim_y': 'SSIM on Y'}
+    for ax, name in zip(axes, names):
+        for i, test_set in enumerate(sets):
+            last = {r['iteration']: r[name] for r in rows if r['set'] == test_set}
+            its = sorted(last)
+            ax.plot(its, [last[k] for k in its], marker='o', markersize=3, color=f'C{i}', label=test_set)
+        ax.set_title(labels.get(name, name), fontsize=9)
+        ax.set_xlabel('iteration', fontsize=8)
+        ax.grid(alpha=0.3)
+    if sets:
+        axes[0].legend(fontsize=7)
+    for ax in axes[len(names):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:

@@ -11,6 +11,8 @@ import errno
 import fcntl
 import os
 import socket
+import struct
+import sys
 from typing import IO, Optional
 
 from utils.diskspace import NoSpaceLeft, no_space
@@ -36,6 +38,31 @@ def holder(path: str) -> str:
     if len(words) != 2:  # the holder locked it a moment ago and has not written its name yet
         return 'another process'
     return f'host {words[0]} pid {words[1]}'
+
+
+def is_held(task_dir: str) -> Optional[bool]:
+    """Whether a job holds the run lock of `task_dir` now, asked without taking it (`F_GETLK`: a test that places
+    no lock, so that a job starting at this moment is never refused): for an outside observer such as
+    `main_test.py --watch`. None when it cannot be told (not Linux, a file system without locks). The lock
+    file is opened read-only and never created. A process never sees its own locks conflict: ask from another."""
+    path = lock_path(task_dir)
+    if not sys.platform.startswith('linux'):
+        return None  # `struct flock`'s layout below is Linux's
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # no job ever ran here
+    except OSError:
+        return None
+    try:
+        # struct flock {short l_type, l_whence; off_t l_start, l_len; pid_t l_pid;}: the whole file, exclusively
+        query = struct.pack('hhqqi4x', fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+        return struct.unpack('hhqqi4x', answer)[0] != fcntl.F_UNLCK
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class RunLock:
