@@ -3,7 +3,9 @@
     python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth or x.safetensors]
 
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
-single process or under any launcher (the items are split across ranks; rank 0 writes).
+single process or under any launcher (the items are split across ranks; rank 0 writes). Beside the restored
+images and results.csv: index.html, a static page comparing each item's input (input/), output and target
+(target/) under a slider (`--no-page`: none of them).
 """
 if __name__ == '__main__':
     # First, before the heavy imports: Ctrl-C ends the evaluation at once with one line and exit 130 (there is
@@ -34,6 +36,7 @@ from models.restorer import build_eval_network
 from option_rules import read_options
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights
+from utils.compare_page import frame_files, write_page
 from utils.diskspace import no_space
 from utils.errors import UserError, say
 from utils.logger import setup_logger
@@ -48,7 +51,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help='a _G.pth/_E.pth or .safetensors file (default: newest of the run)')
     p.add_argument('--out', default=None, help='output folder (default: <root>/<task>/results/<test name>)')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
-    p.add_argument('--no-images', action='store_true', help='write the table only')
+    p.add_argument('--no-images', action='store_true', help='write the table only (no images, no page)')
+    p.add_argument('--no-page', action='store_true',
+                   help='no index.html comparison page, nor its input/ and target/ images (the outputs still)')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -86,13 +91,21 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     out_dir = args.out or os.path.join(opt['path']['task'], 'results', test_opt['name'] or 'test')
     log.info(f'testing {weights} on {len(loader.dataset)} items -> {out_dir}')
 
-    def write_item(name: str, frames: List[bytes]) -> None:
-        for k, data in enumerate(frames):
-            suffix = f'_{k:03d}' if len(frames) > 1 else ''
-            atomic_write_bytes(os.path.join(out_dir, f'{name}{suffix}.png'), lambda f, data=data: f.write(data),
-                               size=len(data))
+    files: Dict[str, Dict[str, List[str]]] = {}  # what the page shows: per item, its written frames of each kind
+
+    def write_item(name: str, frames: List[bytes], kind: str = 'output') -> None:
+        paths = frame_files(name, len(frames), kind)
+        for path, data in zip(paths, frames):
+            atomic_write_bytes(os.path.join(out_dir, path), lambda f, data=data: f.write(data), size=len(data))
+        files.setdefault(name, {})[kind] = paths
+
+    def write_sources(name: str, inputs: Optional[List[bytes]], targets: List[bytes]) -> None:
+        if inputs is not None:
+            write_item(name, inputs, 'input')
+        write_item(name, targets, 'target')
+    page = not args.no_images and not args.no_page
     res = evaluate(restorer, loader, len(loader.dataset), score_input=True, label='testing', lines=True,
-                   write_item=None if args.no_images else write_item)
+                   write_item=None if args.no_images else write_item, write_sources=write_sources if page else None)
     if dist.is_main_process():
         if res.write_error is not None:
             raise res.write_error
@@ -100,6 +113,11 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         write_table(os.path.join(out_dir, 'results.csv'), res.names, [[row.name, *row.scores] for row in res.rows], m)
         log.info(f'{m["count"]} items: {describe_scores(m, res.names)}; table: {os.path.join(out_dir, "results.csv")}')
         log.info(f'input: {describe_input(res.input, res.names)}')
+        if page:
+            path = write_page(out_dir, res.names, res.higher_is_better, [(row.name, row.scores) for row in res.rows],
+                              m, files, notes=[f'{weights} on {test_opt["name"] or "test"}',
+                                               f'input: {describe_input(res.input, res.names)}'])
+            log.info(f'comparison page: {path} (open it in a browser)')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
