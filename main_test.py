@@ -8,7 +8,9 @@ per set; --watch writes results_by_iter.csv and test_curves.png.
     python main_test.py --opt <run options> --watch [FOLDER] [--follow]
 
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
-single process or under any launcher (the items are split across ranks; rank 0 writes).
+single process or under any launcher (the items are split across ranks; rank 0 writes). Beside the restored
+images and results.csv: index.html, a static page comparing each item's input (input/), output and target
+(target/) under a slider (`--no-page`: none of them).
 """
 AT_ONCE = None  # the Ctrl-C handler, when run as a script
 if __name__ == '__main__':
@@ -60,7 +62,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--follow', action='store_true', help='with --watch: never end (default: end after the job\'s '
                                                          'checkpoint at its train.total_iter)')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
-    p.add_argument('--no-images', action='store_true', help='write the tables only')
+    p.add_argument('--no-images', action='store_true', help='write the tables only (no images, no page)')
+    p.add_argument('--no-page', action='store_true',
+                   help='no index.html comparison page, nor its input/ and target/ images (the outputs still)')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -81,7 +85,7 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         weights = args.weights or newest_weights(opt['path']['models'])
         net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
         evaluate_once(restorer_class.from_options(net, opt, device), sets, output_root(opt, sets, args.out), weights,
-                  images=not args.no_images)
+                      images=not args.no_images, page=not args.no_page)
         return
     root = args.out or os.path.join(os.path.dirname(os.path.abspath(models)), 'results')
     if AT_ONCE is not None:

@@ -29,6 +29,9 @@ METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')  # always scored, first, all high
 # rank 0 writes one restored item: (name, PNG bytes of each frame: 16-bit PNGs for 16-bit data); an OSError
 # stops further writes
 WriteItem = Callable[[str, List[bytes]], None]
+# rank 0 writes what one item was restored from and compared with: (name, PNG bytes of the input frames scaled to
+# the target's size as the input's scores take them, None where the input is not comparable; of the target frames)
+WriteSources = Callable[[str, Optional[List[bytes]], List[bytes]], None]
 
 
 @dataclass
@@ -53,20 +56,23 @@ class Evaluation:
 
 def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_items: int, *,
              score_input: bool = False, num_previews: int = 0, write_item: Optional[WriteItem] = None,
-             label: str = 'validation', lines: bool = False, where: str = 'datasets.test') -> Evaluation:
+             write_sources: Optional[WriteSources] = None, label: str = 'validation', lines: bool = False,
+             where: str = 'datasets.test') -> Evaluation:
     """Restore and score the `num_items` items of `loader` (this rank's shard) on every rank.
 
     A collective: every rank calls it with the same arguments but its own loader. `write_item` (rank
     0 only calls it) receives every item's frames as PNG bytes; its first OSError is kept in
     `write_error` and no further item is written, while the loop (and its collectives) goes on.
     `score_input` also scores the inputs themselves (`restorer.input_items`), the score a restoration must beat.
+    `write_sources` (rank 0, as `write_item`, errors alike) receives every item's input, as those scores see it
+    (upscaled by bicubic for super-resolution), and its target (main_test's comparison page shows them).
     `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs). A restored
     item of another size than its target (`where`: the test section, for the message) ends the evaluation on
     every rank, after the round's gather, with one UserError.
     """
     world, rank = dist.get_world_size(), dist.get_rank()
     rounds = -(-num_items // world)
-    encode = write_item is not None
+    encode, sources = write_item is not None, write_sources is not None
     local = iter(loader)
     gathered: List[Tuple[Tuple[int, int, int], Row, Optional[List[float]]]] = []
     previews: Dict[str, np.ndarray] = {}
@@ -76,8 +82,8 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
         mine = []
         problem = None
         if batch is not None:
-            inputs = {name: (restorer.score(I, H), upscale)
-                      for name, I, H, upscale in restorer.input_items(batch)} if score_input else {}
+            inputs = {name: (restorer.score(I, H) if score_input else None, upscale, I)
+                      for name, I, H, upscale in restorer.input_items(batch)} if score_input or sources else {}
             for name, E, H in restorer.restore(batch):
                 problem = size_problem(name, E, H)
                 if problem is not None:
@@ -86,18 +92,23 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
                     previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
                 given = inputs.get(name)
                 mine.append((Row(name, len(E), restorer.score(E, H)),
-                             None if given is None else [*given[0], float(given[1])],
-                             [encode_image(e) for e in E] if encode else None))
+                             None if given is None or not score_input else [*given[0], float(given[1])],
+                             [encode_image(e) for e in E] if encode else None,
+                             (None if given is None else [encode_image(i) for i in given[2]],
+                              [encode_image(h) for h in H]) if sources else None))
         parts = dist.gather_objects((mine, problem))
         problems = [p for _, p in parts if p is not None]
         if problems:  # on every rank at once: none is left waiting in the next round's gather
             raise UserError(f'{where}: {problems[0]}')
         for k, (part, _) in enumerate(parts):
-            for j, (row, input_scores, frames) in enumerate(part):
+            for j, (row, input_scores, frames, source_frames) in enumerate(part):
                 gathered.append(((r, k, j), row, input_scores))  # round, rank, item: dataset order
-                if rank == 0 and frames is not None and write_error is None:
+                if rank == 0 and write_error is None:
                     try:
-                        write_item(row.name, frames)
+                        if frames is not None:
+                            write_item(row.name, frames)
+                        if source_frames is not None:
+                            write_sources(row.name, *source_frames)
                     except OSError as e:
                         write_error = e
     gathered.sort(key=lambda g: g[0])

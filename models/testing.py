@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torch import nn
@@ -31,6 +31,7 @@ from models.evaluation import METRICS, Evaluation, describe_input, describe_scor
 from models.restorer import ImageRestorer
 from utils import dist
 from utils.checkpoint import atomic_write_bytes, atomic_write_text, load as load_checkpoint
+from utils.compare_page import frame_files, write_page
 from utils.errors import UserError, first_line
 from utils.logger import get_logger
 from utils.options import all_test_sets
@@ -62,11 +63,12 @@ class TestSet:
 
 @dataclass
 class SetResult:
-    """A test set's evaluation and how it was scored."""
+    """A test set's evaluation and how it was scored (`files`: what rank 0 wrote of each item, for its page)."""
     test_set: TestSet
     evaluation: Evaluation
     border: int
     round_y: bool
+    files: Dict[str, Dict[str, List[str]]] = field(default_factory=dict)
 
 
 def build_test_sets(opt: Dict[str, Any], state: dist.DistState) -> List[TestSet]:
@@ -101,38 +103,55 @@ def set_folder(root: str, sets: Sequence[TestSet], test_set: TestSet) -> str:
 
 
 def evaluate_sets(restorer: ImageRestorer, sets: Sequence[TestSet], *, score_input: bool,
-                  folder: Optional[Callable[[TestSet], str]] = None,
+                  folder: Optional[Callable[[TestSet], str]] = None, sources: bool = False,
                   done: Optional[Callable[[SetResult], None]] = None, lines: bool = True) -> List[SetResult]:
     """Every set through the one evaluation loop with this restorer's network, each scored as its section asks. A
-    collective. `folder(set)`: where its restored images go (None: none written); `done(result)` runs on rank 0
-    after each set (its table written before the next set starts); `lines`: progress lines off a terminal."""
+    collective. `folder(set)`: where its restored images go (None: none written); `sources`: its inputs and
+    targets too (`input/`, `target/`: what the comparison page shows beside the outputs); `done(result)` runs on
+    rank 0 after each set (its table written before the next set starts); `lines`: progress lines off a
+    terminal."""
     out = []
     for test_set in sets:
         scored = restorer.for_test_set(test_set.section)
-        write_item = None if folder is None else image_writer(folder(test_set))
+        writer = None if folder is None else ItemWriter(folder(test_set))
         label = 'testing' if len(sets) == 1 else f'testing {test_set.name}'
         res = evaluate(scored, test_set.loader, test_set.items, score_input=score_input, label=label, lines=lines,
-                       write_item=write_item, where=test_set.where)
-        result = SetResult(test_set, res, scored.metric_border, scored.round_y)
+                       write_item=None if writer is None else writer.write_item,
+                       write_sources=writer.write_sources if writer is not None and sources else None,
+                       where=test_set.where)
+        result = SetResult(test_set, res, scored.metric_border, scored.round_y,
+                           writer.files if writer is not None else {})
         out.append(result)
         if done is not None and dist.is_main_process():
             done(result)
     return out
 
 
-def image_writer(where: str) -> Callable[[str, List[bytes]], None]:
-    """What writes a restored item into `where`: `<name>.png`, or `<name>_000.png`, ... for the frames of a clip."""
-    def write_item(name: str, frames: List[bytes]) -> None:
-        for k, data in enumerate(frames):
-            suffix = f'_{k:03d}' if len(frames) > 1 else ''
-            atomic_write_bytes(os.path.join(where, f'{name}{suffix}.png'), lambda f, data=data: f.write(data),
-                               size=len(data))
-    return write_item
+class ItemWriter:
+    """Writes a set's restored items into `where` (`<name>.png`, or `<name>_000.png`, ... for the frames of a clip)
+    and, asked, each item's input and target under `input/` and `target/`; `files` keeps what it wrote, by item
+    and kind, for the comparison page."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.files: Dict[str, Dict[str, List[str]]] = {}
+
+    def write_item(self, name: str, frames: List[bytes], kind: str = 'output') -> None:
+        paths = frame_files(name, len(frames), kind)
+        for path, data in zip(paths, frames):
+            atomic_write_bytes(os.path.join(self.where, path), lambda f, data=data: f.write(data), size=len(data))
+        self.files.setdefault(name, {})[kind] = paths
+
+    def write_sources(self, name: str, inputs: Optional[List[bytes]], targets: List[bytes]) -> None:
+        if inputs is not None:
+            self.write_item(name, inputs, 'input')
+        self.write_item(name, targets, 'target')
 
 
-def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, weights: str, images: bool) -> None:
-    """main_test without --watch: every set once, rank 0 writing each set's images and results.csv as it ends, then
-    results.md with a row per set."""
+def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, weights: str, images: bool,
+                  page: bool = True) -> None:
+    """main_test without --watch: every set once, rank 0 writing each set's images, results.csv and (`page`, with
+    `images`) its index.html comparison page as it ends, then results.md with a row per set."""
     log = get_logger()
     what = f'{sets[0].items} items' if len(sets) == 1 else \
         f'{len(sets)} test sets: {", ".join(f"{s.name} ({s.items} items)" for s in sets)}'
@@ -147,7 +166,12 @@ def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, w
         label = '' if len(sets) == 1 else f'{test_set.name}: '
         log.info(f'{label}{res.means["count"]} items: {describe_scores(res.means, res.names)}; table: {table}')
         log.info(f'{label}input: {describe_input(res.input, res.names)}')
-    results = evaluate_sets(restorer, sets, score_input=True,
+        if images and page:
+            path = write_page(set_folder(root, sets, test_set), res.names, res.higher_is_better,
+                              [(row.name, row.scores) for row in res.rows], res.means, result.files,
+                              notes=[f'{weights} on {test_set.name}', f'input: {describe_input(res.input, res.names)}'])
+            log.info(f'{label}comparison page: {path} (open it in a browser)')
+    results = evaluate_sets(restorer, sets, score_input=True, sources=images and page,
                             folder=(lambda s: set_folder(root, sets, s)) if images else None, done=done)
     if dist.is_main_process():
         path = os.path.join(root, 'results.md')

@@ -20,6 +20,11 @@ def _table(path):
         return list(csv.reader(f))
 
 
+def _bytes(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
 def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_path, tiny_run):
     opt = tiny_run.opt_path
     one = run_main('main_test', ['--opt', opt, '--out', str(tmp_path / 'one'), *METRICS])
@@ -29,8 +34,9 @@ def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_p
     assert rows[0] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y', 'mean_abs_error', 'brightness']
     assert rows[-1][0] == 'mean'
     assert len(rows) == 2 + 8 and all(float(r[1]) > 10 for r in rows[1:])
-    assert sorted(os.listdir(tmp_path / 'one')) == sorted([f'{i:04d}.png' for i in range(8)]
-                                                          + ['results.csv', 'results.md'])
+    images = [f'{i:04d}.png' for i in range(8)]
+    assert sorted(os.listdir(tmp_path / 'one')) == sorted(images + ['results.csv', 'results.md', 'index.html', 'input',
+                                                                    'target'])
     noisy = re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', one.stdout)
     assert len(noisy) == 1 and 19.5 < float(noisy[0]) < 21, one.stdout  # sigma 25: about 20.2 dB
 
@@ -38,6 +44,8 @@ def test_main_test_writes_images_and_a_table_identical_under_two_processes(tmp_p
                'main_test', '--opt', opt, '--out', str(tmp_path / 'two'), *METRICS])
     assert two.returncode == 0, two.stderr[-2000:]
     assert _table(tmp_path / 'two' / 'results.csv') == rows  # dataset order, the same sums: the same means
+    for path in [*images, *(f'{kind}/{name}' for kind in ('input', 'target') for name in images)]:
+        assert _bytes(tmp_path / 'two' / path) == _bytes(tmp_path / 'one' / path), path  # rank 0 writes them all
     assert re.findall(r'input: the input itself \(L against H\) on 8 items: PSNR ([\d.]+) dB', two.stdout) == noisy
 
 

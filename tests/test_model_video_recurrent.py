@@ -287,8 +287,10 @@ def test_main_test_writes_every_frame_of_every_clip_and_the_table_for_edvr(tmp_p
     res = run_main('main_test', ['--opt', tiny, '--weights', str(weights), '--out', str(tmp_path / 'out')]
               + [a for s in sets for a in ('--set', s)])
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    files = sorted(os.listdir(tmp_path / 'out'))
-    assert files == sorted([f'{c}_{t:03d}.png' for c in ('000', '011') for t in range(6)] + ['results.csv', 'results.md'])
+    frames = [f'{c}_{t:03d}.png' for c in ('000', '011') for t in range(6)]
+    assert sorted(os.listdir(tmp_path / 'out')) == sorted(frames + ['results.csv', 'results.md', 'index.html', 'input',
+                                                                    'target'])
+    assert sorted(os.listdir(tmp_path / 'out' / 'input')) == sorted(os.listdir(tmp_path / 'out' / 'target')) == frames
     with open(tmp_path / 'out' / 'results.csv') as f:
         rows = list(csv.reader(f))
     assert rows[0][:5] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y']

@@ -130,7 +130,8 @@ def test_three_test_sets_run_with_one_network_load_into_their_own_tables_and_one
     assert '8_E.pth on 3 test sets: A (2 items), B (3 items), C (3 items)' in res.stdout
     out = tmp_path / 'out'
     assert sorted(os.listdir(out)) == ['A', 'B', 'C', 'results.md']
-    assert sorted(os.listdir(out / 'B')) == sorted(images[2:5] + ['results.csv'])
+    assert sorted(os.listdir(out / 'B')) == sorted(images[2:5] + ['results.csv', 'index.html', 'input', 'target'])
+    assert (out / 'B' / 'index.html').read_text().count('<tr') == 3 + 2  # its page: header, 3 items, the mean
     head, rows = _markdown_rows(out / 'results.md')
     assert head == ['set', 'items', 'PSNR (dB)', 'SSIM', 'PSNR Y (dB)', 'SSIM Y', 'scored']
     assert list(rows) == ['A', 'B', 'C']
