@@ -5,16 +5,18 @@ connects the two (networks, models, datasets, discriminators, losses, optimizers
 initialisers), so that main_train.py, main_test.py, the benches and the tests read options the same
 way without importing one another.
 """
+import copy
 import json
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
 from metrics.registry import METRICS as METRIC_REGISTRY
 from models.evaluation import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
+from models.discovery import Discovered, discover
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
-from utils.options import Choice, Rules, apply_overrides, load_options, parse_json_file
+from utils.options import Choice, Rules, apply_overrides, options_from_data, parse_json_file
 from utils.suggest import did_you_mean
 
 
@@ -38,21 +40,42 @@ def best_metric_problem(opt: Dict[str, Any]) -> Optional[Tuple[str, str]]:
                                f'use one of {", ".join(scored)} (or add it to val.metrics)')
 
 
-def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
+# more overrides made from an option file's data once the user's are applied (main_test's --tile, --x8, ...,
+# whose keys depend on the model)
+MoreOverrides = Callable[[Dict[str, Any]], List[str]]
+
+
+def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOverrides] = None) -> Dict[str, Any]:
     """The option file at `path` with `--set` overrides, validated and completed.
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
     (models/networks/auto.py), given to the loader as one more override, and noted for the log.
     """
-    data = parse_json_file(path)
+    return read_options_data(parse_json_file(path), path, overrides, more)
+
+
+def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str] = (),
+                      more: Optional[MoreOverrides] = None) -> Dict[str, Any]:
+    """As `read_options`, for an option file's data (`source`: what errors name)."""
+    data = copy.deepcopy(data)
     apply_overrides(data, overrides)
-    resolved = resolve_auto_network(data, path)
+    if more is not None:
+        apply_overrides(data, more(data))
+    resolved = resolve_auto_network(data, source)
     if resolved is None:
-        return load_options(path, option_rules(), overrides)
+        return options_from_data(data, option_rules(), source)
     netG, note = resolved
-    opt = load_options(path, option_rules(), [*overrides, f'netG={json.dumps(netG)}'])
+    opt = options_from_data(data, option_rules(), source, [f'netG={json.dumps(netG)}'])
     opt['_notes'].append(note)
     return opt
+
+
+def read_weights_options(weights: str, overrides: Sequence[str] = (),
+                         more: Optional[MoreOverrides] = None) -> Tuple[Dict[str, Any], Discovered]:
+    """The options of the network in `weights` alone (models/discovery.py: its run's saved options, the metadata
+    scripts/export.py wrote, or net_type "auto"), with `--set` overrides, validated; and what was found."""
+    found = discover(weights)
+    return read_options_data(found.data, found.source, overrides, more), found
 
 
 def resolve_auto_network(data: Dict[str, Any], source: str) -> Any:
