@@ -1,4 +1,5 @@
-"""Evaluate a checkpoint on the `datasets.test` sets, or (--watch) each new checkpoint of a running job.
+"""Evaluate a checkpoint on the `datasets.test` sets, or (--watch) each new checkpoint of a running job; or apply
+it to images, frames and videos of one's own (`--input`, no targets).
 
 Per test set its restored images and a PSNR/SSIM (+ `val.metrics`) table, results.csv, and results.md with a row
 per set; --watch writes results_by_iter.csv and test_curves.png.
@@ -6,11 +7,13 @@ per set; --watch writes results_by_iter.csv and test_curves.png.
     python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth or x.safetensors]
     python main_test.py --opt <run options> --test-sets options/test/test_sr_benchmarks_x4.json
     python main_test.py --opt <run options> --watch [FOLDER] [--follow]
+    python main_test.py --weights W --input PATH [--out DIR] [--frames] [--tile N] [--x8] [--amp bf16]
 
-Without `--weights` the newest checkpoint of the run is used (EMA weights when present). Runs in a
-single process or under any launcher (the items are split across ranks; rank 0 writes). Beside the restored
-images and results.csv: index.html, a static page comparing each item's input (input/), output and target
-(target/) under a slider (`--no-page`: none of them).
+Without `--weights` the newest checkpoint of the run is used (EMA weights when present); without `--opt`
+the network is found from the weights (models/discovery.py: the run's saved options, export's metadata,
+net_type "auto"). Runs in a single process or under any launcher (the items are split across ranks; rank 0
+writes). Beside the restored images and results.csv: index.html, a static page comparing each item's input
+(input/), output and target (target/) under a slider (`--no-page`: none of them).
 """
 AT_ONCE = None  # the Ctrl-C handler, when run as a script
 if __name__ == '__main__':
@@ -25,22 +28,24 @@ if __name__ == '__main__':
 
 import argparse  # noqa: E402
 import os
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # OpenMP's idle threads sleep instead of spinning (see main_train.py and utils/dist/group.py set_cpu_threads)
 os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
 
 import torch  # noqa: E402
 
+from data.inputs import find_inputs
+from models.inference import check_output_folder, needing_targets, restore_inputs
 from models.registry import MODELS
-from models.restorer import build_checked_network, build_eval_network
-from models.testing import build_test_sets, output_root, evaluate_once, watch
-from option_rules import read_options
+from models.restorer import VideoRestorer, build_checked_network, build_eval_network
+from models.testing import build_test_sets, evaluate_once, output_root, watch, write_table
+from option_rules import read_options, read_weights_options
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, newest_weights
 from utils.diskspace import no_space
 from utils.errors import UserError, say
-from utils.logger import setup_logger
+from utils.logger import get_logger, setup_logger
 from utils.watch import RESULTS_BY_ITER, models_folder
 
 EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
@@ -48,41 +53,93 @@ EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--opt', required=True, help='the option file the model was trained with')
+    p.add_argument('--opt', default=None, help='the option file the model was trained with (default: found from '
+                                               '--weights)')
     p.add_argument('--weights', default=None,
-                   help='a _G.pth/_E.pth or .safetensors file (default: newest of the run)')
+                   help='a _G.pth/_E.pth or .safetensors file, or a run folder (default: newest of the run)')
     p.add_argument('--test-sets', default=None, metavar='FILE',
                    help='an option file whose test sets replace those of --opt (e.g. '
                         'options/test/test_sr_benchmarks_x4.json)')
-    p.add_argument('--out', default=None, help='output folder (default: <root>/<task>/results/<test name>, or '
-                                               '<root>/<task>/results with several test sets or --watch)')
+    p.add_argument('--input', default=None, metavar='PATH',
+                   help='restore an image, a folder of images, of frames (video models) or of videos, or a video '
+                        'file (.mp4 .mkv .avi .mov), without targets, instead of datasets.test')
+    p.add_argument('--out', default=None, help='output folder (default: <root>/<task>/results/<test name or '
+                                               'input name>, or <root>/<task>/results with several test sets or '
+                                               '--watch)')
     p.add_argument('--watch', nargs='?', const='', default=None, metavar='FOLDER',
                    help='follow a running job: test each new complete checkpoint of its models folder (FOLDER: its '
                         f'run or models folder; default: the run of --opt) once, rows in {RESULTS_BY_ITER}')
     p.add_argument('--follow', action='store_true', help='with --watch: never end (default: end after the job\'s '
                                                          'checkpoint at its train.total_iter)')
+    p.add_argument('--frames', action='store_true', help='--input: also write each restored video frame as a PNG')
+    p.add_argument('--tile', type=int, default=None, metavar='N',
+                   help='restore in tiles of N pixels (val.tile; video models: val.size_patch_testing)')
+    p.add_argument('--tile-overlap', type=int, default=None, metavar='N', help='pixels tiles overlap by '
+                                                                               '(val.tile_overlap)')
+    p.add_argument('--x8', action='store_true', help='average the 8 flips and rotations (val.self_ensemble)')
+    p.add_argument('--amp', default=None, choices=('none', 'bf16', 'fp16'),
+                   help='mixed precision of the network (val.amp; fp16: CUDA only)')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
     p.add_argument('--no-images', action='store_true', help='write the tables only (no images, no page)')
     p.add_argument('--no-page', action='store_true',
                    help='no index.html comparison page, nor its input/ and target/ images (the outputs still)')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.opt is None and args.weights is None:
+        p.error('give --weights (the network is found from it) or --opt (the option file it was trained with)')
+    return args
 
 
-def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device) -> None:
+def flag_overrides(args: argparse.Namespace) -> Any:
+    """The evaluation flags as `val` overrides of the model the options name (video models tile with
+    val.size_patch_testing, at a fixed overlap): a function of the option data, for read_options."""
+    def more(data: Dict[str, Any]) -> List[str]:
+        model = data.get('model', 'plain')
+        video = isinstance(model, str) and issubclass(MODELS.get(model, 'model').restorer_class, VideoRestorer)
+        out = []
+        if args.tile is not None:
+            out.append(f'val.{"size_patch_testing" if video else "tile"}={args.tile}')
+        if args.tile_overlap is not None:
+            if video:
+                raise UserError(f'--tile-overlap: video models (model {model}) tile with a fixed overlap of '
+                                f'{VideoRestorer.TILE_OVERLAP} pixels; give --tile alone')
+            out.append(f'val.tile_overlap={args.tile_overlap}')
+        if args.x8:
+            out.append('val.self_ensemble=true')
+        if args.amp is not None:
+            out.append(f'val.amp="{args.amp}"')
+        return out
+    return more
+
+
+def read_test_options(args: argparse.Namespace) -> Tuple[Dict[str, Any], str, Optional[str]]:
+    """(options, where the network came from, the weights or None for the run's newest): `--opt` wins, else the
+    weights' own (models/discovery.py); `--set` and the flags apply either way."""
+    if args.opt is not None:
+        return (read_options(args.opt, args.set, flag_overrides(args), args.test_sets), f'--opt {args.opt}',
+                args.weights)
+    opt, found = read_weights_options(args.weights, args.set, flag_overrides(args), args.test_sets)
+    return opt, found.note, found.weights
+
+
+def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device,
+             source: str = '', weights: Optional[str] = None) -> None:
     models = None if args.watch is None else models_folder(args.watch, opt['path']['models'])
     log = setup_logger(state.rank, buffered=False)
     log.info(dist.banner(state, device))
     for note in opt['_notes']:
         log.warning(f'options: {note}')
+    log.info(f'network: {opt["netG"]["net_type"]}, from {source}')
+    if args.input is not None:
+        return run_inputs(opt, args, device, weights or newest_weights(opt['path']['models']))
     sets = build_test_sets(opt, state)
     restorer_class = MODELS.get(opt['model'], 'model').restorer_class
     if AT_ONCE is not None and len(sets) > 1:
         AT_ONCE.at_once_line = ('stopped: SIGINT (Ctrl-C): testing stopped; results.md not written (each set tested '
                                 'to its end has its results.csv)')
     if models is None:
-        weights = args.weights or newest_weights(opt['path']['models'])
+        weights = weights or newest_weights(opt['path']['models'])
         net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
         evaluate_once(restorer_class.from_options(net, opt, device), sets, output_root(opt, sets, args.out), weights,
                       images=not args.no_images, page=not args.no_page)
@@ -98,6 +155,41 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
           models, root, opt['train']['total_iter'], args.follow, args.allow_unsafe_load)
 
 
+def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.device, weights: str) -> None:
+    """`--input`: the images, frames or videos under args.input restored (models/inference.py), no targets."""
+    log = get_logger()
+    restorer_class = MODELS.get(opt['model'], 'model').restorer_class
+    found = find_inputs(args.input, clips=issubclass(restorer_class, VideoRestorer))
+    name = os.path.splitext(os.path.basename(os.path.normpath(args.input)))[0]
+    out_dir = args.out or os.path.join(opt['path']['task'], 'results', name)
+    check_output_folder(out_dir, args.input)
+    for path, problem in found.bad:
+        log.warning(f'skipped {path}: {problem}')
+    net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
+    dropped = needing_targets(opt['val'])
+    if dropped:
+        log.info(f'val.metrics: {", ".join(dropped)} need targets: not scored (inputs without targets)')
+        opt = {**opt, 'val': {**opt['val'], 'metrics': [m for m in opt['val']['metrics'] if m not in dropped]}}
+    restorer = restorer_class.from_options(net, opt, device)
+    log.info(f'restoring {weights} on {args.input}: {found.describe()} -> {out_dir}')
+    res, missed = restore_inputs(restorer, found, None if args.no_images else out_dir, opt['n_channels'],
+                                 opt['netG']['net_type'], args.frames)
+    if res.write_error is not None:
+        raise res.write_error
+    if dist.is_main_process() and res.names:
+        table = os.path.join(out_dir, 'results.csv')
+        write_table(table, res.names, [[row.name, *row.scores] for row in res.rows], res.means)
+        log.info(f'{res.means["count"]} items: ' + ', '.join(f'{n} {res.means[n]:.4f}' for n in res.names)
+                 + f'; table: {table}')
+    bad = [path for path, _ in found.bad] + missed
+    log.info(f'restored {len(found.sources) - len(missed)} of {len(found.sources) + len(found.bad)} inputs '
+             f'-> {out_dir}')
+    if bad:
+        raise UserError(f'{len(bad)} input{"s" if len(bad) > 1 else ""} could not be read and '
+                        f'{"were" if len(bad) > 1 else "was"} skipped (see the warnings): {", ".join(bad[:5])}'
+                        f'{", ..." if len(bad) > 5 else ""}; the others are in {out_dir}')
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
@@ -105,7 +197,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UserError('--follow: only with --watch')
         if args.weights is not None and args.watch is not None:
             raise UserError('--weights and --watch: give one (--watch tests the checkpoints of a job as they come)')
-        opt = read_options(args.opt, args.set, args.test_sets)
+        if args.input is not None and (args.watch is not None or args.test_sets is not None):
+            raise UserError(f'--input and {"--watch" if args.watch is not None else "--test-sets"}: give one '
+                            f'(--input restores files of your own, without targets)')
+        opt, source, weights = read_test_options(args)
         state = dist.detect()
         dist.select_gpus(opt['gpu_ids'], state)
         device = dist.init(state, opt['dist_timeout'])
@@ -113,7 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             dist.set_cpu_threads(state, opt['datasets']['test']['dataloader_num_workers'])
         ok = False
         try:
-            run_test(opt, args, state, device)
+            run_test(opt, args, state, device, source, weights)
             ok = True
         finally:
             dist.cleanup(together=ok)  # after an error on one rank the others may never arrive

@@ -5,16 +5,18 @@ connects the two (networks, models, datasets, discriminators, losses, optimizers
 initialisers), so that main_train.py, main_test.py, the benches and the tests read options the same
 way without importing one another.
 """
+import copy
 import json
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
 from metrics.registry import METRICS as METRIC_REGISTRY
 from models.evaluation import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
+from models.discovery import Discovered, discover
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
-from utils.options import Choice, Rules, apply_overrides, load_options, parse_json_file
+from utils.options import Choice, Rules, apply_overrides, options_from_data, parse_json_file
 from utils.suggest import did_you_mean
 
 
@@ -38,22 +40,45 @@ def best_metric_problem(opt: Dict[str, Any]) -> Optional[Tuple[str, str]]:
                                f'use one of {", ".join(scored)} (or add it to val.metrics)')
 
 
-def read_options(path: str, overrides: Sequence[str] = (), test_sets: Optional[str] = None) -> Dict[str, Any]:
+# more overrides made from an option file's data once the user's are applied (main_test's --tile, --x8, ...,
+# whose keys depend on the model)
+MoreOverrides = Callable[[Dict[str, Any]], List[str]]
+
+
+def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOverrides] = None,
+                 test_sets: Optional[str] = None) -> Dict[str, Any]:
     """The option file at `path` with `--set` overrides, validated and completed; with `test_sets`, the test sets
     of that option file instead of its own (main_test's `--test-sets`, utils/options.py `with_test_sets`).
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
-    (models/networks/auto.py), given to the loader as one more override, and noted for the log.
+    (models/networks/auto.py), put in place of the file's netG, and noted for the log.
     """
-    data = parse_json_file(path)
-    apply_overrides(data, overrides)
-    resolved = resolve_auto_network(data, path)
-    if resolved is None:
-        return load_options(path, option_rules(), overrides, test_sets)
-    netG, note = resolved
-    opt = load_options(path, option_rules(), overrides, test_sets, replaced={'netG': netG})
-    opt['_notes'].append(note)
+    return read_options_data(parse_json_file(path), path, overrides, more, test_sets)
+
+
+def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str] = (),
+                      more: Optional[MoreOverrides] = None, test_sets: Optional[str] = None) -> Dict[str, Any]:
+    """As `read_options`, for an option file's data (`source`: what errors name). The overrides are applied to
+    a copy first, to see the net_type and model they lead to (`more`, "auto"); the loader applies them again, so
+    that their mistakes name the `--set` argument."""
+    given = copy.deepcopy(data)
+    apply_overrides(given, overrides)
+    made = more(given) if more is not None else []
+    apply_overrides(given, made)
+    resolved = resolve_auto_network(given, source)
+    opt = options_from_data(data, option_rules(), source, [*overrides, *made], test_sets,
+                            None if resolved is None else {'netG': resolved[0]})
+    if resolved is not None:
+        opt['_notes'].append(resolved[1])
     return opt
+
+
+def read_weights_options(weights: str, overrides: Sequence[str] = (), more: Optional[MoreOverrides] = None,
+                         test_sets: Optional[str] = None) -> Tuple[Dict[str, Any], Discovered]:
+    """The options of the network in `weights` alone (models/discovery.py: its run's saved options, the metadata
+    scripts/export.py wrote, or net_type "auto"), with `--set` overrides, validated; and what was found."""
+    found = discover(weights)
+    return read_options_data(found.data, found.source, overrides, more, test_sets), found
 
 
 def resolve_auto_network(data: Dict[str, Any], source: str) -> Any:

@@ -36,6 +36,9 @@ echo
 echo "== bench_zoo.py: KAIR image networks (parameters, fwd+bwd), gan / plain iteration"
 python bench/bench_zoo.py "${ARGS[@]}"
 echo
+echo "== bench_inference.py: main_test.py --input images/s and frames/s (tiles off/on), peak RSS of a 100- and 1,000-frame video"
+python bench/bench_inference.py "${ARGS[@]}"
+echo
 echo "== bench_curves.py: cost of redrawing curves.png"
 python bench/bench_curves.py "${ARGS[@]}"
 echo

@@ -10,7 +10,10 @@ order on 1 or N processes.
 
 Scores are the four always computed (`METRICS`: PSNR/SSIM on RGB and Y, as KAIR reports them) and then
 the restorer's `val.metrics` in their order (`Evaluation.names`), each the mean over an item's frames
-and then over the items, with the same crop; a no-reference metric scores the inputs alone too.
+and then over the items, with the same crop; a no-reference metric scores the inputs alone too. Inputs
+without targets (`targets=False`: one's own images and videos, models/inference.py) are restored the same
+way and scored by the no-reference metrics alone; an item its loader could not read (`Skipped`) is passed
+on, in its place in the order, instead of a batch.
 """
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -26,12 +29,26 @@ from utils.progress import progress
 
 METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')  # always scored, first, all higher-is-better
 
-# rank 0 writes one restored item: (name, PNG bytes of each frame: 16-bit PNGs for 16-bit data); an OSError
-# stops further writes
-WriteItem = Callable[[str, List[bytes]], None]
+# rank 0 writes one restored item: (name, PNG bytes of each frame: 16-bit PNGs for 16-bit data, or what `encode`
+# made of each); an OSError stops further writes
+WriteItem = Callable[[str, List[Any]], None]
+Encode = Callable[[str, int, np.ndarray], Any]  # (item name, frame index, restored frame) -> what WriteItem gets
 # rank 0 writes what one item was restored from and compared with: (name, PNG bytes of the input frames scaled to
 # the target's size as the input's scores take them, None where the input is not comparable; of the target frames)
 WriteSources = Callable[[str, Optional[List[bytes]], List[bytes]], None]
+
+
+def png_bytes(name: str, index: int, frame: np.ndarray) -> bytes:
+    """The default `Encode`: a PNG file's bytes (16-bit for 16-bit frames)."""
+    return encode_image(frame)
+
+
+@dataclass
+class Skipped:
+    """What a loader yields for an item it could not read (a corrupt file): its name and why. `evaluate` passes
+    it on, in the item's place, to every rank (`Evaluation.skipped`) and to rank 0's `skip_item`."""
+    name: str
+    problem: str
 
 
 @dataclass
@@ -52,48 +69,56 @@ class Evaluation:
     write_error: Optional[OSError] = None     # rank 0: the write that failed (later items were not written)
     names: Tuple[str, ...] = METRICS          # what the scores are: METRICS, then `val.metrics`
     higher_is_better: Dict[str, bool] = field(default_factory=lambda: dict.fromkeys(METRICS, True))
+    skipped: List[Skipped] = field(default_factory=list)  # items the loaders could not read, in order
 
 
-def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_items: int, *,
+def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
              score_input: bool = False, num_previews: int = 0, write_item: Optional[WriteItem] = None,
              write_sources: Optional[WriteSources] = None, label: str = 'validation', lines: bool = False,
-             where: str = 'datasets.test') -> Evaluation:
+             where: str = 'datasets.test', targets: bool = True, encode: Encode = png_bytes,
+             skip_item: Optional[Callable[[Skipped], None]] = None) -> Evaluation:
     """Restore and score the `num_items` items of `loader` (this rank's shard) on every rank.
 
     A collective: every rank calls it with the same arguments but its own loader. `write_item` (rank
-    0 only calls it) receives every item's frames as PNG bytes; its first OSError is kept in
-    `write_error` and no further item is written, while the loop (and its collectives) goes on.
+    0 only calls it) receives every item's frames as PNG bytes (or as `encode` makes them, on the rank that
+    restored them); its first OSError is kept in `write_error` and no further item is written, while the loop
+    (and its collectives) goes on.
     `score_input` also scores the inputs themselves (`restorer.input_items`), the score a restoration must beat.
     `write_sources` (rank 0, as `write_item`, errors alike) receives every item's input, as those scores see it
     (upscaled by bicubic for super-resolution), and its target (main_test's comparison page shows them).
+    `targets=False`: the items have none; only the restorer's no-reference metrics are scored (`names`).
+    A `Skipped` from a loader goes to `skip_item` (rank 0) and `Evaluation.skipped` (every rank).
     `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs). A restored
     item of another size than its target (`where`: the test section, for the message) ends the evaluation on
     every rank, after the round's gather, with one UserError.
     """
     world, rank = dist.get_world_size(), dist.get_rank()
     rounds = -(-num_items // world)
-    encode, sources = write_item is not None, write_sources is not None
+    encoded, sources = write_item is not None, write_sources is not None and targets
     local = iter(loader)
     gathered: List[Tuple[Tuple[int, int, int], Row, Optional[List[float]]]] = []
+    skipped: List[Skipped] = []
     previews: Dict[str, np.ndarray] = {}
     write_error: Optional[OSError] = None
     for r in progress(range(rounds), rounds, label, enabled=dist.is_main_process(), lines=lines):
         batch = next(local, None)
-        mine = []
+        mine: List[Any] = []
         problem = None
-        if batch is not None:
+        if isinstance(batch, Skipped):
+            mine.append(batch)
+        elif batch is not None:
             inputs = {name: (restorer.score(I, H) if score_input else None, upscale, I)
                       for name, I, H, upscale in restorer.input_items(batch)} if score_input or sources else {}
             for name, E, H in restorer.restore(batch):
-                problem = size_problem(name, E, H)
+                problem = size_problem(name, E, H) if targets else None
                 if problem is not None:
                     break
                 if len(previews) < num_previews:
                     previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
                 given = inputs.get(name)
-                mine.append((Row(name, len(E), restorer.score(E, H)),
+                mine.append((Row(name, len(E), restorer.score(E, H if targets else None)),
                              None if given is None or not score_input else [*given[0], float(given[1])],
-                             [encode_image(e) for e in E] if encode else None,
+                             [encode(name, t, e) for t, e in enumerate(E)] if encoded else None,
                              (None if given is None else [encode_image(i) for i in given[2]],
                               [encode_image(h) for h in H]) if sources else None))
         parts = dist.gather_objects((mine, problem))
@@ -101,7 +126,13 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
         if problems:  # on every rank at once: none is left waiting in the next round's gather
             raise UserError(f'{where}: {problems[0]}')
         for k, (part, _) in enumerate(parts):
-            for j, (row, input_scores, frames, source_frames) in enumerate(part):
+            for j, entry in enumerate(part):
+                if isinstance(entry, Skipped):
+                    skipped.append(entry)
+                    if rank == 0 and skip_item is not None:
+                        skip_item(entry)
+                    continue
+                row, input_scores, frames, source_frames = entry
                 gathered.append(((r, k, j), row, input_scores))  # round, rank, item: dataset order
                 if rank == 0 and write_error is None:
                     try:
@@ -113,8 +144,8 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
                         write_error = e
     gathered.sort(key=lambda g: g[0])
     rows = [row for _, row, _ in gathered]
-    names = (*METRICS, *restorer.metrics)
-    if restorer.log_items and rank == 0:
+    names = (*METRICS, *restorer.metrics) if targets else tuple(restorer.metrics)
+    if restorer.log_items and rank == 0 and targets:
         log = get_logger()
         for row in sorted(rows, key=lambda row: row.name):
             log.info(f'  clip {row.name} ({row.frames} frames): {describe_scores(dict(zip(names, row.scores)), names)}')
@@ -122,7 +153,7 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Dict[str, Any]], num_item
     return Evaluation(rows, means_of_rows([row.scores for row in rows], names),
                       input_means(scored_inputs, names) if score_input else None, previews, write_error, names,
                       {**dict.fromkeys(METRICS, True),
-                       **{name: bool(m.higher_is_better) for name, m in restorer.metrics.items()}})
+                       **{name: bool(m.higher_is_better) for name, m in restorer.metrics.items()}}, skipped)
 
 
 def size_problem(name: str, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> Optional[str]:

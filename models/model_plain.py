@@ -26,14 +26,13 @@ from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_op
                           refreshed_group_keys, resume_optimizer)
 from models.registry import MODELS
 from models.regularizers import apply_regularizers, regularizers_due
-from models.restorer import ImageRestorer, build_checked_network, load_weights
+from models.restorer import ImageRestorer, amp_dtype, build_checked_network, load_weights
 from utils import dist
 from utils.errors import UserError, first_line
 from utils.image import bit_depth, images_to_float, tensor2uint
 from utils.logger import get_logger
 from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, rule, unit_interval
 
-AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # What a network or loss raises on an input it cannot take, caught by the start-up checks to become one line:
 # PyTorch's errors, and the asserts and indexing of networks written elsewhere (spandrel's).
 NETWORK_FAILURES = (RuntimeError, ValueError, TypeError, IndexError, AssertionError, KeyError)
@@ -75,15 +74,9 @@ def channels_hint(where: str, channels: Optional[str]) -> str:
 
 
 def amp_setup(amp: str, device: torch.device) -> Tuple[Optional[torch.dtype], bool]:
-    """(autocast dtype or None, whether a GradScaler is needed) for `train.amp` on `device`.
-
-    fp16 needs loss scaling, and its CPU autocast kernels are neither fast nor well covered, so
-    fp16 is a CUDA-only option; bf16 has float32's range and needs no scaler on any device.
-    """
-    if amp == 'fp16' and device.type != 'cuda':
-        raise UserError(f'train.amp: "fp16" needs a CUDA device (this run uses {device.type}); '
-                        f'use "bf16" or "none"')
-    return AMP_DTYPES[amp], amp == 'fp16'
+    """(autocast dtype or None, whether a GradScaler is needed) for `train.amp` on `device`: fp16 (CUDA only,
+    `amp_dtype`) needs loss scaling, bf16 has float32's range and needs no scaler."""
+    return amp_dtype(amp, device, 'train.amp'), amp == 'fp16'
 
 
 def tf32_setup(tf32: Optional[bool], device: torch.device) -> Optional[str]:

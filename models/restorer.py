@@ -8,7 +8,7 @@ import copy
 import math
 import os
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from utils.logger import get_logger
 from utils.memory import memory_budget
 
 PSNR_CAP = 100.0  # identical images have infinite PSNR; cap it so a mean stays finite
+AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}  # train.amp and val.amp
 
 # (name, restored frames, GT frames), HWC uint8, or uint16 for items of 16-bit data (`utils.image.bit_depth`):
 # scored on that range, written as 16-bit PNGs
@@ -119,24 +120,38 @@ def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device,
     return net.to(device).eval()
 
 
+def amp_dtype(amp: str, device: torch.device, key: str) -> Optional[torch.dtype]:
+    """The autocast dtype of `train.amp` or `val.amp` (`key`) on `device`, None for "none".
+
+    fp16 needs CUDA: its CPU autocast kernels are neither fast nor well covered (and training would need
+    loss scaling there); bf16 has float32's range and runs on any device.
+    """
+    if amp == 'fp16' and device.type != 'cuda':
+        raise UserError(f'{key}: "fp16" needs a CUDA device (this run uses {device.type}); use "bf16" or "none"')
+    return AMP_DTYPES[amp]
+
+
 class ImageRestorer:
     """Runs an eval network on whole images (or in tiles, optionally x8) and scores the results.
 
     `tile` > 0 restores large images in tiles of at most tile x tile input pixels that overlap by
     `tile_overlap` and are averaged where they overlap (KAIR's SwinIR testing), so memory no longer
     grows with the image; networks that need a multiple of their window pad inside. `self_ensemble`
-    averages the outputs for the 8 flips and rotations of the input (KAIR's x8 testing).
+    averages the outputs for the 8 flips and rotations of the input (KAIR's x8 testing). `amp` (an
+    autocast dtype, `val.amp`) runs each network call in mixed precision; its outputs are float32 from
+    there on, so tiles and flips are averaged at full precision.
     """
 
     log_items = False  # log every evaluated item, not only the means (video restorers)
 
     def __init__(self, net: nn.Module, device: torch.device, metric_border: int, tile: int = 0,
                  tile_overlap: int = 0, self_ensemble: bool = False, round_y: bool = False,
-                 metrics: Optional[Mapping[str, Metric]] = None):
+                 metrics: Optional[Mapping[str, Metric]] = None, amp: Optional[torch.dtype] = None):
         if tile and tile_overlap >= tile:
             raise UserError(f'val.tile_overlap: {tile_overlap} must be smaller than val.tile {tile}')
         self.net = net
         self.device = device
+        self.amp = amp
         self.metric_border = metric_border  # pixels cropped at each border before PSNR/SSIM (and the metrics)
         self.round_y = round_y              # Y rounded to integers before the Y scores
         self.tile, self.tile_overlap, self.self_ensemble = tile, tile_overlap, self_ensemble
@@ -149,7 +164,8 @@ class ImageRestorer:
         test = opt['datasets']['test'] if 'test' in opt['datasets'] else {'scale': opt['scale']}
         border, round_y = cls.scoring_of(test)
         return cls(net, device, metric_border=border, tile=v['tile'], tile_overlap=v['tile_overlap'],
-                   self_ensemble=v['self_ensemble'], round_y=round_y, metrics=build_metrics(v, device))
+                   self_ensemble=v['self_ensemble'], round_y=round_y, metrics=build_metrics(v, device),
+                   amp=amp_dtype(v['amp'], device, 'val.amp'))
 
     @staticmethod
     def scoring_of(test: Dict[str, Any]) -> Tuple[int, bool]:
@@ -164,9 +180,25 @@ class ImageRestorer:
         out.metric_border, out.round_y = self.scoring_of(test)
         return out
 
-    def score(self, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> List[float]:
-        """[psnr, ssim, psnr_y, ssim_y, *`val.metrics`] of one restored item, with this restorer's conventions."""
+    def score(self, E: Sequence[np.ndarray], H: Optional[Sequence[np.ndarray]]) -> List[float]:
+        """[psnr, ssim, psnr_y, ssim_y, *`val.metrics`] of one restored item, with this restorer's conventions;
+        without targets (`H` None) only the `val.metrics`, which must then all be no-reference ones."""
+        if H is None:
+            return no_reference_metrics(E, self.metric_border, self.metrics)
         return item_metrics(E, H, self.metric_border, self.round_y, self.metrics)
+
+    def stream_windows(self, frames: int) -> List['Window']:
+        """How a sequence of `frames` frames (a video) is restored piece by piece, in order: here each frame
+        alone (an image network). Video restorers take windows of several frames."""
+        return [Window(t, t + 1, t, t + 1) for t in range(frames)]
+
+    def _forward(self, *inputs: Any) -> torch.Tensor:
+        """One network call, under autocast with `amp`; the output in float32."""
+        if self.amp is None:
+            return self.net(*inputs)
+        with torch.autocast(self.device.type, dtype=self.amp):
+            out = self.net(*inputs)
+        return out.float()
 
     @staticmethod
     def inputs(batch: Dict[str, Any]) -> Tuple[torch.Tensor, ...]:
@@ -198,13 +230,13 @@ class ImageRestorer:
         L, rest = inputs[0], [t.to(self.device) if torch.is_tensor(t) else t for t in inputs[1:]]
         h, w = L.shape[-2:]
         if not self.tile or (h <= self.tile and w <= self.tile):
-            return self.net(L.to(self.device), *rest)
+            return self._forward(L.to(self.device), *rest)
         th, tw = min(self.tile, h), min(self.tile, w)
         stride = self.tile - self.tile_overlap
         E = W = None
         for top in _starts(h, th, stride):
             for left in _starts(w, tw, stride):
-                out = self.net(L[..., top:top + th, left:left + tw].to(self.device), *rest)
+                out = self._forward(L[..., top:top + th, left:left + tw].to(self.device), *rest)
                 sf = out.shape[-1] // tw
                 if E is None:
                     E = out.new_zeros(*out.shape[:-2], h * sf, w * sf)
@@ -217,12 +249,14 @@ class ImageRestorer:
         """Restore one evaluation batch: (name, restored frames, ground-truth frames) per item.
 
         Images are single-frame items; video restorers return whole clips. Frames are HWC uint8, uint16
-        where the item's images are 16-bit (its L or H a uint16 tensor).
+        where the item's images are 16-bit (its L or H a uint16 tensor). A batch without targets (no `H`:
+        inputs of one's own) gives None for the ground truth.
         """
         bits = bit_depth(batch.get('L'), batch.get('H'))
         batch = images_to_float(batch)
         out = self.test(*self.inputs(batch))
-        return [(_image_name(batch, j), [tensor2uint(out[j], bits)], [tensor2uint(batch['H'][j], bits)])
+        H = batch.get('H')
+        return [(_image_name(batch, j), [tensor2uint(out[j], bits)], None if H is None else [tensor2uint(H[j], bits)])
                 for j in range(out.shape[0])]
 
     def input_items(self, batch: Dict[str, Any]) -> List[InputItem]:
@@ -284,7 +318,8 @@ class KernelRestorer(ImageRestorer):
                             f'the whole image); set it to 0/false')
         test = opt['datasets']['test'] if 'test' in opt['datasets'] else {}
         border, round_y = cls.scoring_of(test)
-        return cls(net, device, metric_border=border, round_y=round_y, metrics=build_metrics(v, device))
+        return cls(net, device, metric_border=border, round_y=round_y, metrics=build_metrics(v, device),
+                   amp=amp_dtype(v['amp'], device, 'val.amp'))
 
     @staticmethod
     def scoring_of(test: Dict[str, Any]) -> Tuple[int, bool]:
@@ -324,12 +359,14 @@ class VideoRestorer(ImageRestorer):
 
     TILE_OVERLAP = 20  # KAIR's fixed spatial tile overlap (VRT's main_test default --tile_overlap 20)
     NO_WINDOW = (1, 8, 8)  # a network without attention windows: any length, VRT's multiple of 8 pixels
+    STREAM_FRAMES = 16  # a video's window without val.num_frame_testing (rounded up to window_size[0])
     log_items = True  # per-clip PSNR/SSIM, as the reference logs them
 
     def __init__(self, net: nn.Module, device: torch.device, val: Dict[str, Any], window_size: Sequence[int],
-                 spike_chans: int, metrics: Optional[Mapping[str, Metric]] = None):
+                 spike_chans: int, metrics: Optional[Mapping[str, Metric]] = None,
+                 amp: Optional[torch.dtype] = None):
         # KAIR's main_train_vrt and VRT's main_test_vrt compare whole frames
-        super().__init__(net, device, metric_border=0, metrics=metrics)
+        super().__init__(net, device, metric_border=0, metrics=metrics, amp=amp)
         self.val = val
         self.window_size = (int(window_size[0]), int(window_size[1]), int(window_size[2]))
         self.spike_chans = int(spike_chans)
@@ -347,7 +384,8 @@ class VideoRestorer(ImageRestorer):
         if 'clip_size' in netG:  # RVRT restores clips of clip_size frames: whole clips must divide by it too
             window_size[0] = math.lcm(int(window_size[0]), int(netG['clip_size']))
         spike_chans = netG['spike_chans'] if 'spike_chans' in netG else 0
-        return cls(net, device, opt['val'], window_size, spike_chans, build_metrics(v, device))
+        return cls(net, device, opt['val'], window_size, spike_chans, build_metrics(v, device),
+                   amp_dtype(v['amp'], device, 'val.amp'))
 
     @staticmethod
     def refuse_image_testing(v: Mapping[str, Any]) -> None:
@@ -381,11 +419,32 @@ class VideoRestorer(ImageRestorer):
             clip = torch.cat([clip[:, :, :c], clip[:, :, c:].flip(2)], 2)
         return clip
 
+    def stream_windows(self, frames: int) -> List['Window']:
+        """A long video in windows of `val.num_frame_testing` frames (without it, STREAM_FRAMES rounded up to
+        a multiple of window_size[0]) that overlap by `val.num_frame_overlapping`, the last one flush with the
+        end; each window is restored as a clip (`test_video`) and keeps the frames it is nearer the middle
+        of (the overlap split in half), so every frame is restored once with context on both sides."""
+        v = self.val
+        ws0 = self.window_size[0]
+        length = v['num_frame_testing'] or -(-self.STREAM_FRAMES // ws0) * ws0
+        overlap = v['num_frame_overlapping']
+        if overlap >= length:
+            raise UserError(f'val.num_frame_overlapping: {overlap} must be smaller than the {length}-frame windows a '
+                            f'video is restored in (val.num_frame_testing, or {length} without it)')
+        if frames <= length:
+            return [Window(0, frames, 0, frames)]
+        starts = list(range(0, frames - length, length - overlap)) + [frames - length]
+        cuts = [0] + [(s + prev + length) // 2 for prev, s in zip(starts, starts[1:])] + [frames]
+        return [Window(s, s + length, cuts[k], cuts[k + 1]) for k, s in enumerate(starts)]
+
     def restore(self, batch: Dict[str, Any]) -> List[Item]:
-        """(clip name, restored frames, GT frames) per clip of the batch; frames are HWC uint8."""
+        """(clip name, restored frames, GT frames) per clip of the batch; frames are HWC uint8 (uint16 for
+        16-bit frames). Without targets (no `H`) the GT is None; a window of a longer video (`keep`: the
+        (first, last + 1) frames of the window it keeps, `stream_windows`) returns those frames only."""
+        bits = bit_depth(batch.get('L'), batch.get('H'))
         batch = images_to_float(batch)
         v = self.val
-        L, H = batch['L'], batch['H']
+        L, H = batch['L'], batch.get('H')
         n = L.shape[1]
         if v['pad_seq']:
             L = torch.cat([L, L[:, -1:]], 1)
@@ -396,15 +455,19 @@ class VideoRestorer(ImageRestorer):
             half = E.shape[1] // 2
             E = 0.5 * (E[:, :half] + E[:, half:].flip(1))
         E = E[:, :n]
+        names = batch.get('folder') or [f'clip_{j}' for j in range(L.shape[0])]
+        if H is None:
+            first, stop = batch['keep'] if 'keep' in batch else (0, n)
+            return [(str(names[j]), [tensor2uint(E[j, t], bits) for t in range(first, stop)], None)
+                    for j in range(L.shape[0])]
         if v['center_frame_only']:
             E = E[:, n // 2:n // 2 + 1]
             if H.shape[1] == n:
                 H = H[:, n // 2:n // 2 + 1]
         if H.shape[1] != E.shape[1]:
             raise UserError(f'datasets.test: clips have {n} input but {H.shape[1]} ground-truth frames')
-        names = batch.get('folder') or [f'clip_{j}' for j in range(L.shape[0])]
-        return [(str(names[j]), [tensor2uint(E[j, t]) for t in range(E.shape[1])],
-                 [tensor2uint(H[j, t]) for t in range(H.shape[1])]) for j in range(L.shape[0])]
+        return [(str(names[j]), [tensor2uint(E[j, t], bits) for t in range(E.shape[1])],
+                 [tensor2uint(H[j, t], bits) for t in range(H.shape[1])]) for j in range(L.shape[0])]
 
     def input_items(self, batch: Dict[str, Any]) -> List[InputItem]:
         """The input clips as restored clips (see ImageRestorer.input_items): the frames compared are
@@ -500,6 +563,15 @@ class VideoRestorer(ImageRestorer):
 PADDINGS = ('replicate', 'reflection', 'reflection_circle', 'circle')
 
 
+class Window(NamedTuple):
+    """A piece of a video restored at once (`stream_windows`): frames start..stop-1 go in, and the restored
+    frames keep_start..keep_stop-1 (inside them) are kept; the kept ranges of a video's windows tile it."""
+    start: int
+    stop: int
+    keep_start: int
+    keep_stop: int
+
+
 def window_indices(centre: int, length: int, num_frame: int, position: int, padding: str) -> List[int]:
     """Frame indices of the `num_frame`-frame window whose frame `position` is frame `centre` of a clip of `length`
     frames; indices outside the clip are replaced as BasicSR's `generate_frame_indices` does (its windows are
@@ -527,11 +599,11 @@ class SlidingWindowRestorer(VideoRestorer):
     and scoring are VideoRestorer's; temporal chunks are not (each frame has its own window)."""
 
     def __init__(self, net: nn.Module, device: torch.device, val: Dict[str, Any], num_frame: int, position: int,
-                 metrics: Optional[Mapping[str, Metric]] = None):
+                 metrics: Optional[Mapping[str, Metric]] = None, amp: Optional[torch.dtype] = None):
         if val['num_frame_testing']:
             raise UserError(f'val.num_frame_testing: {val["num_frame_testing"]}: a sliding-window network restores '
                             f'each frame from its own window of {num_frame} frames; set it to 0')
-        super().__init__(net, device, val, self.NO_WINDOW, 0, metrics)
+        super().__init__(net, device, val, self.NO_WINDOW, 0, metrics, amp)
         self.num_frame, self.position, self.padding = num_frame, position, val['padding']
 
     @classmethod
@@ -541,7 +613,15 @@ class SlidingWindowRestorer(VideoRestorer):
         num_frame = int(netG['num_frame']) if 'num_frame' in netG else 5
         centre = netG['center_frame_idx'] if 'center_frame_idx' in netG else None
         return cls(net, device, v, num_frame, num_frame // 2 if centre is None else int(centre),
-                   build_metrics(v, device))
+                   build_metrics(v, device), amp_dtype(v['amp'], device, 'val.amp'))
+
+    def stream_windows(self, frames: int) -> List['Window']:
+        """Blocks of STREAM_FRAMES frames, each read with the frames its first and last frame's windows reach
+        (the network's window around each frame): every frame is restored from exactly the frames it would be
+        from the whole video, the video's own ends padded by `val.padding`."""
+        before, after = self.position, self.num_frame - 1 - self.position
+        return [Window(max(0, s - before), min(frames, s + self.STREAM_FRAMES + after), s,
+                       min(frames, s + self.STREAM_FRAMES)) for s in range(0, frames, self.STREAM_FRAMES)]
 
     def test_video(self, L: torch.Tensor) -> torch.Tensor:
         d = L.shape[1]
@@ -583,6 +663,18 @@ def item_metrics(E: Sequence[np.ndarray], H: Sequence[np.ndarray], border: int, 
     return per_frame.mean(axis=0).tolist()
 
 
+def no_reference_metrics(E: Sequence[np.ndarray], border: int, metrics: Mapping[str, Metric]) -> List[float]:
+    """Each of `metrics` (no-reference ones: NIQE) on an item's frames without targets, as `item_metrics` scores
+    them: `border` cropped, rounded to 8 bits, the mean over the frames."""
+    wrong = [name for name, m in metrics.items() if m.needs_reference]
+    if wrong:
+        raise ValueError(f'metrics {wrong} need targets; items without targets score no-reference metrics only')
+    if not metrics:
+        return []
+    return np.array([[float(m(_crop(to_uint8(e), border), None)) for m in metrics.values()] for e in E],
+                    dtype=np.float64).mean(axis=0).tolist()
+
+
 def _crop(img: np.ndarray, border: int) -> np.ndarray:
     """`img` without `border` pixels at each side, as PSNR/SSIM see it (the frame when 0)."""
     return img[border:-border, border:-border] if border else img
@@ -601,6 +693,10 @@ def image_metrics(E: np.ndarray, H: np.ndarray, border: int, round_y: bool = Fal
 
 
 def _image_name(batch: Dict[str, Any], j: int) -> str:
+    """An item's name: the batch's `name` when it gives one (inputs of one's own: their relative path), else its
+    file name without extension."""
+    if batch.get('name'):
+        return str(batch['name'][j])
     path = batch.get('L_path') or batch.get('H_path')
     if isinstance(path, (list, tuple)) and path:
         return os.path.splitext(os.path.basename(path[j]))[0]

@@ -73,6 +73,12 @@ EXPECTED: Dict[str, Expected] = {
                                ('msrresnet', ('bare', 'ours default', 'ours cache', 'ours bf16')),
                                ('swinir', ('bare', 'ours default', 'ours bf16'))) for row in rows],
     ], slow=True),
+    'bench_inference.py': Expected([
+        r'^== bench_inference.py \(quick\): CPU, \d+ threads, torch ',
+        rf'^images/s, DnCNN demo, 2x 48x48, tile 32 +tiles off +{NUM} img/s \| tiles on +{NUM} img/s \| on / off {NUM}$',
+        rf'^frames/s, clip net, 4x 48x48, tile 32 +tiles off +{NUM} fr/s \| tiles on +{NUM} fr/s \| on / off {NUM}$',
+        rf'^peak RSS, main_test.py --input, 64x64 video: 10 frames {NUM} MiB \| 50 frames {NUM} MiB \| 50 / 10 {NUM}$',
+    ], slow=False),
     'bench_loader.py': Expected([
         r'^== bench_loader.py \(quick\)',
         r'^outputs identical$',  # both sides bitwise equal before anything is timed

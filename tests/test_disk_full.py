@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 
+import cv2
 import pytest
 import torch
 
@@ -112,3 +113,21 @@ def test_validation_images_and_the_best_checkpoint_on_a_full_disk_say_no_space_l
                      res.stdout, re.M), res.stdout[-3000:]
     line, = res.stderr.splitlines()
     assert re.fullmatch(rf'error: best checkpoint at iteration 2 failed: {_line_pattern(mnt)}; .*', line), line
+
+
+def test_restoring_own_inputs_onto_a_full_disk_is_one_line_exit_5_and_leaves_no_partial_file(small_fs, tiny_run,
+                                                                                              tmp_path):
+    """main_test --input: a video's frames (--frames) fill the disk; the video's temporary file is removed, the
+    frames written before are whole files."""
+    from tests.test_main_test_inputs import _video
+    mnt = small_fs(16 * PAGE)
+    clip = _video(str(tmp_path / 'clip.mp4'), 20, size=(64, 64))
+    res = run_main('main_test', ['--weights', os.path.join(tiny_run.models, '8_E.pth'), '--input', clip,
+                                 '--out', os.path.join(mnt, 'out'), '--frames'])
+    assert res.returncode == 5, res.stdout[-2000:] + res.stderr[-2000:]
+    line, = res.stderr.splitlines()
+    assert re.fullmatch(rf'error: writing the results failed: {_line_pattern(mnt)}', line), line
+    left = [n for _, _, files in os.walk(os.path.join(mnt, 'out')) for n in files]
+    assert 'clip.mp4' not in left and not [n for n in left if n.startswith('.')]  # no video, no temporary file
+    for name in left:
+        assert cv2.imread(os.path.join(mnt, 'out', 'clip', name)) is not None, name

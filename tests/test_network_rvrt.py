@@ -306,6 +306,6 @@ def test_whole_clip_testing_pads_time_to_a_multiple_of_both_window_and_clip_size
     opt = {'netG': {'net_type': 'rvrt', 'window_size': [2, 8, 8], 'clip_size': 3},
            'val': {'tile': 0, 'self_ensemble': False, 'num_frame_testing': 0, 'num_frame_overlapping': 2,
                    'size_patch_testing': 0, 'pad_seq': False, 'flip_seq': False, 'center_frame_only': False,
-                   'metrics': []}}
+                   'metrics': [], 'amp': 'none'}}
     restorer = VideoRestorer.from_options(torch.nn.Identity(), opt, torch.device('cpu'))
     assert restorer.window_size == (6, 8, 8)

@@ -33,7 +33,7 @@ def test_a_run_in_this_process_answers_as_the_process_and_leaves_nothing_behind(
     assert ok.returncode == 0 and 'end of training at iteration 2' in ok.stdout, ok.stderr[-2000:]
     assert bad.returncode == 2 and bad.stdout == '' and bad.stderr.startswith('error: ') and \
         bad.stderr.count('\n') == 1, bad.stderr
-    assert usage.returncode == 2 and 'the following arguments are required: --opt' in usage.stderr  # argparse's exit
+    assert usage.returncode == 2 and 'error: give --weights' in usage.stderr  # argparse's exit (p.error)
     for key, value in before.items():
         assert after[key] == value if key != 'torch_rng' else torch.equal(after[key], value), key
 

@@ -27,6 +27,12 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def new_file_mode() -> int:
+    """The permissions any new file of the user gets (0666 less the umask): what an atomically written file is
+    given, since mkstemp creates its temporary file 0600."""
+    return 0o666 & ~_UMASK
+
+
 def atomic_write_bytes(path: str, write: Any, size: Any = None) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`.
 
@@ -43,7 +49,7 @@ def atomic_write_bytes(path: str, write: Any, size: Any = None) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException as e:
         if tmp is not None and os.path.exists(tmp):
@@ -108,6 +114,20 @@ def load_safetensors(path: str) -> Dict[str, torch.Tensor]:
     try:
         return load_file(path, device='cpu')
     except Exception as e:  # safetensors raises its own SafetensorError (an Exception) for damaged files
+        raise UserError(f'{path}: damaged safetensors file ({first_line(e)[:200]})') from None
+
+
+def safetensors_metadata(path: str) -> Dict[str, str]:
+    """The string metadata in a safetensors file's header (what scripts/export.py says the file is); {} if none."""
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise UserError(f'{path}: reading a .safetensors file needs the safetensors package; '
+                        f'pip install safetensors') from None
+    try:
+        with safe_open(path, framework='pt') as f:
+            return dict(f.metadata() or {})
+    except Exception as e:  # safetensors' own SafetensorError for a damaged header
         raise UserError(f'{path}: damaged safetensors file ({first_line(e)[:200]})') from None
 
 

@@ -259,6 +259,8 @@ SCHEMA: Dict[str, Any] = {
         'tile': Key(0, (int,), non_negative, 'images: restore in tiles of this size (0: whole images)'),
         'tile_overlap': Key(32, (int,), non_negative, 'images: pixels two tiles overlap by'),
         'self_ensemble': Key(False, (bool,), help='images: average the 8 flips/rotations (x8)'),
+        'amp': Key('none', (str,), one_of('none', 'bf16', 'fp16'), 'evaluation (validation, main_test) in mixed '
+                   'precision: none, bf16, or fp16 (CUDA only); outputs averaged in float32'),
         # metrics scored next to PSNR/SSIM (names of the metric registry; each reads its own `val` keys), and the
         # score that picks best_G.pth: psnr, ssim, psnr_y, ssim_y or one of `metrics` (the rules check which)
         'metrics': Key([], (list,), _distinct_names, 'metrics scored beside PSNR/SSIM (names of metrics/)'),
@@ -1012,28 +1014,35 @@ def derive_paths(opt: Dict[str, Any], source: str = '<options>', overridden: Opt
              tb_logger=os.path.join(task_dir, 'tb_logger'))
 
 
-def load_options(path: str, rules: Rules, overrides: Sequence[str] = (),
-                 test_sets: Optional[str] = None, replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """Parse, override, validate and complete an option file; with `test_sets`, an option file whose test sets
-    replace those of `path` (`with_test_sets`). `replaced`: top-level sections put in place of the file's after
-    the overrides (netG "auto" resolved); their mistakes are reported against the file."""
-    data = parse_json_file(path)
+def load_options(path: str, rules: Rules, overrides: Sequence[str] = (), test_sets: Optional[str] = None,
+                 replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Parse, override, validate and complete an option file (see `options_from_data`)."""
+    return options_from_data(parse_json_file(path), rules, path, overrides, test_sets, replaced)
+
+
+def options_from_data(data: Dict[str, Any], rules: Rules, source: str, overrides: Sequence[str] = (),
+                      test_sets: Optional[str] = None, replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Override, validate and complete an option file's data (`source`: what errors name, and `opt_path`); with
+    `test_sets`, an option file whose test sets replace those of the data (`with_test_sets`). `replaced`:
+    top-level sections put in place of the data's after the overrides (netG "auto" resolved); their mistakes
+    are reported against the file."""
+    data = copy.deepcopy(data)
     sections = set(data)
-    source = path
+    shown = source
     sets_scale = None
     if test_sets is not None:
         data, sets_scale = with_test_sets(data, test_sets)
-        source = f'{path} with the test sets of {test_sets}'
+        shown = f'{source} with the test sets of {test_sets}'
     overridden = apply_overrides(data, overrides)
     data.update(replaced or {})
     ours = data.get('scale', SCHEMA['scale'].default)
     if sets_scale is not None and sets_scale != ours:  # its low-quality folders are made for its scale
         raise _err(f'{test_sets}: scale: {_show(sets_scale)}: its test sets are made for scale {_show(sets_scale)}, '
-                   f'but {path} restores at scale {_show(ours)}; use the test sets of scale {_show(ours)}')
-    opt = validate(data, rules, source=source, overridden=overridden)
+                   f'but {source} restores at scale {_show(ours)}; use the test sets of scale {_show(ours)}')
+    opt = validate(data, rules, source=shown, overridden=overridden)
     opt['_missing'] = missing_sections(sections)  # from the file: a `--set train.x=...` adds no train section
-    opt['opt_path'] = path
-    derive_paths(opt, source=path, overridden=overridden)
+    opt['opt_path'] = source
+    derive_paths(opt, source=source, overridden=overridden)
     return opt
 
 
@@ -1070,3 +1079,20 @@ def dumps(opt: Dict[str, Any]) -> str:
             return {k: clean(v) for k, v in d.items() if not k.startswith('_')}
         return d
     return json.dumps(redact(clean(opt)), indent=2, sort_keys=False, default=str)
+
+
+DERIVED_PATH_KEYS = ('task', 'models', 'images', 'options', 'tb_logger')  # what derive_paths adds under `path`
+
+
+def saved_run_data(saved: Dict[str, Any], run_folder: str) -> Dict[str, Any]:
+    """The options a run saved (`dumps` into <run>/options/) as an option file's data again, placed at the run
+    folder where it lies now (path.root its parent, task its name): what derive_paths, validation and the
+    loader added (opt_path, the run folders, each dataset's phase) is taken out, so it validates as written."""
+    data = {k: v for k, v in saved.items() if k != 'opt_path'}
+    data['path'] = {k: v for k, v in (saved.get('path') or {}).items() if k not in DERIVED_PATH_KEYS}
+    run_folder = os.path.abspath(run_folder)
+    data['path']['root'], data['task'] = os.path.dirname(run_folder), os.path.basename(run_folder)
+    if isinstance(saved.get('datasets'), dict):
+        data['datasets'] = {phase: {k: v for k, v in section.items() if k != 'phase'} if isinstance(section, dict)
+                            else section for phase, section in saved['datasets'].items()}
+    return data
