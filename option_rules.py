@@ -14,7 +14,7 @@ from models.evaluation import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
-from utils.options import Choice, Rules, apply_overrides, load_options, parse_json_file
+from utils.options import Choice, Rules, apply_overrides, load_options, parse_json_file, validate
 from utils.suggest import did_you_mean
 
 
@@ -42,17 +42,41 @@ def read_options(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """The option file at `path` with `--set` overrides, validated and completed.
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
-    (models/networks/auto.py), given to the loader as one more override, and noted for the log.
+    (models/networks/auto.py), given to the loader as one more override, and noted for the log. A distillation
+    teacher's netG (`train.teacher`) is completed and checked as netG is (`resolve_teacher`).
     """
     data = parse_json_file(path)
     apply_overrides(data, overrides)
     resolved = resolve_auto_network(data, path)
     if resolved is None:
-        return load_options(path, option_rules(), overrides)
-    netG, note = resolved
-    opt = load_options(path, option_rules(), [*overrides, f'netG={json.dumps(netG)}'])
-    opt['_notes'].append(note)
+        opt = load_options(path, option_rules(), overrides)
+    else:
+        netG, note = resolved
+        opt = load_options(path, option_rules(), [*overrides, f'netG={json.dumps(netG)}'])
+        opt['_notes'].append(note)
+    resolve_teacher(opt, path)
     return opt
+
+
+def resolve_teacher(opt: Dict[str, Any], source: str) -> None:
+    """`train.teacher.netG` (models/distill.py) as the loader checks and completes netG, at the run's scale: given,
+    or found from the teacher's weights when left out or "auto" (a note for the log). A mistake names the file and
+    `train.teacher`."""
+    teacher = opt['train'].get('teacher')
+    if not teacher:
+        return
+    from models.distill import teacher_network
+    try:
+        netG, note = teacher_network(teacher)
+    except UserError as e:
+        raise OptionsError(f'{source}: {e}') from None
+    checked = validate({'task': 'teacher', 'scale': opt['scale'], 'netG': netG}, option_rules(),
+                       f'{source}: train.teacher')
+    opt['train']['teacher'] = {**teacher, 'netG': checked['netG']}
+    # its own notes (KAIR keys the network ignores); not the one about the top-level scale, which is the run's
+    opt['_notes'].extend(f'train.teacher: {n}' for n in checked['_notes'] if not n.startswith('scale:'))
+    if note:
+        opt['_notes'].append(note)
 
 
 def resolve_auto_network(data: Dict[str, Any], source: str) -> Any:
