@@ -21,7 +21,8 @@ Beyond KAIR: `G_extra_losses` (added to the pixel loss, as in ModelPlain), LDL's
 (`gan_type: "hinge"`), pix2pixHD's multi-scale discrimination (`D_num_scales`: independent copies of
 netD on the image average-pooled 0, 1, 2, ... times, the adversarial losses averaged over the copies; all
 copies are one module, one DDP and one `_D.pth`; with 1, netD is the bare network as before), and
-traiNNer-redux's adaptive discriminator updates (`D_adaptive`, see `_adaptive_d_step`).
+traiNNer-redux's adaptive discriminator updates (`D_adaptive`, see `_adaptive_d_step`), and distillation from a teacher
+(`train.teacher`, models/distill.py: its losses join G's). Sharpness-aware steps (`G_optimizer_sam`) are refused.
 """
 import contextlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple

@@ -616,6 +616,9 @@ class ModelPlain:
     def _resume_sam(self, saved: Optional[Dict[str, Any]]) -> List[str]:
         """The sharpness-aware state of a checkpoint (notes where it cannot be used)."""
         name = self.train_opt['G_optimizer_sam']
+        if self.sam is None and saved is not None:
+            return [f'train.G_optimizer_sam: checkpoint {saved["method"]}, options null: plain '
+                    f'{self.train_opt["G_optimizer_type"]} steps from here']
         if self.sam is None or not self.sam.STATE:
             return []
         if saved is None or saved['method'] != name:
