@@ -27,6 +27,7 @@ from metrics.registry import METRICS
 from models.evaluation import METRICS as ALWAYS_SCORED
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
 from models.optim import OPTIMIZERS, SCHEDULERS
+from models.sam import SAM_METHODS
 from models.registry import (INIT_OPTIONS, KAIR_SHARED_D_KEYS, KAIR_SHARED_KEYS, MODELS, NETWORK_KEY_HELP,
                              NETWORKS, network_options)
 from option_rules import option_rules
@@ -369,6 +370,7 @@ def catalog() -> Catalog:
         'loss': chosen_members(LOSSES, 'loss', sites),
         'optimizer': chosen_members(OPTIMIZERS, 'optimizer', sites),
         'scheduler': chosen_members(SCHEDULERS, 'scheduler', sites),
+        'sharpness-aware method': chosen_members(SAM_METHODS, 'sharpness-aware method', sites),
         'metric': chosen_members(METRICS, 'metric', sites),
         'weight initialiser': simple_members(WEIGHT_INITS, 'weight initialiser', Site('netG', 'init_type')),
         'BatchNorm initialiser': simple_members(BN_INITS, 'BatchNorm initialiser', Site('netG', 'init_bn_type')),

@@ -16,7 +16,7 @@ from models.networks.layers.init import BN_INITS, WEIGHT_INITS
 from models.discovery import Discovered, discover
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
-from utils.options import Choice, Rules, apply_overrides, options_from_data, parse_json_file
+from utils.options import Choice, Rules, apply_overrides, options_from_data, parse_json_file, validate
 from utils.suggest import did_you_mean
 
 
@@ -51,7 +51,8 @@ def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOv
     of that option file instead of its own (main_test's `--test-sets`, utils/options.py `with_test_sets`).
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
-    (models/networks/auto.py), put in place of the file's netG, and noted for the log.
+    (models/networks/auto.py), put in place of the file's netG, and noted for the log. A distillation teacher's
+    netG (`train.teacher`) is completed and checked as netG is (`resolve_teacher`).
     """
     return read_options_data(parse_json_file(path), path, overrides, more, test_sets)
 
@@ -70,6 +71,7 @@ def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str
                             None if resolved is None else {'netG': resolved[0]})
     if resolved is not None:
         opt['_notes'].append(resolved[1])
+    resolve_teacher(opt, source)
     return opt
 
 
@@ -79,6 +81,27 @@ def read_weights_options(weights: str, overrides: Sequence[str] = (), more: Opti
     scripts/export.py wrote, or net_type "auto"), with `--set` overrides, validated; and what was found."""
     found = discover(weights)
     return read_options_data(found.data, found.source, overrides, more, test_sets), found
+
+
+def resolve_teacher(opt: Dict[str, Any], source: str) -> None:
+    """`train.teacher.netG` (models/distill.py) as the loader checks and completes netG, at the run's scale: given,
+    or found from the teacher's weights when left out or "auto" (a note for the log). A mistake names the file and
+    `train.teacher`."""
+    teacher = opt['train'].get('teacher')
+    if not teacher:
+        return
+    from models.distill import teacher_network
+    try:
+        netG, note = teacher_network(teacher)
+    except UserError as e:
+        raise OptionsError(f'{source}: {e}') from None
+    checked = validate({'task': 'teacher', 'scale': opt['scale'], 'netG': netG}, option_rules(),
+                       f'{source}: train.teacher')
+    opt['train']['teacher'] = {**teacher, 'netG': checked['netG']}
+    # its own notes (KAIR keys the network ignores); not the one about the top-level scale, which is the run's
+    opt['_notes'].extend(f'train.teacher: {n}' for n in checked['_notes'] if not n.startswith('scale:'))
+    if note:
+        opt['_notes'].append(note)
 
 
 def resolve_auto_network(data: Dict[str, Any], source: str) -> Any:

@@ -8,7 +8,9 @@ replica check are switched off, since they are not per-step costs. EMA is off (`
 the bare loop has none; the `EMA on / off` row shows its price. The batch-augmentation row feeds the same
 samples through the real `BatchAugmented` wrapper (`train.use_moa` with traiNNer-redux's default
 `moa_augs`/`moa_probs`: one of none, mixup, cutmix, resizemix, cutblur per iteration, partners included)
-against the plain batches: the price of the augmentation in the step, on the device.
+against the plain batches: the price of the augmentation in the step, on the device. The sharpness-aware rows
+(`train.G_optimizer_sam`: sam, fsam, gsam, looksam) time the same Adam wrapped by each method against Adam alone,
+and the teacher row distillation from a network of the demo's size (random weights: the cost is the same).
 
 Every row alternates its two sides rep by rep (A, B, A, B, ...) so machine load hits both alike,
 and reports the median per-step time of each side and their ratio.
@@ -295,6 +297,20 @@ def main(argv: Sequence[str] = None) -> None:
             ta, tb, pr = interleaved(on, off, a.steps, a.reps, a.warmup)
             extra = f'(first step incl. compilation {first:.1f} s)' if 'compile' in override else ''
             print(row(label, 'on ', 'off', ta, tb, pr, extra))
+        # sharpness-aware steps around the same Adam (two forward-backward passes; LookSAM's every k-th iteration),
+        # and distillation from a teacher of the demo's size (its forward without gradients beside the student's)
+        teacher = os.path.join(tmp, 'teacher_G.pth')
+        torch.manual_seed(1)
+        torch.save(build_network(net).state_dict(), teacher)
+        rows = [(f'SAM {m} / {base["train"]["G_optimizer_type"]} alone', f'train.G_optimizer_sam={m}')
+                for m in ('sam', 'fsam', 'gsam', 'looksam')]
+        rows.append(('teacher (distillation) on / off', 'train.teacher=' + json.dumps({'weights': teacher, 'netG': net})))
+        for label, override in rows:
+            on, _ = framework(opt(override), batches)
+            off, _ = framework(base, batches)
+            ta, tb, pr = interleaved(on, off, a.steps, a.reps, a.warmup)
+            print(row(label, 'on ', 'off', ta, tb, pr, '(LookSAM: two passes every G_sam_k=10 iterations)'
+                      if 'looksam' in override else ''))
         # batch augmentation: the same samples, plus each iteration's augmentation (and partners) in the batch
         moa = augmented_batches(base, batches)
         drawn = Counter(json.loads(b[PLAN_KEY][0])['aug'] for b in moa)

@@ -5,7 +5,7 @@ that fits one call of under 9 minutes (a global `--budget`, 480 s by default, th
 
   1. every path trains on CUDA for a few iterations, each row its own processes with its log kept: the
      demo (fp32 with the fused Adam and TF32, the fused optimizer off, bf16, fp16 with its GradScaler,
-     channels_last, torch.compile default and reduce-overhead), a `WORLD_SIZE=1` environment launch as a
+     channels_last, torch.compile default and reduce-overhead, sharpness-aware steps under fp16 and bf16), a `WORLD_SIZE=1` environment launch as a
      platform starts one (NCCL), resume bit-exact (40 iterations straight against 20 + 20: weights, EMA,
      optimizer and schedule equal; once as main_train.py runs, once with deterministic kernels),
      main_test.py with tiles and x8, scripts/export.py (ONNX fp32 and fp16), every tiny file of
@@ -623,6 +623,9 @@ def plan() -> List[Row]:
         demo_row('bf16-recipe-losses', ['train.amp="bf16"', 'train.G_scheduler_type="wsd"', RECIPE_LOSSES,
                                         'train.G_swd_scales=3', 'train.G_swd_patch_size=5',
                                         'train.G_st_pretrained_path="random"'], estimate_s=40, timeout_s=240),
+        # sharpness-aware steps under AMP: fp16's GradScaler unscales the first pass before the weights move
+        demo_row('sam-fp16', ['train.amp="fp16"', 'train.G_optimizer_sam="fsam"'], cuda_only=True),
+        demo_row('sam-bf16', ['train.amp="bf16"', 'train.G_optimizer_sam="gsam"']),
         EnvLaunchRow(name='launch/env-world1', opt=DEMO, quick_sets=QUICK_DEMO, quick=True,
                      expect=(('cuda', r'mode=env backend=nccl world_size=1'),
                              ('cpu', r'mode=env backend=gloo world_size=1')),

@@ -21,7 +21,8 @@ Beyond KAIR: `G_extra_losses` (added to the pixel loss, as in ModelPlain), LDL's
 (`gan_type: "hinge"`), pix2pixHD's multi-scale discrimination (`D_num_scales`: independent copies of
 netD on the image average-pooled 0, 1, 2, ... times, the adversarial losses averaged over the copies; all
 copies are one module, one DDP and one `_D.pth`; with 1, netD is the bare network as before), and
-traiNNer-redux's adaptive discriminator updates (`D_adaptive`, see `_adaptive_d_step`).
+traiNNer-redux's adaptive discriminator updates (`D_adaptive`, see `_adaptive_d_step`), and distillation from a teacher
+(`train.teacher`, models/distill.py: its losses join G's). Sharpness-aware steps (`G_optimizer_sam`) are refused.
 """
 import contextlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -129,6 +130,10 @@ class ModelGAN(ModelPlain):
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
         t = opt['train']
+        if t['G_optimizer_sam'] is not None:
+            raise UserError(f'train.G_optimizer_sam: {t["G_optimizer_sam"]} is not available with model "gan" (its G '
+                            f'step runs with the discriminator, whose step follows it); the models with one loss '
+                            f'pass (plain, plain2, plain4, vrt, ...) take it; set it to null')
         if t['ldl_weight'] > 0 and t['E_decay'] <= 0:
             raise UserError(f'train.ldl_weight: {t["ldl_weight"]} needs the EMA generator (LDL compares netG\'s '
                             f'residual with its EMA copy\'s): set train.E_decay > 0 (e.g. 0.999), or ldl_weight to 0')
@@ -160,11 +165,11 @@ class ModelGAN(ModelPlain):
         self.scheduler_d = build_scheduler(self.optimizer_d, t, 'D')
         self.averaging_d: Optional[Averaging] = averaging(self.optimizer_d)
         self.scaler_d = torch.amp.GradScaler(device.type) if self.scaler is not None else None
-        self._iteration = 0
         self._update_g = True
         self._d_loss = torch.zeros((), device=device)
-        # sums since the last log over the applied iterations, by the slots above
-        self._parts = torch.zeros(_EXTRAS + len(self.extra_losses), device=device)
+        # sums since the last log over the applied iterations, by the slots above (then the distillation terms)
+        self._distill_names = self.distill.names() if self.distill is not None else []
+        self._parts = torch.zeros(_EXTRAS + len(self.extra_losses) + len(self._distill_names), device=device)
         self._iteration_parts = torch.zeros_like(self._parts)
         # D_adaptive: [smoothed adversarial loss of G, whether it holds a value yet], on the device
         self._adaptive = torch.zeros(2, device=device)
@@ -217,10 +222,6 @@ class ModelGAN(ModelPlain):
     def networks(self) -> List[nn.Module]:
         return super().networks() + [self.net_d]
 
-    def end_iteration(self, step: int) -> None:
-        super().end_iteration(step)
-        self._iteration = step
-
     def _g_step_due(self) -> bool:
         """KAIR: G is updated on iterations divisible by D_update_ratio, after D_init_iters."""
         step, t = self._iteration + 1, self.train_opt
@@ -249,7 +250,8 @@ class ModelGAN(ModelPlain):
                 sync = self.ddp is None or last or self.sync_every_micro_batch
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():
                     with self.autocast():
-                        E = self.predict(self.net, batch)
+                        with self.capturing():
+                            E = self.predict(self.net, batch)
                         E_ema = None
                         if self.train_opt['ldl_weight'] > 0:
                             with torch.no_grad():
@@ -262,6 +264,8 @@ class ModelGAN(ModelPlain):
                 with torch.no_grad(), self.autocast():
                     E = self.predict(self.net_g, batch)
             total_d += self._discriminator_backward(E.detach(), batch_transforms.target(batch, 'gan'), n, last, parts)
+        if self._update_g and self.distill is not None:
+            self.distill.reduce_gradients()
         parts[7] += 1.0
         self._iteration_parts = parts  # into the log's sums when the step is applied (`step`)
         self._d_loss = total_d
@@ -294,6 +298,10 @@ class ModelGAN(ModelPlain):
             ldl = t['ldl_weight'] * ldl_loss(E, E_ema, batch['H']) / n
             loss = loss + ldl
             parts[8] += ldl.detach()
+        if self.distill is not None:  # the teacher's output and features for the same (augmented) batch
+            taught = self.distill.terms(E, self.distill.teach(batch, self.predict)) / n
+            loss = loss + taught.sum()
+            parts[_EXTRAS + len(self.extra_losses):] += taught.detach()
         self._set_d_trainable(False)
         try:
             pred_fake = self._d(self.net_d, E)
@@ -421,7 +429,8 @@ class ModelGAN(ModelPlain):
                        l_g_percep=percep / g_steps, l_g_gan=adv / g_steps)
             if self.train_opt['ldl_weight'] > 0:
                 out['l_g_ldl'] = ldl / g_steps
-            out.update({f'l_g_{name}': value / g_steps for name, value in zip(self.extra_losses, extras)})
+            out.update({f'l_g_{name}': value / g_steps
+                        for name, value in zip([*self.extra_losses, *self._distill_names], extras)})
         if d_steps:
             out.update(D_loss=d_loss / d_steps, D_real=d_real / d_steps, D_fake=d_fake / d_steps)
             if self.train_opt['D_adaptive']:

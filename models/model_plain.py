@@ -18,6 +18,7 @@ from data import batch_augment
 from data.degradations import batch_transforms
 from losses.registry import LOSSES, build_extra_losses, build_loss, extra_weights
 from models.compile import compile_training_net, eager
+from models.distill import TEACHER_OPTIONS, Distillation
 from models.ema import ModelEMA
 from models.evaluation import Evaluation, WriteItem, evaluate
 from models.merge_bn import count_foldable, fold_batchnorm
@@ -27,6 +28,7 @@ from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_op
 from models.registry import MODELS
 from models.regularizers import apply_regularizers, regularizers_due
 from models.restorer import ImageRestorer, amp_dtype, build_checked_network, load_weights
+from models.sam import SAM, SAM_METHODS, build_sam, trained_parameters
 from utils import dist
 from utils.errors import UserError, first_line
 from utils.image import bit_depth, images_to_float, tensor2uint
@@ -124,6 +126,9 @@ class ModelPlain:
                                     'clip netG\'s total gradient norm at this value (null: no clipping)'),
         'G_optimizer_reuse': Key(True, (bool,), help='on resume, load the saved optimizer state (moments); false: '
                                                      'start it afresh'),
+        'G_optimizer_sam': Key(None, (str, type(None)), help='sharpness-aware steps around G_optimizer_type: sam, fsam, '
+                                                             'gsam or looksam (models/sam.py; their keys G_sam_<key>), '
+                                                             'two forward-backward passes per step; null: off'),
         'G_scheduler_type': Key('MultiStepLR', (str, type(None)),
                                 help='learning-rate schedule: a scheduler of models/optim.py (null: constant)'),
         'G_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear learning-rate warm-up over this many '
@@ -144,6 +149,8 @@ class ModelPlain:
         # batch augmentation (traiNNer-redux's MoA): drawn with the training items (the loop wraps the training
         # set, data/batch_augment.py), applied on the device in `to_device`
         **batch_augment.MOA_OPTIONS,
+        # distillation from a trained teacher network (models/distill.py)
+        **TEACHER_OPTIONS,
         # KAIR's video keys (models/model_vrt.py), which its image models ignore
         'fix_iter': IGNORED, 'fix_lr_mul': IGNORED, 'fix_keys': IGNORED,
     }
@@ -155,7 +162,9 @@ class ModelPlain:
     # Type keys choosing a registered member, which reads its own keys as `<prefix><key>` (models/optim.py)
     CHOICES: Dict[str, Choice] = {'G_lossfn_type': Choice(LOSSES, 'G_'), 'G_extra_losses': Choice(LOSSES, 'G_'),
                                   'G_optimizer_type': Choice(OPTIMIZERS, 'G_optimizer_'),
-                                  'G_scheduler_type': Choice(SCHEDULERS, 'G_scheduler_')}
+                                  'G_optimizer_sam': Choice(SAM_METHODS, 'G_sam_'),
+                                  'G_scheduler_type': Choice(SCHEDULERS, 'G_scheduler_'),
+                                  'T_lossfn_type': Choice(LOSSES, 'T_')}
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
         self.opt = opt
@@ -196,6 +205,8 @@ class ModelPlain:
         if self.merge_bn_at is not None and not self.bn_merged and not count_foldable(self.net_g):
             raise UserError(f'merge_bn: netG ({netG["net_type"]}) has no BatchNorm after a convolution to fold '
                             f'(e.g. dncnn needs act_mode "BR"); set merge_bn to false')
+        # after the EMA copy, which must not take the feature hooks along
+        self.distill: Optional[Distillation] = self._distillation(allow_unsafe_load)
         self.ddp: Optional[DistributedDataParallel] = None
         self.net: nn.Module = self._training_net()
         if self.sync_every_micro_batch:
@@ -204,10 +215,15 @@ class ModelPlain:
                               f'under static graph); the result is the same, the communication is larger')
         self.loss_fn = build_loss(self.train_opt).to(device)
         self.extra_losses = {name: loss.to(device) for name, loss in build_extra_losses(self.train_opt).items()}
-        self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
+        self.optimizer = build_optimizer(self.optimizer_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt)
         self.averaging: Optional[Averaging] = averaging(self.optimizer)
         self._check_schedule_free()
+        self.sam: Optional[SAM] = None
+        self._build_sam()
+        self._sam_ran = False  # whether this iteration took the sharpness-aware step's two passes
+        self._second_loss: Optional[torch.Tensor] = None
+        self._iteration = 0  # the last finished iteration (`end_iteration`)
         # nan_policy "stop" on CUDA: an optimizer that cannot take the skip verdict on the device steps regardless
         # (`gated_step`): the run stops at the next check point before anything is written, so the step cannot
         # matter, and reading the verdict would make the CPU wait for the GPU every iteration. Elsewhere (CPU,
@@ -215,8 +231,10 @@ class ModelPlain:
         self.host_verdict = device.type != 'cuda' or self.train_opt['nan_policy'] != 'stop'
         self._loss_sum = torch.zeros((), device=device)
         self._loss_steps = torch.zeros((), device=device)
-        # with extra losses, the sums of [G_lossfn_type's, each extra's] since the last log (applied steps)
-        self._term_sums = torch.zeros(1 + len(self.extra_losses) if self.extra_losses else 0, device=device)
+        # with extra losses or a teacher, the sums of [G_lossfn_type's, each extra's, the distillation terms] since the
+        # last log (applied steps)
+        self.term_names = ['pix', *self.extra_losses, *(self.distill.names() if self.distill is not None else [])]
+        self._term_sums = torch.zeros(len(self.term_names) if len(self.term_names) > 1 else 0, device=device)
         self._iteration_terms: Optional[torch.Tensor] = None
         self._iteration_loss = torch.zeros((), device=device)
         self._finalized = False
@@ -243,6 +261,33 @@ class ModelPlain:
                      f'after the warm-up (G_scheduler_warmup_iter); G_scheduler_type {t["G_scheduler_type"]} '
                      f'decays it as well')
 
+    def _distillation(self, allow_unsafe_load: bool) -> Optional[Distillation]:
+        """`train.teacher`'s network and losses (models/distill.py), or None."""
+        t = self.train_opt
+        if t['teacher'] is None:
+            if t['T_features']:
+                get_logger().warning('train.T_features: ignored: train.teacher is null (no teacher to distil from)')
+            return None
+        if t['T_features'] and t['compile']:
+            raise UserError('train.T_features: the feature hooks cannot be combined with train.compile (a compiled '
+                            'block does not call them); set compile to false or T_features to {}')
+        if t['T_features'] and self.merge_bn_at is not None:
+            raise UserError('train.T_features: merge_bn renames netG\'s modules when it folds them; set merge_bn to '
+                            'false or T_features to {}')
+        return Distillation(t, self.net_g, self.opt['netG']['net_type'], self.device, self.channels_last,
+                            allow_unsafe_load)
+
+    def optimizer_groups(self) -> List[Dict[str, Any]]:
+        """What netG's optimizer trains: `param_groups()`, then the distillation adapters' group (T_features)."""
+        return self.param_groups() + (self.distill.param_groups() if self.distill is not None else [])
+
+    def _build_sam(self) -> None:
+        """`train.G_optimizer_sam` around the optimizer's parameters (again after merge_bn rebuilt it); the second
+        pass must leave netG's buffers (BatchNorm statistics) as the first one left them."""
+        self.sam = build_sam(self.train_opt['G_optimizer_sam'], self.train_opt,
+                             trained_parameters(self.optimizer.param_groups), list(self.net_g.buffers()))
+        self._first_pass = _FirstPass(self.optimizer)
+
     def _training_net(self) -> nn.Module:
         """net_g as the training forward runs it: in DDP when distributed, compiled with `train.compile`."""
         net = self._wrap(self.net_g)
@@ -258,6 +303,7 @@ class ModelPlain:
         """Called after every iteration (and with the start iteration before the first): KAIR's
         `merge_bn` folds BatchNorm into the convolutions once `merge_bn_startpoint` is reached; a loss that draws
         random numbers (ms_swd) draws those of the next iteration from `step`, the same after a resume."""
+        self._iteration = step
         for loss in (self.loss_fn, *self.extra_losses.values()):
             loss.set_iteration(step)
         if self.merge_bn_at is not None and not self.bn_merged and step >= self.merge_bn_at:
@@ -285,10 +331,11 @@ class ModelPlain:
         gc.collect()  # the old DDP's hooks on the parameters go with it
         self.net = self._training_net()
         schedule = self.scheduler.state_dict()
-        self.optimizer = build_optimizer(self.param_groups(), self.train_opt, 'G', self.device)
+        self.optimizer = build_optimizer(self.optimizer_groups(), self.train_opt, 'G', self.device)
         self.scheduler = build_scheduler(self.optimizer, self.train_opt, notes=False)
         self.scheduler.load_state_dict(schedule)
         self.averaging = averaging(self.optimizer)
+        self._build_sam()  # the folded parameters: the sharpness-aware state starts afresh, as the moments do
 
     def _wrap(self, net: nn.Module, static_graph: Optional[bool] = None) -> nn.Module:
         """`net` in DDP with the top-level flags when distributed (`static_graph`: None = the options')."""
@@ -313,6 +360,14 @@ class ModelPlain:
         if self.averaging is not None:
             fused += ' (schedule-free: validated and saved at its averaged weights)'
         kind = f'{self.train_opt["G_optimizer_type"]} ({type(self.optimizer).__name__})'
+        if self.sam is not None:
+            fused += (f'; sharpness-aware steps {self.train_opt["G_optimizer_sam"]} ({type(self.sam).__name__}, '
+                      f'rho {self.sam.rho:g}): two forward-backward passes per step')
+        if self.distill is not None:
+            d = self.distill
+            fused += (f'; distilled from {d.weights} ({d.net_type}, '
+                      f'{sum(p.numel() for p in d.net.parameters()):,} parameters, sha256 {d.sha256[:12]})'
+                      + (f', {len(d.pairs)} feature pair(s)' if d.pairs else ''))
         return f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {kind}{fused}'
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -366,7 +421,7 @@ class ModelPlain:
         batch = {k: v.unsqueeze(0) if torch.is_tensor(v) else [v] for k, v in sample.items()}
         batch = self.to_device(batch)
         try:
-            with self.probe(self.net_g):
+            with self.probe(self.net_g), self.capturing():
                 out = self.predict(self.net_g, batch)
         except NETWORK_FAILURES as e:
             keyed = channel_key_problem(self.opt['netG'], e, where, channels)
@@ -387,6 +442,13 @@ class ModelPlain:
                     loss(out, target)
             except NETWORK_FAILURES as e:
                 raise UserError(f'{key} cannot take netG\'s output {tuple(out.shape[1:])} for a sample of {where}: '
+                                f'{failure_text(e)}') from None
+        if self.distill is not None:
+            try:
+                with self.probe():
+                    self.distill.check(out, batch, self.predict, where)
+            except NETWORK_FAILURES as e:
+                raise UserError(f'train.teacher ({self.distill.net_type}) cannot take a sample of {where}: '
                                 f'{failure_text(e)}') from None
         return out, batch
 
@@ -424,6 +486,10 @@ class ModelPlain:
         """`net`'s output for a training batch, the tensor the loss compares with batch['H']."""
         return net(*self.restorer_class.inputs(batch))
 
+    def capturing(self) -> Any:
+        """Around netG's training forward: the distillation's feature hooks keep what they see (else nothing)."""
+        return self.distill.capture() if self.distill is not None else contextlib.nullcontext()
+
     def after_backward(self, step: int) -> None:
         """Hook between backward and the finiteness check (gradient edits such as freezing)."""
 
@@ -443,32 +509,75 @@ class ModelPlain:
 
         With DDP, gradients are all-reduced on the last micro-batch only (`no_sync` before it),
         except under static graph (`sync_every_micro_batch`).
+
+        With `G_optimizer_sam`, two passes over the same device batches (and the teacher's outputs, computed once):
+        the first one's gradient, accumulated over every micro-batch and all-reduced like any gradient (so every
+        rank takes the same perturbation, N ranks x b as 1 rank x N*b, and a non-finite first pass is non-finite
+        on every rank), moves the weights once per optimizer step; the second pass accumulates the gradient there
+        and the weights go back. The loss returned and logged is the first pass's, at the weights themselves.
         """
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
         self._finalized = False
-        n = len(batches)
-        total = torch.zeros((), device=self.device)
-        terms_total = torch.zeros_like(self._term_sums) if self.extra_losses else None
-        for i, batch in enumerate(batches):
-            sync = self.ddp is None or i == n - 1 or self.sync_every_micro_batch
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                with self.autocast():
-                    batch = self.to_device(batch)
-                    terms = self.loss_terms(self.predict(self.net, batch), batch_transforms.target(batch, 'pixel')) / n
-                    loss = terms.sum()
-                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            total += loss.detach()
-            if terms_total is not None:
-                terms_total += terms.detach()
-        self._iteration_terms = terms_total
+        step = self._iteration + 1
+        self._sam_ran = self.sam is not None and self.sam.due(step)
+        kept: Optional[List[Tuple[Dict[str, Any], Any]]] = [] if self._sam_ran else None
+        total, terms = self._accumulate(batches, kept)
+        if self._sam_ran:
+            if self.scaler is not None:  # the perturbation is taken from true gradients
+                self.scaler.unscale_(self._first_pass)
+            self.after_backward(step)
+            group = self.optimizer.param_groups[0]
+            self.sam.perturb(group['lr'] / group['initial_lr'] if group.get('initial_lr') else 1.0)
+            self.optimizer.zero_grad(set_to_none=True)
+            self._second_loss, _ = self._accumulate(kept, None)
+            self.sam.restore()
+        self._iteration_terms = terms
         self._iteration_loss = total
         return total
 
+    def _accumulate(self, batches: Sequence[Any], kept: Optional[List[Tuple[Dict[str, Any], Any]]]
+                    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """One forward-backward over the micro-batches: (their mean loss, its terms). `batches` are loader batches,
+        or (device batch, teacher's output) pairs `kept` by a first pass (given a list, this pass fills it)."""
+        n = len(batches)
+        total = torch.zeros((), device=self.device)
+        terms_total = torch.zeros_like(self._term_sums) if self._term_sums.numel() else None
+        for i, item in enumerate(batches):
+            sync = self.ddp is None or i == n - 1 or self.sync_every_micro_batch
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                with self.autocast():
+                    batch, taught = (self.to_device(item), None) if isinstance(item, dict) else item
+                    terms, taught = self._terms(batch, taught)
+                    terms = terms / n
+                    loss = terms.sum()
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+            if kept is not None:
+                kept.append((batch, taught))
+            total += loss.detach()
+            if terms_total is not None:
+                terms_total += terms.detach()
+        if self.distill is not None:
+            self.distill.reduce_gradients()
+        return total, terms_total
+
+    def _terms(self, batch: Dict[str, Any], taught: Any) -> Tuple[torch.Tensor, Any]:
+        """(`loss_terms` of netG's output on a device batch, then the distillation's, the teacher's output): the
+        teacher runs once per batch (`taught`: its output from an earlier pass over the batch)."""
+        target = batch_transforms.target(batch, 'pixel')
+        if self.distill is None:
+            return self.loss_terms(self.predict(self.net, batch), target), None
+        with self.distill.capture():
+            pred = self.predict(self.net, batch)
+        if taught is None:
+            taught = self.distill.teach(batch, self.predict)
+        return torch.cat([self.loss_terms(pred, target), self.distill.terms(pred, taught)]), taught
+
     def iteration_losses(self) -> Tuple[List[Optional[str]], torch.Tensor]:
-        """`G_loss`, or with G_extra_losses each term (`l_g_pix`, `l_g_<name>`), of the last backward."""
+        """`G_loss`, or with G_extra_losses or a teacher each term (`l_g_pix`, `l_g_<name>`, `l_g_distill`, ...), of
+        the last backward's first pass."""
         if self._iteration_terms is not None:
-            return [f'l_g_{name}' for name in ['pix', *self.extra_losses]], self._iteration_terms
+            return [f'l_g_{name}' for name in self.term_names], self._iteration_terms
         return ['G_loss'], self._iteration_loss.reshape(1)
 
     def finalize_gradients(self, step: int, loss: torch.Tensor) -> torch.Tensor:
@@ -483,18 +592,23 @@ class ModelPlain:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         self.after_backward(step)
+        if self.sam is not None:
+            self.sam.edit_gradients(step, self._sam_ran)
         self._finalized = True
         finite = torch.isfinite(loss)
         check_grads = self.train_opt['nan_policy'] != 'off' and self.scaler is None
+        if self._sam_ran and check_grads:  # under a GradScaler an overflow of either pass is its business
+            finite = finite & self.sam.first_pass_finite & torch.isfinite(self._second_loss)
         self._grad_norm = None
-        if self.train_opt['G_optimizer_clipgrad'] or check_grads:
+        if self.train_opt['G_optimizer_clipgrad'] or check_grads or (self.sam is not None and self.sam.STATE):
             self._grad_norm = torch.nn.utils.get_total_norm(self._grads())
             if check_grads:
                 finite = finite & torch.isfinite(self._grad_norm)
         return finite
 
     def _grads(self) -> List[torch.Tensor]:
-        return [p.grad for p in self.net_g.parameters() if p.grad is not None]
+        """The gradients of what netG's optimizer trains (netG, and the distillation adapters)."""
+        return [p.grad for g in self.optimizer.param_groups for p in g['params'] if p.grad is not None]
 
     def step(self, step: int, loss: torch.Tensor, applied: Optional[torch.Tensor] = None) -> None:
         """Apply the gradients of `backward`: clip, optimizer, scheduler, regularizers, EMA.
@@ -510,11 +624,39 @@ class ModelPlain:
         if clip:
             torch.nn.utils.clip_grads_with_norm_(self._grads(), clip, self._grad_norm)
         gated_step(self.optimizer, applied, self.scaler, self.host_verdict)
+        if self.sam is not None:
+            self._commit_sam(applied)
         self.scheduler.step()
         if regularizers_due(step, self.train_opt) and (applied is None or bool(applied)):
             apply_regularizers(self.net_g, step, self.train_opt)
         self.update_ema(step, applied)
         self._count_loss(loss, applied)
+
+    def _commit_sam(self, applied: Optional[torch.Tensor]) -> None:
+        """The sharpness-aware state of this step (F-SAM's average, LookSAM's reused part) is kept only where the step
+        was applied and both passes were finite (an fp16 overflow the GradScaler skipped included): on the device."""
+        ok: Optional[torch.Tensor] = None
+        if self.sam.STATE:
+            ok = torch.isfinite(self._grad_norm)
+            if self._sam_ran:
+                ok = ok & self.sam.first_pass_finite
+            if applied is not None:
+                ok = ok & applied
+        self.sam.commit(ok)
+
+    def _resume_sam(self, saved: Optional[Dict[str, Any]]) -> List[str]:
+        """The sharpness-aware state of a checkpoint (notes where it cannot be used)."""
+        name = self.train_opt['G_optimizer_sam']
+        if self.sam is None and saved is not None:
+            return [f'train.G_optimizer_sam: checkpoint {saved["method"]}, options null: plain '
+                    f'{self.train_opt["G_optimizer_type"]} steps from here']
+        if self.sam is None or not self.sam.STATE:
+            return []
+        if saved is None or saved['method'] != name:
+            was = 'none' if saved is None else saved['method']
+            return [f'train.G_optimizer_sam: checkpoint {was}, options {name}: its state starts afresh']
+        note = self.sam.load_state_dict(saved['state'])
+        return [note] if note else []
 
     def update_ema(self, step: int, applied: Optional[torch.Tensor]) -> None:
         """The EMA's update of iteration `step` (its decay ramps over `E_warmup_iter`; a schedule-free optimizer's
@@ -566,7 +708,8 @@ class ModelPlain:
 
     def log_losses(self) -> Dict[str, float]:
         """Mean loss of the applied steps since the last call, averaged over ranks (one host read); with
-        G_extra_losses also each term: `l_g_pix` (G_lossfn_type's) and `l_g_<name>`."""
+        G_extra_losses or a teacher also each term: `l_g_pix` (G_lossfn_type's), `l_g_<name>`, `l_g_distill` and
+        `l_g_distill_feat`."""
         t = torch.cat([torch.stack([self._loss_sum, self._loss_steps]), self._term_sums])
         dist.all_reduce_sum(t)
         self._loss_sum.zero_()
@@ -574,8 +717,8 @@ class ModelPlain:
         self._term_sums.zero_()
         total, steps, *terms = t.tolist()
         out = {'G_loss': total / steps if steps else float('nan')}
-        if self.extra_losses:
-            for name, value in zip(['pix', *self.extra_losses], terms):
+        if terms:
+            for name, value in zip(self.term_names, terms):
                 out[f'l_g_{name}'] = value / steps if steps else float('nan')
         return out
 
@@ -583,8 +726,10 @@ class ModelPlain:
         return self.optimizer.param_groups[0]['lr']
 
     def networks(self) -> List[nn.Module]:
-        """Every trained network whose parameters must stay identical across ranks (netG, its EMA)."""
-        return [self.net_g] + ([self.ema.module] if self.ema is not None else [])
+        """Every trained network whose parameters must stay identical across ranks (netG, its EMA, the distillation
+        adapters)."""
+        adapters = [self.distill.adapters] if self.distill is not None and self.distill.pairs else []
+        return [self.net_g] + ([self.ema.module] if self.ema is not None else []) + adapters
 
     @property
     def eval_net(self) -> nn.Module:
@@ -634,6 +779,10 @@ class ModelPlain:
                  'optimizer_type': self.train_opt['G_optimizer_type'], 'bn_merged': self.bn_merged}
         if self.scaler is not None:
             state['grad_scaler'] = self.scaler.state_dict()
+        if self.sam is not None:
+            state['sam'] = {'method': self.train_opt['G_optimizer_sam'], 'state': self.sam.state_dict()}
+        if self.distill is not None:
+            state['distill'] = self.distill.state_dict()  # the teacher's file and digest, the adapters
         return state
 
     def load_state(self, weights: Dict[str, Any], training: Dict[str, Any]) -> None:
@@ -643,6 +792,11 @@ class ModelPlain:
         hyperparameter comes from the options. Each value that differs is logged with the winner.
         """
         log = get_logger()
+        if self.distill is not None:  # first: another teacher is refused before anything is loaded
+            self.distill.load_state_dict(training['distill'] if 'distill' in training else None)
+        elif 'distill' in training:
+            log.warning(f'resume: the checkpoint was distilled from {training["distill"]["teacher"]["weights"]}; '
+                        f'train.teacher is null now: training goes on without a teacher')
         # checkpoints written before merge_bn existed lack the flag: their BatchNorm was never folded
         if 'bn_merged' in training and training['bn_merged'] and not self.bn_merged:
             if self.merge_bn_at is None:
@@ -666,6 +820,7 @@ class ModelPlain:
             self.averaging.train()  # saved at the averaged weights: back to the training point, as after the save
         notes += self.scheduler.differences(training['scheduler'])
         self.scheduler.load_state_dict(training['scheduler'])
+        notes += self._resume_sam(training['sam'] if 'sam' in training else None)
         for note in notes:
             log.warning(f'resume: {note}')
         if self.scaler is not None:
@@ -674,6 +829,14 @@ class ModelPlain:
             else:
                 log.info('resume: the checkpoint has no GradScaler state (trained without fp16); '
                          'loss scaling starts afresh')
+
+
+class _FirstPass:
+    """netG's optimizer under another name for the GradScaler: `unscale_` of the sharpness-aware step's first pass
+    (the second is the optimizer's own) records that pass's overflow, which backs the scale off at the update."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.param_groups = optimizer.param_groups
 
 
 def load_resume_weights(net: nn.Module, state: Dict[str, Any], kind: str, net_type: str) -> None:

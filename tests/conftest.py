@@ -365,6 +365,15 @@ def train_two_processes(path: str, root: str, iters: int, extra: Sequence[str] =
     return res, [float(v) for _, v in VALIDATION_PSNR.findall(res.stdout)]
 
 
+def straight_and_resumed(straight: str, resumed: str, stop_at: int) -> None:
+    """Two option files of the same run under two tasks: the first trained straight through, the second stopped at
+    iteration `stop_at` (`--set train.total_iter`) and resumed to the end, for the tests of bit-exact resume."""
+    assert run_main('main_train', ['--opt', straight]).returncode == 0
+    assert run_main('main_train', ['--opt', resumed, '--set', f'train.total_iter={stop_at}']).returncode == 0
+    res = run_main('main_train', ['--opt', resumed])
+    assert res.returncode == 0 and 'resumed from' in res.stdout, res.stderr[-2000:]
+
+
 @pytest.fixture(scope='session')
 def demo_images(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Generated demo images shared by the tests (the generator is deterministic and idempotent), in

@@ -10,6 +10,8 @@ The production code has no test hooks; this wrapper patches it from outside:
   the zip writer), after `k_G.pth` (and `k_E.pth`) were written;
 - FREE_MB=m: every file system reports m MB free (shutil.disk_usage), as a full disk does: with
   DISK_FULL_AT the failure is then recognised as one for lack of space;
+- FIRST_PASS_NAN_AT=k [INJECT_NAN_RANK=r]: with train.G_optimizer_sam, a gradient of the first pass of the
+  k-th sharpness-aware step is NaN (on rank r only, if given), after the passes' all-reduce: the loss is finite;
 - POISON_AT=k: after the optimizer step of iteration k a weight of netG becomes NaN (the loss
   and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
@@ -114,6 +116,18 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
             usage, free = real_usage(path), int(float(free_mb) * 1e6)
             return type(usage)(usage.total, usage.total - free, free)
         patch(shutil, 'disk_usage', full_disk_usage)
+    first_pass_nan_at = int(env.get('FIRST_PASS_NAN_AT', 0))
+    if first_pass_nan_at:
+        from models.sam import SAM
+        original_perturb = SAM.perturb
+        perturbs = {'n': 0}
+
+        def poisoned_perturb(self, *args):
+            perturbs['n'] += 1
+            if perturbs['n'] == first_pass_nan_at and _rank_matches('INJECT_NAN_RANK'):
+                self.params[0].grad.view(-1)[0] = float('nan')
+            return original_perturb(self, *args)
+        patch(SAM, 'perturb', poisoned_perturb)
     poison_at = int(env.get('POISON_AT', 0))
     if poison_at:
         original_step = ModelPlain.step

@@ -104,6 +104,7 @@ EXPECTED: Dict[str, Expected] = {
     ] + [rf'^per-step overhead \(tiny net .* overhead +-?\d+ us = -?{NUM} % of a demo bare step$'] + [
         rf'^{row} +on +{NUM} ms/step \| off +{NUM} ms/step \| ratio +{NUM} \(paired +{NUM}\)' for row in (
             r'EMA on \(E_decay 0.99\) / off', 'amp bf16 / fp32', 'channels_last on / off',
+            *[rf'SAM {m} / adam alone' for m in ('sam', 'fsam', 'gsam', 'looksam')], r'teacher \(distillation\) on / off',
             r'batch augment \(use_moa\) on / off')
     ], slow=False),
     'bench_resume.py': Expected([

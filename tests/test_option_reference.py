@@ -183,7 +183,7 @@ def test_describe_shows_type_default_allowed_values_and_meaning(capsys):
     assert main_train.describe('charbonnier') == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:3] == ['loss "charbonnier": CharbonnierLoss with KAIR\'s `G_charbonnier_eps`.',
-                       '  chosen by: train.G_lossfn_type; train.G_extra_losses',
+                       '  chosen by: train.G_lossfn_type; train.G_extra_losses; train.T_lossfn_type',
                        '  keys in train (written G_<key>):']
     assert out[3].split() == ['G_charbonnier_eps', 'number', '1e-09', 'eps', 'in', 'sqrt(diff^2', '+', 'eps)', '[>',
                               '0]']

@@ -82,10 +82,15 @@ def weights_path(name: str, given: Optional[str], where: str) -> str:
     return path
 
 
-def sha256_matches(name: str, path: str) -> bool:
-    """Whether the file at `path` has WEIGHTS[name]'s digest (or digest prefix)."""
+def file_sha256(path: str) -> str:
+    """The sha256 of the file at `path` (hex), read in chunks."""
     h = hashlib.sha256()
     with open(path, 'rb') as f:
         for chunk in iter(lambda: f.read(1 << 20), b''):
             h.update(chunk)
-    return h.hexdigest().startswith(WEIGHTS[name].sha256)
+    return h.hexdigest()
+
+
+def sha256_matches(name: str, path: str) -> bool:
+    """Whether the file at `path` has WEIGHTS[name]'s digest (or digest prefix)."""
+    return file_sha256(path).startswith(WEIGHTS[name].sha256)

@@ -63,20 +63,22 @@ for _arch in ARCHITECTURES:
     CANDIDATES.setdefault(_arch.package, []).append((_arch.net_type, spandrel_kwargs(_arch.net_type)))
 
 
-def detect(state: Dict[str, torch.Tensor], path: str) -> Any:
-    """spandrel's description of the network a state_dict belongs to."""
+def detect(state: Dict[str, torch.Tensor], path: str, source: str = 'path.pretrained_netG',
+           section: str = 'netG') -> Any:
+    """spandrel's description of the network a state_dict belongs to (`source`: the key naming the file,
+    `section`: the netG section it describes, for the messages)."""
     try:
         import spandrel
     except ImportError:
-        raise UserError('netG.net_type: "auto" detects the architecture with spandrel, which is not installed '
+        raise UserError(f'{section}.net_type: "auto" detects the architecture with spandrel, which is not installed '
                         'here; pip install spandrel==0.4.2') from None
     try:
         return spandrel.ModelLoader().load_from_state_dict(state)
     except spandrel.UnsupportedModelError:
-        raise UserError(f'path.pretrained_netG: {path}: spandrel does not recognise this architecture; '
-                        f'give netG.net_type and its keys instead of "auto"') from None
+        raise UserError(f'{source}: {path}: spandrel does not recognise this architecture; '
+                        f'give {section}.net_type and its keys instead of "auto"') from None
     except Exception as e:  # recognised, but its shapes contradict the detected hyperparameters
-        raise UserError(f'path.pretrained_netG: {path}: spandrel cannot read this checkpoint '
+        raise UserError(f'{source}: {path}: spandrel cannot read this checkpoint '
                         f'({type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ""})'
                         ) from None
 
@@ -88,21 +90,23 @@ def same_names(netG: Dict[str, Any], state: Dict[str, torch.Tensor]) -> bool:
     return set(net.state_dict()) == set(state)
 
 
-def resolve_auto(netG: Dict[str, Any], pretrained: Optional[str]) -> Tuple[Dict[str, Any], str]:
+def resolve_auto(netG: Dict[str, Any], pretrained: Optional[str], source: str = 'path.pretrained_netG',
+                 section: str = 'netG') -> Tuple[Dict[str, Any], str]:
     """The explicit netG for `{"net_type": "auto", ...}` and a note for the log. Only the init_* keys may
-    accompany "auto" (kept); every other key comes from the checkpoint."""
+    accompany "auto" (kept); every other key comes from the checkpoint. `source` is the key that names the
+    checkpoint and `section` the one holding netG, for the messages (a distillation teacher's: train.teacher)."""
     extra = sorted(k for k in netG if k != 'net_type' and k not in INIT_OPTIONS)
     if extra:
-        raise UserError(f'netG.{extra[0]}: with net_type "auto" the network\'s keys come from '
-                        f'path.pretrained_netG; give only net_type (and init_* keys)')
+        raise UserError(f'{section}.{extra[0]}: with net_type "auto" the network\'s keys come from '
+                        f'{source}; give only net_type (and init_* keys)')
     if not pretrained:
-        raise UserError('netG.net_type: "auto" reads the architecture from path.pretrained_netG, which is not set')
+        raise UserError(f'{section}.net_type: "auto" reads the architecture from {source}, which is not set')
     try:
         state = unwrap_params(load(pretrained), 'params')
     except UserError as e:
         text = str(e) if str(e).startswith(pretrained) else f'{pretrained}: {e}'
-        raise UserError(f'path.pretrained_netG: {text}') from None
-    d = detect(state, pretrained)
+        raise UserError(f'{source}: {text}') from None
+    d = detect(state, pretrained, source, section)
     arch = d.architecture.id
     tried = []
     for net_type, mapping in CANDIDATES.get(arch, []):
@@ -114,13 +118,13 @@ def resolve_auto(netG: Dict[str, Any], pretrained: Optional[str]) -> Tuple[Dict[
         network_options(net_type)  # a net_type that cannot be built here (spandrel missing) says so
         if same_names(explicit, state):
             explicit.update({k: netG[k] for k in netG if k in INIT_OPTIONS})
-            note = (f'netG: net_type "auto": {pretrained} holds {arch} (spandrel); the equivalent netG is '
+            note = (f'{section}: net_type "auto": {pretrained} holds {arch} (spandrel); the equivalent netG is '
                     f'{json.dumps(explicit)}')
             return explicit, note
     if not tried:
-        raise UserError(f'path.pretrained_netG: {pretrained}: spandrel recognises {arch}, which net_type "auto" '
+        raise UserError(f'{source}: {pretrained}: spandrel recognises {arch}, which net_type "auto" '
                         f'does not build; write its netG explicitly')
-    raise UserError(f'path.pretrained_netG: {pretrained}: spandrel recognises {arch}, but the state_dict names '
+    raise UserError(f'{source}: {pretrained}: spandrel recognises {arch}, but the state_dict names '
                     f'differ from those of net_type {" and ".join(tried)}; write its netG explicitly')
 
 
