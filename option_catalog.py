@@ -408,7 +408,8 @@ def every_name(cat: Catalog) -> List[str]:
 
 
 # what `--describe` takes for a kind of member (each registry's `listing`, named in its unknown-name message)
-KIND_WORDS = ['network', 'model', 'dataset', 'loss', 'optimizer', 'scheduler', 'metric', 'init', 'demo']
+KIND_WORDS = ['network', 'model', 'dataset', 'loss', 'optimizer', 'scheduler', 'sharpness-aware', 'metric', 'init',
+              'demo']
 
 
 def kinds_named(cat: Catalog, word: str) -> List[str]:

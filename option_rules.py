@@ -87,7 +87,7 @@ def resolve_teacher(opt: Dict[str, Any], source: str) -> None:
     """`train.teacher.netG` (models/distill.py) as the loader checks and completes netG, at the run's scale: given,
     or found from the teacher's weights when left out or "auto" (a note for the log). A mistake names the file and
     `train.teacher`."""
-    teacher = opt['train'].get('teacher')
+    teacher = opt['train']['teacher']  # every model takes it (ModelPlain's TEACHER_OPTIONS)
     if not teacher:
         return
     from models.distill import teacher_network

@@ -410,11 +410,12 @@ class ModelGAN(ModelPlain):
         return super().averagings() + ([self.averaging_d] if self.averaging_d is not None else [])
 
     def iteration_losses(self) -> Tuple[List[Optional[str]], torch.Tensor]:
-        """G's pixel, perceptual, adversarial, LDL and extra terms and D's loss of the last backward (the slots of
-        `_iteration_parts`; D's mean outputs and the step counts are no losses)."""
+        """G's pixel, perceptual, adversarial, LDL, extra and distillation terms and D's loss of the last backward
+        (the slots of `_iteration_parts`; D's mean outputs and the step counts are no losses)."""
         names: List[Optional[str]] = ['l_g_pix', 'l_g_percep', 'l_g_gan', 'D_loss', None, None, None, None, 'l_g_ldl',
                                       None]
-        return names + [f'l_g_{name}' for name in self.extra_losses], self._iteration_parts
+        return (names + [f'l_g_{name}' for name in (*self.extra_losses, *self._distill_names)],
+                self._iteration_parts)
 
     def log_losses(self) -> Dict[str, float]:
         """KAIR's log: G's losses (means over G steps), D's loss and mean outputs (over D steps); with D_adaptive,

@@ -264,9 +264,10 @@ class ModelPlain:
     def _distillation(self, allow_unsafe_load: bool) -> Optional[Distillation]:
         """`train.teacher`'s network and losses (models/distill.py), or None."""
         t = self.train_opt
-        if t['teacher'] is None:
-            if t['T_features']:
-                get_logger().warning('train.T_features: ignored: train.teacher is null (no teacher to distil from)')
+        if t['teacher'] is None:  # an accepted key must do something: say which of the teacher's keys were given
+            given = [f'train.{k}' for k, spec in TEACHER_OPTIONS.items() if k != 'teacher' and t[k] != spec.default]
+            if given and dist.is_main_process():
+                get_logger().warning(f'{", ".join(given)}: ignored: train.teacher is null (no teacher to distil from)')
             return None
         if t['T_features'] and t['compile']:
             raise UserError('train.T_features: the feature hooks cannot be combined with train.compile (a compiled '
@@ -306,6 +307,8 @@ class ModelPlain:
         self._iteration = step
         for loss in (self.loss_fn, *self.extra_losses.values()):
             loss.set_iteration(step)
+        if self.distill is not None and self.distill.loss is not None:  # T_lossfn_type may be ms_swd too
+            self.distill.loss.set_iteration(step)
         if self.merge_bn_at is not None and not self.bn_merged and step >= self.merge_bn_at:
             self.merge_batchnorm()
             get_logger().info(f'iteration {step}: merge_bn folded BatchNorm into the convolutions '

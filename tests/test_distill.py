@@ -226,3 +226,46 @@ def test_a_teacher_without_its_netG_section_is_found_from_its_weights(tmp_path):
     found = opt['train']['teacher']['netG']
     assert {k: found[k] for k in netG} == netG and found['init_type'] == 'default'
     assert any(n.startswith('train.teacher.netG: net_type "auto": ') and weights in n for n in opt['_notes'])
+
+
+def test_a_distillation_loss_that_draws_random_directions_draws_those_of_each_iteration(tmp_path, tiny_run):
+    """T_lossfn_type may be any loss, ms_swd too: the model tells it the iteration as it tells its own losses, so its
+    projections change every iteration, and are the same again for the same iteration (a resume)."""
+    model = _model(tmp_path, tiny_run, T_lossfn_type='ms_swd', G_swd_scales=1)
+    swd = model.distill.loss.base
+    model.end_iteration(1)
+    first = swd.directions(CPU).clone()
+    model.end_iteration(2)
+    assert not torch.equal(first, swd.directions(CPU))
+    model.end_iteration(1)
+    assert torch.equal(first, swd.directions(CPU))
+
+
+def test_a_gan_stop_names_a_non_finite_distillation_term(tmp_path):
+    """The GAN model's loss slots end with the teacher's terms: a stop on a non-finite one names it."""
+    from tests.test_gan import _tiny
+    from utils.step_gate import StepGate, non_finite_words
+    opt = _tiny(tmp_path, str(tmp_path / 'data'))
+    torch.manual_seed(1)
+    weights = str(tmp_path / 'teacher.pth')
+    torch.save(build_network(opt['netG']).state_dict(), weights)
+    opt['train'].update(teacher={'weights': weights, 'netG': opt['netG']}, T_lossfn_weight=0.5)
+    model = _model(tmp_path, None, ModelGAN, opt)
+    model.backward([_batch(size=24, scale=4)])
+    names, terms = model.iteration_losses()
+    assert len(names) == len(terms) and names[-1] == 'l_g_distill'
+    terms[-1] = float('nan')
+    gate = StepGate(CPU, limit=10)
+    gate.decide(torch.tensor(False), 1, terms)
+    assert non_finite_words(names, gate.take().terms) == 'non-finite loss term l_g_distill'
+
+
+def test_the_teachers_keys_without_a_teacher_are_one_warning_naming_them(tmp_path, caplog):
+    import logging
+    caplog.set_level(logging.INFO, logger='restoration')
+    opt = tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), T_lossfn_weight=0.5,
+                       T_features={'model.2': 'model.3'})
+    model = ModelPlain(validate(opt, option_rules()), CPU)
+    assert model.distill is None
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        'train.T_lossfn_weight, train.T_features: ignored: train.teacher is null (no teacher to distil from)']
