@@ -200,8 +200,8 @@ def test_describe_an_unknown_name_is_one_line_with_a_suggestion():
     assert r.returncode == 2
     assert r.stdout == ''
     assert r.stderr == ('error: --describe: unknown name "charbonier" (did you mean "charbonnier"?); a kind '
-                        '(network, model, dataset, loss, optimizer, scheduler, metric, init, demo) lists its names; '
-                        'docs/options.md lists every name\n')
+                        '(network, model, dataset, loss, optimizer, scheduler, sharpness-aware, metric, init, demo) '
+                        'lists its names; docs/options.md lists every name\n')
 
 
 def test_describe_and_opt_are_one_or_the_other(capsys):
