@@ -253,6 +253,11 @@ def test_watch_tests_each_complete_checkpoint_once_and_skips_pruned_vanishing_an
     (['--follow'], 'error: --follow: only with --watch'),
     (['--watch', '--weights', 'w.pth'], 'error: --weights and --watch: give one (--watch tests the checkpoints of a '
                                         'job as they come)'),
+    (['--watch', '--no-images'], 'error: --no-images: not with --watch (it writes no images nor page, only '
+                                 'results_by_iter.csv and test_curves.png)'),
+    (['--watch', '--no-page'], 'error: --no-page: not with --watch (it writes no images nor page, only '
+                               'results_by_iter.csv and test_curves.png)'),
+    (['--frames'], "error: --frames: only with --input (it writes the frames of restored videos of one's own)"),
 ])
 def test_watch_mistakes_are_one_line_and_exit_2(tmp_path, tiny_run, args, line):
     res = run_main('main_test', ['--opt', tiny_run.opt_path, *args], cwd=str(tmp_path))
