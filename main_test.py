@@ -12,8 +12,9 @@ per set; --watch writes results_by_iter.csv and test_curves.png.
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present); without `--opt`
 the network is found from the weights (models/discovery.py: the run's saved options, export's metadata,
 net_type "auto"). Runs in a single process or under any launcher (the items are split across ranks; rank 0
-writes). Beside the restored images and results.csv: index.html, a static page comparing each item's input
-(input/), output and target (target/) under a slider (`--no-page`: none of them).
+writes; a write that fails stops every rank together, exit 5). Beside the restored images and results.csv:
+index.html, a static page comparing each item's input (input/), output and target (target/, not for --input)
+under a slider (`--no-page`: none of them).
 """
 AT_ONCE = None  # the Ctrl-C handler, when run as a script
 if __name__ == '__main__':
@@ -43,12 +44,25 @@ from models.testing import build_test_sets, evaluate_once, output_root, watch, w
 from option_rules import read_options, read_weights_options
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, newest_weights
+from utils.compare_page import write_page
 from utils.diskspace import no_space
-from utils.errors import UserError, say
+from utils.errors import UserError, WriteFailed, say
 from utils.logger import get_logger, setup_logger
-from utils.watch import RESULTS_BY_ITER, models_folder
+from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
 
 EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
+
+
+def pixels(text: str) -> int:
+    """An argparse type: a non-negative whole number of pixels (a bad value is argparse's one line naming the
+    flag, before any option file is read)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a non-negative whole number of pixels')
+    return value
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -72,17 +86,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--follow', action='store_true', help='with --watch: never end (default: end after the job\'s '
                                                          'checkpoint at its train.total_iter)')
     p.add_argument('--frames', action='store_true', help='--input: also write each restored video frame as a PNG')
-    p.add_argument('--tile', type=int, default=None, metavar='N',
+    p.add_argument('--tile', type=pixels, default=None, metavar='N',
                    help='restore in tiles of N pixels (val.tile; video models: val.size_patch_testing)')
-    p.add_argument('--tile-overlap', type=int, default=None, metavar='N', help='pixels tiles overlap by '
-                                                                               '(val.tile_overlap)')
+    p.add_argument('--tile-overlap', type=pixels, default=None, metavar='N', help='pixels tiles overlap by '
+                                                                                  '(val.tile_overlap)')
     p.add_argument('--x8', action='store_true', help='average the 8 flips and rotations (val.self_ensemble)')
     p.add_argument('--amp', default=None, choices=('none', 'bf16', 'fp16'),
                    help='mixed precision of the network (val.amp; fp16: CUDA only)')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
     p.add_argument('--no-images', action='store_true', help='write the tables only (no images, no page)')
     p.add_argument('--no-page', action='store_true',
-                   help='no index.html comparison page, nor its input/ and target/ images (the outputs still)')
+                   help='no index.html comparison page, nor its input/, target/ and preview/ images (the outputs '
+                        'still)')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -118,9 +133,21 @@ def read_test_options(args: argparse.Namespace) -> Tuple[Dict[str, Any], str, Op
     weights' own (models/discovery.py); `--set` and the flags apply either way."""
     if args.opt is not None:
         return (read_options(args.opt, args.set, flag_overrides(args), args.test_sets), f'--opt {args.opt}',
-                args.weights)
+                weights_file(args.weights))
     opt, found = read_weights_options(args.weights, args.set, flag_overrides(args), args.test_sets)
     return opt, found.note, found.weights
+
+
+def weights_file(given: Optional[str]) -> Optional[str]:
+    """`--weights` as a file: a run folder is its newest checkpoint (EMA weights when present), as without
+    --opt (models/discovery.py)."""
+    if given is None or not os.path.isdir(given):
+        return given
+    models = os.path.join(given, 'models')
+    if not os.path.isdir(models):
+        raise UserError(f'--weights {given}: a folder, but not a run folder (no models/ in it); give a weights file '
+                        f'or a run folder')
+    return newest_weights(models)
 
 
 def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device,
@@ -155,13 +182,18 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
           models, root, opt['train']['total_iter'], args.follow, args.allow_unsafe_load)
 
 
+def input_name(path: str) -> str:
+    """The name of `--input` for its default output folder: the file's name without its extension, or the
+    folder's name (`.` and `..` are the folders they stand for)."""
+    return os.path.splitext(os.path.basename(os.path.abspath(path)))[0] or 'input'
+
+
 def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.device, weights: str) -> None:
     """`--input`: the images, frames or videos under args.input restored (models/inference.py), no targets."""
     log = get_logger()
     restorer_class = MODELS.get(opt['model'], 'model').restorer_class
     found = find_inputs(args.input, clips=issubclass(restorer_class, VideoRestorer))
-    name = os.path.splitext(os.path.basename(os.path.normpath(args.input)))[0]
-    out_dir = args.out or os.path.join(opt['path']['task'], 'results', name)
+    out_dir = args.out or os.path.join(opt['path']['task'], 'results', input_name(args.input))
     check_output_folder(out_dir, args.input)
     for path, problem in found.bad:
         log.warning(f'skipped {path}: {problem}')
@@ -172,17 +204,31 @@ def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.devi
         opt = {**opt, 'val': {**opt['val'], 'metrics': [m for m in opt['val']['metrics'] if m not in dropped]}}
     restorer = restorer_class.from_options(net, opt, device)
     log.info(f'restoring {weights} on {args.input}: {found.describe()} -> {out_dir}')
-    res, missed = restore_inputs(restorer, found, None if args.no_images else out_dir, opt['n_channels'],
-                                 opt['netG']['net_type'], args.frames)
-    if res.write_error is not None:
-        raise res.write_error
-    if dist.is_main_process() and res.names:
-        table = os.path.join(out_dir, 'results.csv')
-        write_table(table, res.names, [[row.name, *row.scores] for row in res.rows], res.means)
-        log.info(f'{res.means["count"]} items: ' + ', '.join(f'{n} {res.means[n]:.4f}' for n in res.names)
-                 + f'; table: {table}')
-    bad = [path for path, _ in found.bad] + missed
-    log.info(f'restored {len(found.sources) - len(missed)} of {len(found.sources) + len(found.bad)} inputs '
+    page = not args.no_images and not args.no_page
+    restored = restore_inputs(restorer, found, None if args.no_images else out_dir, opt['n_channels'],
+                              opt['netG']['net_type'], args.frames, page)
+    res = restored.evaluation
+
+    def write() -> None:  # rank 0; a failure raises on every rank
+        if res.write_error is not None:
+            raise res.write_error
+        if res.names:
+            table = os.path.join(out_dir, 'results.csv')
+            write_table(table, res.names, [[row.name, *row.scores] for row in res.rows], res.means)
+            log.info(f'{res.means["count"]} items: ' + ', '.join(f'{n} {res.means[n]:.4f}' for n in res.names)
+                     + f'; table: {table}')
+        if page and restored.files:
+            scale = opt['scale']
+            shown = 'each input itself' if scale == 1 else \
+                f'each input upscaled x{scale} by bicubic to its output\'s size'
+            path = write_page(out_dir, res.names, res.higher_is_better, [(row.name, row.scores) for row in res.rows],
+                              res.means, restored.files, notes=[f'{weights} on {args.input}', f'input: {shown}'])
+            log.info(f'comparison page: {path} (open it in a browser)')
+        elif page and res.rows:
+            log.info('comparison page: none (a video shows on it only with --frames, as its frames)')
+    dist.main_process_write(write, out_dir)
+    bad = [path for path, _ in found.bad] + restored.missed
+    log.info(f'restored {len(found.sources) - len(restored.missed)} of {len(found.sources) + len(found.bad)} inputs '
              f'-> {out_dir}')
     if bad:
         raise UserError(f'{len(bad)} input{"s" if len(bad) > 1 else ""} could not be read and '
@@ -195,6 +241,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.follow and args.watch is None:
             raise UserError('--follow: only with --watch')
+        if args.frames and args.input is None:
+            raise UserError('--frames: only with --input (it writes the frames of restored videos of one\'s own)')
+        for flag, given in (('--no-images', args.no_images), ('--no-page', args.no_page)):
+            if given and args.watch is not None:
+                raise UserError(f'{flag}: not with --watch (it writes no images nor page, only {RESULTS_BY_ITER} '
+                                f'and {TEST_CURVES})')
         if args.weights is not None and args.watch is not None:
             raise UserError('--weights and --watch: give one (--watch tests the checkpoints of a job as they come)')
         if args.input is not None and (args.watch is not None or args.test_sets is not None):
@@ -215,6 +267,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as e:
         say(f'error: {e}')
         return 2
+    except WriteFailed as e:  # rank 0's write of the results, on every rank (dist.main_process_write)
+        say(f'error: writing the results failed: {e}')
+        return EXIT_WRITE_FAILED
     except OSError as e:  # writing the images or the table; a full disk is one line, the rest a traceback
         full = no_space(e, e.filename or os.getcwd())
         if not full:

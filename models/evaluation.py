@@ -76,7 +76,8 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
              score_input: bool = False, num_previews: int = 0, write_item: Optional[WriteItem] = None,
              write_sources: Optional[WriteSources] = None, label: str = 'validation', lines: bool = False,
              where: str = 'datasets.test', targets: bool = True, encode: Encode = png_bytes,
-             skip_item: Optional[Callable[[Skipped], None]] = None) -> Evaluation:
+             skip_item: Optional[Callable[[Skipped], None]] = None,
+             source_items: Optional[Callable[[str], bool]] = None) -> Evaluation:
     """Restore and score the `num_items` items of `loader` (this rank's shard) on every rank.
 
     A collective: every rank calls it with the same arguments but its own loader. `write_item` (rank
@@ -86,7 +87,9 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
     `score_input` also scores the inputs themselves (`restorer.input_items`), the score a restoration must beat.
     `write_sources` (rank 0, as `write_item`, errors alike) receives every item's input, as those scores see it
     (upscaled by bicubic for super-resolution), and its target (main_test's comparison page shows them).
-    `targets=False`: the items have none; only the restorer's no-reference metrics are scored (`names`).
+    `targets=False`: the items have none; only the restorer's no-reference metrics are scored (`names`), and
+    `write_sources` receives each item's input scaled to its output's size (`restorer.own_inputs`) and no target
+    frames, for the items `source_items(name)` names (None: all).
     A `Skipped` from a loader goes to `skip_item` (rank 0) and `Evaluation.skipped` (every rank).
     `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs). A restored
     item of another size than its target (`where`: the test section, for the message) ends the evaluation on
@@ -94,7 +97,7 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
     """
     world, rank = dist.get_world_size(), dist.get_rank()
     rounds = -(-num_items // world)
-    encoded, sources = write_item is not None, write_sources is not None and targets
+    encoded, sources = write_item is not None, write_sources is not None
     local = iter(loader)
     gathered: List[Tuple[Tuple[int, int, int], Row, Optional[List[float]]]] = []
     skipped: List[Skipped] = []
@@ -108,19 +111,28 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
             mine.append(batch)
         elif batch is not None:
             inputs = {name: (restorer.score(I, H) if score_input else None, upscale, I)
-                      for name, I, H, upscale in restorer.input_items(batch)} if score_input or sources else {}
-            for name, E, H in restorer.restore(batch):
+                      for name, I, H, upscale in restorer.input_items(batch)} if targets and (score_input or sources) \
+                else {}
+            restored = restorer.restore(batch)
+            own = restorer.own_inputs(batch, [r for r in restored if source_items is None or source_items(r[0])]) \
+                if sources and not targets else {}
+            for name, E, H in restored:
                 problem = size_problem(name, E, H) if targets else None
                 if problem is not None:
                     break
                 if len(previews) < num_previews:
                     previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
                 given = inputs.get(name)
+                if sources and targets:
+                    source_frames = (None if given is None else [encode_image(i) for i in given[2]],
+                                     [encode_image(h) for h in H])
+                elif name in own:
+                    source_frames = (None if own[name] is None else [encode_image(i) for i in own[name]], [])
+                else:
+                    source_frames = None
                 mine.append((Row(name, len(E), restorer.score(E, H if targets else None)),
                              None if given is None or not score_input else [*given[0], float(given[1])],
-                             [encode(name, t, e) for t, e in enumerate(E)] if encoded else None,
-                             (None if given is None else [encode_image(i) for i in given[2]],
-                              [encode_image(h) for h in H]) if sources else None))
+                             [encode(name, t, e) for t, e in enumerate(E)] if encoded else None, source_frames))
         parts = dist.gather_objects((mine, problem))
         problems = [p for _, p in parts if p is not None]
         if problems:  # on every rank at once: none is left waiting in the next round's gather

@@ -9,11 +9,16 @@ and formats (16-bit stays 16-bit), atomically; a video as a video of the same fr
 window as they come (memory holds one round of windows, however long the video), through a temporary file
 renamed when its last frame is in. An item that cannot be read is skipped with a warning line naming it; a
 video that breaks midway is given up whole (its temporary file removed).
+
+For the comparison page (`page`), rank 0 also writes each image's and clip frame's input scaled to its output's
+size as `input/<output name>.png`, a video's (with --frames) as `input/<video name>/<frame>.png`, and a PNG
+copy of each output a browser cannot show (TIFF, PPM/PGM) as `preview/<output name>.png`; `Restored.files` says
+what it wrote of each item, for utils/compare_page.py. A video without --frames has no images on the page.
 """
 import os
 import tempfile
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
 
 import numpy as np
 import torch
@@ -24,6 +29,7 @@ from models.model_plain import NETWORK_FAILURES, failure_text
 from models.restorer import ImageRestorer, VideoRestorer, Window
 from utils import dist
 from utils.checkpoint import atomic_write_bytes
+from utils.compare_page import shown_in_browsers
 from utils.errors import UserError, first_line
 from utils.image import encode_image, uint8_tensor
 from utils.logger import get_logger
@@ -85,53 +91,93 @@ def batches(items: Sequence[Item], rank: int, world: int, channels: int,
         reader.close()
 
 
-def encoder(items: Sequence[Item], frames_too: bool) -> Encode:
-    """What each rank makes of its restored frames for rank 0 (`evaluate`'s `encode`): an image or a frame of a
-    clip of frames as the bytes of its output file (its input's format), a video's frame as it is (rank 0
-    encodes the video) and, with `frames_too`, also as PNG bytes."""
+def encoder(items: Sequence[Item], frames_too: bool, page: bool = False) -> Encode:
+    """What each rank makes of its restored frames for rank 0 (`evaluate`'s `encode`), a pair each: an image or a
+    frame of a clip of frames as the bytes of its output file (its input's format) and, for the `page`, PNG bytes
+    when browsers cannot show that format; a video's frame as it is (rank 0 encodes the video) and, with
+    `frames_too`, also as PNG bytes."""
     by_name = {item.name: item for item in items}
 
     def encode(name: str, index: int, frame: np.ndarray) -> Any:
         item = by_name[name]
         s = item.source
-        if s.kind == IMAGE:
-            return encode_image(frame, os.path.splitext(s.name)[1])
-        if s.kind == FRAMES:
-            return encode_image(frame, os.path.splitext(s.outputs[item.window.keep_start + index])[1])
-        return frame, encode_image(frame) if frames_too else None
+        if s.kind == VIDEO:
+            return frame, encode_image(frame) if frames_too else None
+        ext = os.path.splitext(output_names(item)[index])[1]
+        return encode_image(frame, ext), encode_image(frame) if page and not shown_in_browsers(ext) else None
     return encode
 
 
-class OutputWriter:
-    """Rank 0's writer of the restored items, called in item order (`evaluate`'s `write_item`, `skip_item`):
-    `<out>/<name>` for an image, each frame under its own name for a clip of frames, `<out>/<video name>` for a
-    video (and its frames as `<out>/<video name without extension>/<frame>.png` with `frames_too`)."""
+def output_names(item: Item) -> List[str]:
+    """The output files of an item's kept frames, relative to the output folder: an image's own name, a clip's
+    frames' own names, a video's frames as `--frames` writes them (`<video name>/<frame>.png`)."""
+    s, w = item.source, item.window
+    if s.kind == IMAGE:
+        return [s.name]
+    if s.kind == FRAMES:
+        return list(s.outputs[w.keep_start:w.keep_stop])
+    return [os.path.join(os.path.splitext(s.name)[0], f'{t:06d}.png') for t in range(w.keep_start, w.keep_stop)]
 
-    def __init__(self, out_dir: str, items: Sequence[Item]):
+
+def on_page(item: Item, frames_too: bool) -> bool:
+    """Whether the comparison page shows the item's images: images and clips of frames, a video's windows only
+    with `frames_too` (its frames as PNGs: a video file is no image)."""
+    return item.source.kind != VIDEO or frames_too
+
+
+class OutputWriter:
+    """Rank 0's writer of the restored items, called in item order (`evaluate`'s `write_item`, `skip_item`,
+    `write_sources`): `<out>/<name>` for an image, each frame under its own name for a clip of frames,
+    `<out>/<video name>` for a video (and its frames as `<out>/<video name without extension>/<frame>.png` with
+    `frames_too`); for the page, the inputs and previews (see the module docstring), kept in `files`."""
+
+    def __init__(self, out_dir: str, items: Sequence[Item], frames_too: bool = False):
         self.out_dir = out_dir
         self.by_name = {item.name: item for item in items}
+        self.frames_too = frames_too
         self.videos: Dict[Source, VideoWriter] = {}
         self.given_up: Set[Source] = set()
+        self.files: Dict[str, Dict[str, List[str]]] = {}
 
     def write(self, name: str, frames: List[Any]) -> None:
         item = self.by_name[name]
         s, w = item.source, item.window
-        if s.kind == IMAGE:
-            self._file(s.name, frames[0])
-        elif s.kind == FRAMES:
-            for k, data in enumerate(frames):
-                self._file(s.outputs[w.keep_start + k], data)
-        elif s not in self.given_up:
+        names = output_names(item)
+        if s.kind == VIDEO:
+            if s in self.given_up:
+                return
             video = self.videos.get(s)
             if video is None:
                 h, width = frames[0][0].shape[:2]
                 video = self.videos[s] = VideoWriter(os.path.join(self.out_dir, s.name), s.rate, h, width)
-            for k, (frame, png) in enumerate(frames):
+            for frame, _ in frames:
                 video.write(frame)
-                if png is not None:
-                    self._file(os.path.join(os.path.splitext(s.name)[0], f'{w.keep_start + k:06d}.png'), png)
             if w.keep_stop == s.frames:
                 self.videos.pop(s).close()
+        shown = []
+        for rel, (data, extra) in zip(names, frames):
+            if s.kind == VIDEO:  # (the frame, its PNG with --frames): the frame went into the video
+                if extra is None:
+                    continue
+                data, extra = extra, None
+            self._file(rel, data)
+            if extra is not None:  # the PNG copy of an output browsers cannot show
+                rel = os.path.join('preview', f'{rel}.png')
+                self._file(rel, extra)
+            shown.append(rel)
+        if shown:
+            self.files[name] = {'output': shown}
+
+    def write_sources(self, name: str, inputs: Optional[List[bytes]], targets: List[bytes]) -> None:
+        """The page's input of an item (`evaluate`'s `write_sources`: scaled to the output's size; no targets)."""
+        if inputs is None or name not in self.files:
+            return
+        item = self.by_name[name]  # a video's frames are PNGs of our naming already
+        paths = [os.path.join('input', rel if item.source.kind == VIDEO else f'{rel}.png')
+                 for rel in output_names(item)]
+        for rel, data in zip(paths, inputs):
+            self._file(rel, data)
+        self.files[name]['input'] = paths
 
     def skip(self, skipped: Skipped) -> None:
         """An item a rank could not read: one warning line; a video with it is given up (nothing of it is left)."""
@@ -198,16 +244,25 @@ def check_network(restorer: ImageRestorer, items: Sequence[Item], channels: int,
                         f'maps, kernels or spike channels)') from None
 
 
+@dataclass
+class Restored:
+    """What `restore_inputs` did: the evaluation (rows and no-reference scores, `skipped`, rank 0's
+    `write_error`), the inputs not (wholly) restored because something could not be read, in order (the files of
+    images and videos, the clips of frames: the warnings name the frames), and rank 0's files of each item for
+    the page (utils/compare_page.py's `files`)."""
+    evaluation: Evaluation
+    missed: List[str]
+    files: Dict[str, Dict[str, List[str]]] = field(default_factory=dict)
+
+
 def restore_inputs(restorer: ImageRestorer, found: Found, out_dir: Optional[str], channels: int, net_type: str,
-                   frames_too: bool = False) -> Tuple[Evaluation, List[str]]:
+                   frames_too: bool = False, page: bool = False) -> Restored:
     """Restore every input of `found` on every rank (a collective) and write them under `out_dir` on rank 0 (None:
-    write nothing). Returns the evaluation (rows and no-reference scores, `skipped`) and the inputs not (wholly)
-    restored because something could not be read, in order: the files of images and videos, the clips of frames
-    (the warnings name the frames)."""
+    write nothing), with `page` also what the comparison page shows beside them (the module docstring)."""
     clips = isinstance(restorer, VideoRestorer)
     items = plan(found, restorer)
     if not items:
-        return Evaluation([], {'count': 0}, names=()), []
+        return Restored(Evaluation([], {'count': 0}, names=()), [])
     check_network(restorer, items, channels, clips, net_type)
     log = get_logger()
     for s in found.sources:
@@ -215,17 +270,22 @@ def restore_inputs(restorer: ImageRestorer, found: Found, out_dir: Optional[str]
             windows = sum(item.source == s for item in items)
             log.info(f'{s.name}: {s.frames} frames at {float(s.rate):.3f} fps ({s.rate}), restored in {windows} '
                      f'window{"s" if windows != 1 else ""}')
-    writer = OutputWriter(out_dir, items) if out_dir is not None else None
+    writer = OutputWriter(out_dir, items, frames_too) if out_dir is not None else None
+    page = page and writer is not None
+    by_name = {item.name: item for item in items}
     try:
         res = evaluate(restorer, batches(items, dist.get_rank(), dist.get_world_size(), channels, clips),
-                       len(items), label='restoring', lines=True, targets=False, encode=encoder(items, frames_too),
-                       write_item=writer.write if writer else None, skip_item=writer.skip if writer else None)
+                       len(items), label='restoring', lines=True, targets=False,
+                       encode=encoder(items, frames_too, page), write_item=writer.write if writer else None,
+                       skip_item=writer.skip if writer else None,
+                       write_sources=writer.write_sources if page else None,
+                       source_items=lambda name: on_page(by_name[name], frames_too))
     finally:
         if writer is not None:
             writer.abort()
-    by_name = {item.name: item for item in items}
     missed = dict.fromkeys(by_name[s.name].source for s in res.skipped)
-    return res, [s.name if s.kind == FRAMES else s.paths[0] for s in missed]
+    return Restored(res, [s.name if s.kind == FRAMES else s.paths[0] for s in missed],
+                    writer.files if page else {})
 
 
 def needing_targets(val: Dict[str, Any]) -> List[str]:

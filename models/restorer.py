@@ -276,6 +276,23 @@ class ImageRestorer:
                 out.append((_image_name(batch, j), [frame[0]], [tensor2uint(batch['H'][j], bits)], frame[1]))
         return out
 
+    def own_inputs(self, batch: Dict[str, Any], restored: Sequence[Item]) -> Dict[str, Optional[List[np.ndarray]]]:
+        """Inputs of one's own (a batch without targets) as the comparison page shows them beside `restored`
+        (this batch's `restore`, or some of its items): per item name, its input frames each of its restored
+        frame's size (the input itself, or for super-resolution upscaled by MATLAB's bicubic, as `input_items`
+        scales to the target); None when the output is no whole multiple of the input."""
+        bits = bit_depth(batch.get('L'))
+        L = images_to_float(batch)['L']
+        index = {_image_name(batch, j): j for j in range(L.shape[0])}
+        return {name: _inputs_as(L[index[name]][None], E, bits) for name, E, _ in restored}
+
+
+def _inputs_as(L: torch.Tensor, E: Sequence[np.ndarray], bits: int) -> Optional[List[np.ndarray]]:
+    """The T×C×H×W input frames `L` each as an image of its restored frame's (`E`, HWC) size and channels; None
+    when one cannot be (see input_as_size)."""
+    out = [input_as_size(frame, e.shape[2], e.shape[:2], bits) for frame, e in zip(L, E)]
+    return None if any(f is None for f in out) else [f[0] for f in out]
+
 
 def input_as_target(L: torch.Tensor, H: torch.Tensor, bits: int = 8) -> Optional[Tuple[np.ndarray, int]]:
     """CHW float L as an HWC uint8 (`bits` 16: uint16) image of H's size, and the bicubic factor it took (1: none).
@@ -283,8 +300,14 @@ def input_as_target(L: torch.Tensor, H: torch.Tensor, bits: int = 8) -> Optional
     Only L's first channels (as many as H has) are the image; None when L is not H's size or an
     integer fraction of it.
     """
-    L = L[:H.shape[0]]
-    (h, w), (lh, lw) = H.shape[-2:], L.shape[-2:]
+    return input_as_size(L, H.shape[0], H.shape[-2:], bits)
+
+
+def input_as_size(L: torch.Tensor, channels: int, size: Sequence[int],
+                  bits: int = 8) -> Optional[Tuple[np.ndarray, int]]:
+    """input_as_target for a target of `channels` channels and `size` (height, width)."""
+    L = L[:channels]
+    (h, w), (lh, lw) = size, L.shape[-2:]
     if (h, w) == (lh, lw):
         return tensor2uint(L, bits), 1
     if h % lh or w % lw or h // lh != w // lw:
@@ -486,6 +509,15 @@ class VideoRestorer(ImageRestorer):
             if all(p is not None for p, _ in pairs):
                 out.append((str(names[j]), [p[0] for p, _ in pairs], [h for _, h in pairs], pairs[0][0][1]))
         return out
+
+    def own_inputs(self, batch: Dict[str, Any], restored: Sequence[Item]) -> Dict[str, Optional[List[np.ndarray]]]:
+        """The input frames of clips without targets beside their restored frames (see ImageRestorer.own_inputs):
+        the frames a window keeps (`keep`), as `restore` returns them."""
+        bits = bit_depth(batch.get('L'))
+        L = images_to_float(batch)['L']
+        names = [str(n) for n in batch.get('folder') or [f'clip_{j}' for j in range(L.shape[0])]]
+        first, stop = batch['keep'] if 'keep' in batch else (0, L.shape[1])
+        return {name: _inputs_as(L[names.index(name), first:stop], E, bits) for name, E, _ in restored}
 
     def test_video(self, L: torch.Tensor) -> torch.Tensor:
         """Restore a whole N×T×C×H×W clip, in temporal chunks if `val.num_frame_testing`; output on CPU."""

@@ -108,8 +108,8 @@ def evaluate_sets(restorer: ImageRestorer, sets: Sequence[TestSet], *, score_inp
     """Every set through the one evaluation loop with this restorer's network, each scored as its section asks. A
     collective. `folder(set)`: where its restored images go (None: none written); `sources`: its inputs and
     targets too (`input/`, `target/`: what the comparison page shows beside the outputs); `done(result)` runs on
-    rank 0 after each set (its table written before the next set starts); `lines`: progress lines off a
-    terminal."""
+    rank 0 after each set (its table written before the next set starts; a failure there raises on every rank
+    alike, `dist.main_process_write`); `lines`: progress lines off a terminal."""
     out = []
     for test_set in sets:
         scored = restorer.for_test_set(test_set.section)
@@ -122,8 +122,8 @@ def evaluate_sets(restorer: ImageRestorer, sets: Sequence[TestSet], *, score_inp
         result = SetResult(test_set, res, scored.metric_border, scored.round_y,
                            writer.files if writer is not None else {})
         out.append(result)
-        if done is not None and dist.is_main_process():
-            done(result)
+        if done is not None:
+            dist.main_process_write(lambda: done(result), folder(test_set) if folder is not None else '.')
     return out
 
 
@@ -173,10 +173,11 @@ def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, w
             log.info(f'{label}comparison page: {path} (open it in a browser)')
     results = evaluate_sets(restorer, sets, score_input=True, sources=images and page,
                             folder=(lambda s: set_folder(root, sets, s)) if images else None, done=done)
-    if dist.is_main_process():
+    def write_markdown() -> None:
         path = os.path.join(root, 'results.md')
         atomic_write_text(path, results_markdown(results, weights))
         log.info(f'results.md: {path}')
+    dist.main_process_write(write_markdown, root)
 
 
 def write_table(path: str, names: Sequence[str], rows: List[List[Any]], means: Dict[str, float]) -> None:
@@ -303,7 +304,8 @@ def watch(restorer: ImageRestorer, sets: Sequence[TestSet], build_net: Callable[
         restorer.net = net
         results = evaluate_sets(restorer, which, score_input=False, lines=False)  # one line per set and checkpoint
         tested += 1
-        if main:
+
+        def record(ckpt: Checkpoint = ckpt, results: List[SetResult] = results) -> None:
             table.append(ckpt, [(r.test_set.name, r.evaluation.means['count'], [r.evaluation.means[n] for n in names])
                                 for r in results])
             for r in results:
@@ -312,6 +314,7 @@ def watch(restorer: ImageRestorer, sets: Sequence[TestSet], build_net: Callable[
             follower.done(ckpt)
             done_sets.setdefault(ckpt.key, set()).update(r.test_set.name for r in results)
             draw_curves(table, names, os.path.join(root, TEST_CURVES), os.path.basename(run_dir))
+        dist.main_process_write(record, root)  # a failed row: every rank stops, none waits for the next look
 
 
 def load_copy(ckpt: Checkpoint, build_net: Callable[[str], nn.Module],

@@ -167,6 +167,56 @@ def test_main_test_writes_the_page_with_each_items_input_and_target_beside_the_o
         assert sorted(os.listdir(tmp_path / flag)) == sorted(expected) and 'comparison page' not in res.stdout
 
 
+@pytest.fixture(scope='module')
+def input_page(tmp_path_factory, tiny_run, demo_images):
+    """main_test --input on a folder of one's own (images of several formats and depths, a 2-frame video with
+    --frames) scored by a no-reference metric: (the inputs' folder, the output folder, what main_test printed)."""
+    import tests.extra_metrics  # noqa: F401  (registers `brightness`, a no-reference metric)
+    from tests.test_main_test_inputs import _images, _video
+    folder = tmp_path_factory.mktemp('input_page')
+    inputs = _images(str(folder / 'mine'), demo_images)
+    _video(os.path.join(inputs, 'clip.mp4'), 2)
+    out = folder / 'out'
+    res = run_main('main_test', ['--weights', tiny_run.folder, '--input', inputs, '--frames', '--out', str(out),
+                                 '--set', 'val.metrics=["brightness"]'])
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return inputs, out, res
+
+
+def test_main_test_input_writes_the_page_of_each_input_beside_its_output(input_page, tiny_run, tmp_path):
+    """Inputs of one's own: input | output per item (the input at the output's size: DnCNN's is the input
+    itself), in the output's bit depth; a TIFF output shown through its PNG copy; a video's frames (--frames) with
+    theirs; the no-reference scores table as results.csv has it; nothing scored: no table."""
+    from utils.video import FrameReader
+    inputs, out, res = input_page
+    assert f'comparison page: {out / "index.html"}' in res.stdout
+    with open(out / 'results.csv') as f:
+        table = list(csv.reader(f))
+    page = read_page(out)
+    assert table[0] == ['name', 'brightness'] and page.rows['tbody'] == table[1:-1]
+    assert [r[0] for r in table[1:-1]] == ['clip.mp4[0:1]', 'clip.mp4[1:2]', 'a.png', 'c.jpg', 'deep.png',
+                                           'deep.tif', 'sub/b.png']  # a video frame by frame: an image network
+    assert assert_links_are_files(page, out) == 2 * 7  # each item's input and output
+    frames = {f['output'][0]: f for f in page.frames}
+    assert frames['deep.png'] == {'output': ['deep.png'], 'input': ['input/deep.png.png']}
+    assert frames['preview/deep.tif.png'] == {'output': ['preview/deep.tif.png'], 'input': ['input/deep.tif.png']}
+    assert frames['clip/000001.png'] == {'output': ['clip/000001.png'], 'input': ['input/clip/000001.png']}
+    for name in ('a.png', 'deep.png', 'deep.tif', 'sub/b.png'):  # 16-bit stays 16-bit, here too
+        shown = imread_uint(str(out / 'input' / f'{name}.png'), keep_16bit=True)
+        assert np.array_equal(shown, imread_uint(os.path.join(inputs, name), keep_16bit=True)), name
+    assert np.array_equal(imread_uint(str(out / 'preview' / 'deep.tif.png'), keep_16bit=True),
+                          imread_uint(str(out / 'deep.tif'), keep_16bit=True))
+    decoded = FrameReader(os.path.join(inputs, 'clip.mp4')).read(0, 2)
+    assert np.array_equal(imread_uint(str(out / 'input' / 'clip' / '000001.png')), decoded[1])
+
+    bare = run_main('main_test', ['--weights', tiny_run.folder, '--input', os.path.join(inputs, 'a.png'),
+                                  '--out', str(tmp_path / 'bare')])
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    page = read_page(tmp_path / 'bare')
+    assert 'table' not in page.tags and len(page.frames) == 1  # nothing scored: the item alone
+    assert sorted(os.listdir(tmp_path / 'bare')) == ['a.png', 'index.html', 'input']
+
+
 # --- in a browser ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope='module')
@@ -282,3 +332,10 @@ def test_main_tests_page_opens_in_chromium_with_every_image_loaded(browser, tmp_
     browser.get((tmp_path / 'index.html').as_uri())
     loaded = browser.run_async(LOAD_ALL)
     assert len(loaded) == 2 * 8 and all(w > 0 for _, w in loaded), loaded
+
+
+@pytest.mark.xdist_group('chromium')
+def test_main_tests_page_of_inputs_of_ones_own_opens_in_chromium_with_every_image_loaded(browser, input_page):
+    browser.get((input_page[1] / 'index.html').as_uri())
+    loaded = browser.run_async(LOAD_ALL)
+    assert len(loaded) == 2 * 7 and all(w > 0 for _, w in loaded), loaded

@@ -3,9 +3,13 @@ import csv
 import json
 import os
 import re
+import subprocess
 import sys
 
-from tests.conftest import run, run_main, tiny_options, write_options
+import pytest
+
+from main_test import EXIT_WRITE_FAILED
+from tests.conftest import ROOT, clean_env, free_port, run, run_main, tiny_options, write_options
 
 import tests.extra_metrics  # noqa: F401  (registers the two metrics: main_test in this process scores them)
 
@@ -71,3 +75,33 @@ def test_a_target_of_another_size_than_the_output_is_one_line_naming_the_item(tm
                         r"\(2x the output\); the network's output must be the target's size: check that netG restores "
                         r"at the data's scale and that dataroot_H holds the targets of these inputs\n", res.stderr)
     assert not (out / 'results.csv').exists() and not (out / 'results.md').exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('args, name', [
+    ([], 'results.csv'),                              # a test set's table, between its gather and the end
+    (['--watch'], 'results_by_iter.csv'),             # the first checkpoint's rows, before the next look
+    (['--input', 'DEMO_TEST', '--frames'], '0003.png')])  # an output of one's own, kept as the evaluation's error
+def test_a_failed_write_of_rank_0_ends_every_rank_at_once_with_one_line_and_exit_5(tmp_path, tiny_run, demo_images,
+                                                                                  args, name):
+    """Two real processes (gloo): rank 0's write fails (a full disk, tests/failing_write.py) while rank 1 would go
+    on into the next collective; both leave at once with the same line and exit 5, instead of rank 1 waiting in
+    that collective until dist_timeout."""
+    args = [os.path.join(demo_images, 'test') if a == 'DEMO_TEST' else a for a in args]
+    port = str(free_port())
+    cmd = [PY, os.path.join('tests', 'failing_write.py'), '--opt', tiny_run.opt_path, '--out', str(tmp_path / 'out'),
+           *args]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=clean_env(OMP_NUM_THREADS='1', WRITE_FAIL=name, WORLD_SIZE='2', RANK=str(r),
+                                            LOCAL_RANK=str(r), MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
+             for r in (0, 1)]
+    try:
+        ends = [p.communicate(timeout=120) for p in procs]  # dist_timeout is 600 s: a rank left waiting fails here
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [EXIT_WRITE_FAILED] * 2, [e[1][-2000:] for e in ends]
+    assert 'world_size=2' in ends[0][0]
+    for _, err in ends:
+        assert re.fullmatch(r'error: writing the results failed: no space left on /\S* \(\d+(\.\d+)? MB free\)\n',
+                            err), err[-2000:]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ROOT, clean_env, damage_pixels, need_spandrel, run, run_main
+from tests.conftest import ROOT, clean_env, copy_run, damage_pixels, need_spandrel, run, run_main
 
 PY = sys.executable
 EDVR = os.path.join(ROOT, 'options', 'edvr', 'train_EDVR_tiny.json')
@@ -59,6 +59,16 @@ def _restored_by_hand(weights, opt_path, path, bits):
     return tensor2uint(out[0], bits)
 
 
+OUTPUTS = ['a.png', 'c.jpg', 'deep.png', 'deep.tif', 'sub/b.png']  # what main_test makes of `_images`' folder
+
+
+def _with_page(outputs):
+    """The files of `outputs` and of their comparison page: index.html, each input (`input/<output>.png`) and a PNG
+    copy of each TIFF output (`preview/<output>.png`), in `_files`' order."""
+    return sorted([*outputs, 'index.html', *(f'input/{n}.png' for n in outputs),
+                   *(f'preview/{n}.png' for n in outputs if n.endswith('.tif'))])
+
+
 def _files(folder):
     return sorted(os.path.relpath(p, folder) for p in glob.glob(os.path.join(folder, '**', '*'), recursive=True)
                   if os.path.isfile(p))
@@ -72,7 +82,7 @@ def test_a_demo_trained_model_restores_a_folder_of_own_images_from_its_weights_a
     saved = sorted(glob.glob(os.path.join(tiny_run.folder, 'options', '*.json')))[-1]
     assert f'network: dncnn, from the options its run saved, {saved}' in res.stdout
     assert 'restored 5 of 5 inputs' in res.stdout and res.stderr == ''
-    assert _files(tmp_path / 'out') == ['a.png', 'c.jpg', 'deep.png', 'deep.tif', 'sub/b.png']  # names kept, no table
+    assert _files(tmp_path / 'out') == _with_page(OUTPUTS)  # names kept, no table
     for name, bits in (('a.png', 8), ('deep.png', 16), ('deep.tif', 16), ('sub/b.png', 8)):
         got = cv2.imread(str(tmp_path / 'out' / name), cv2.IMREAD_UNCHANGED)
         assert got.dtype == (np.uint16 if bits == 16 else np.uint8), name  # 16-bit stays 16-bit
@@ -92,11 +102,13 @@ def test_two_ranks_write_exactly_the_files_one_writes_images_and_a_video_restore
                '--out', str(tmp_path / 'two')], env=clean_env(OMP_NUM_THREADS='1'))
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-2000:]
     assert 'world_size=2' in two.stdout and 'restored 6 of 6 inputs' in two.stdout
-    files = _files(tmp_path / 'one')
+    files = [f for f in _files(tmp_path / 'one') if not f.startswith(('input/', 'preview/'))]
     assert files == ['a.png', 'c.jpg', 'clip.mp4', *[f'clip/{t:06d}.png' for t in range(5)], 'deep.png',
-                     'deep.tif', 'sub/b.png'] == _files(tmp_path / 'two')
-    for name in files:  # the same bytes, the video included (rank 0 wrote the other rank's frames in order)
-        assert (tmp_path / 'one' / name).read_bytes() == (tmp_path / 'two' / name).read_bytes(), name
+                     'deep.tif', 'index.html', 'sub/b.png']
+    assert _files(tmp_path / 'one') == _files(tmp_path / 'two')
+    for name in _files(tmp_path / 'one'):  # the same bytes, the video included (rank 0 wrote the other rank's frames
+        if name != 'index.html':          # in order); the page's title is the folder's name
+            assert (tmp_path / 'one' / name).read_bytes() == (tmp_path / 'two' / name).read_bytes(), name
 
 
 def test_the_network_is_found_in_exported_metadata_or_by_auto_and_opt_wins(tmp_path, tiny_run, demo_images):
@@ -162,7 +174,8 @@ def test_a_tiny_video_model_restores_an_mp4_into_an_mp4_of_the_same_frame_count_
     assert 'clip.mp4: 20 frames at 29.970 fps (30000/1001), restored in 2 windows' in res.stdout
     info = probe_video(str(tmp_path / 'out' / 'clip.mp4'))
     assert (info.frames, info.rate, info.height, info.width) == (20, Fraction(30000, 1001), 128, 128)
-    assert _files(tmp_path / 'out') == ['clip.mp4']  # no temporary file left beside it
+    assert _files(tmp_path / 'out') == ['clip.mp4']  # no temporary file left beside it; no page without --frames
+    assert 'comparison page: none (a video shows on it only with --frames, as its frames)' in res.stdout
     frames = FrameReader(str(tmp_path / 'out' / 'clip.mp4')).read(0, 20)
     assert len(frames) == 20 and frames[0].shape == (128, 128, 3)
 
@@ -178,9 +191,12 @@ def test_two_ranks_stream_a_video_model_s_windows_into_the_video_one_rank_writes
     two = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_test.py', *args,
                '--out', str(tmp_path / 'two')], env=clean_env(OMP_NUM_THREADS='1'))
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-2000:]
-    assert _files(tmp_path / 'one') == _files(tmp_path / 'two') == ['clip.mkv', *[f'clip/{t:06d}.png' for t in range(36)]]
+    frames = [f'clip/{t:06d}.png' for t in range(36)]  # and the page's: each frame's input, x4 by bicubic
+    assert _files(tmp_path / 'one') == _files(tmp_path / 'two') == ['clip.mkv', *frames, 'index.html',
+                                                                    *(f'input/{f}' for f in frames)]
     for name in _files(tmp_path / 'one'):
-        assert (tmp_path / 'one' / name).read_bytes() == (tmp_path / 'two' / name).read_bytes(), name
+        if name != 'index.html':  # its title: the folder's name
+            assert (tmp_path / 'one' / name).read_bytes() == (tmp_path / 'two' / name).read_bytes(), name
     decoded = FrameReader(str(tmp_path / 'two' / 'clip.mkv')).read(0, 36)
     for t, frame in enumerate(decoded):
         png = cv2.cvtColor(cv2.imread(str(tmp_path / 'two' / 'clip' / f'{t:06d}.png')), cv2.COLOR_BGR2RGB)
@@ -196,13 +212,13 @@ def test_unreadable_files_in_the_folder_are_skipped_each_named_and_the_run_ends_
     (tmp_path / 'mine' / 'sub' / 'notes.jpg').write_bytes(b'not an image')  # found by the header check
     (tmp_path / 'mine' / 'broken.mp4').write_bytes(b'\0' * 64)
     res = run_main('main_test', ['--weights', os.path.join(tiny_run.models, '8_E.pth'), '--input', inputs,
-                                 '--out', str(tmp_path / 'out')])
+                                 '--out', str(tmp_path / 'out'), '--no-page'])
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     warnings = [ln for ln in res.stdout.splitlines() if 'WARNING: skipped' in ln]
     assert len(warnings) == 3 and all(any(n in w for w in warnings) for n in ('a.png', 'notes.jpg', 'broken.mp4'))
     assert res.stderr.count('\n') == 1 and res.stderr.startswith('error: 3 inputs could not be read and were skipped')
     assert all(n in res.stderr for n in ('a.png', 'notes.jpg', 'broken.mp4'))
-    assert _files(tmp_path / 'out') == ['c.jpg', 'deep.png', 'deep.tif', 'sub/b.png']  # the others, whole
+    assert _files(tmp_path / 'out') == ['c.jpg', 'deep.png', 'deep.tif', 'sub/b.png']  # the others, whole; no page
 
 
 def test_a_video_the_decoder_cannot_open_is_one_line(tmp_path, tiny_run):
@@ -292,6 +308,39 @@ def test_the_evaluation_flags_set_the_val_keys_of_the_model_s_restorer(tiny_run)
     res = run_main('main_test', ['--opt', tiny_run.opt_path, '--amp', 'fp16'])
     assert res.returncode == 2 and res.stderr == 'error: val.amp: "fp16" needs a CUDA device (this run uses cpu); ' \
                                                  'use "bf16" or "none"\n'
+    for flag, value in (('--tile', '-5'), ('--tile-overlap', 'x')):  # argparse's line names the flag, not a --set
+        bad = run_main('main_test', ['--opt', tiny_run.opt_path, flag, value])
+        assert bad.returncode == 2 and 'error: --set' not in bad.stderr, bad.stderr
+        assert bad.stderr.splitlines()[-1] == (f"main_test.py: error: argument {flag}: '{value}' is not a non-negative "
+                                               f"whole number of pixels"), bad.stderr
+
+
+def test_the_default_output_folder_is_named_after_the_input_also_for_dot_and_dot_dot(tmp_path, tiny_run, demo_images):
+    import main_test
+    assert [main_test.input_name(p) for p in ('photos/', 'a/b.mp4', '.', '..')] == \
+        ['photos', 'b', os.path.basename(os.getcwd()), os.path.basename(os.path.dirname(os.getcwd()))]
+    run = copy_run(tiny_run, str(tmp_path / 'copy'))
+    inputs = tmp_path / 'mine'
+    inputs.mkdir()
+    shutil.copy(os.path.join(demo_images, 'test', '0000.png'), inputs / 'a.png')
+    res = run_main('main_test', ['--opt', run.opt_path, '--input', '.', '--no-page'], cwd=str(inputs))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _files(os.path.join(run.folder, 'results')) == ['mine/a.png']  # not <task>/results itself
+
+
+def test_a_run_folder_as_weights_is_its_newest_checkpoint_with_opt_too(tmp_path, tiny_run, demo_images):
+    image = os.path.join(demo_images, 'test', '0003.png')
+    newest = os.path.join(tiny_run.models, '8_E.pth')  # EMA weights, as without --opt
+    res = run_main('main_test', ['--opt', tiny_run.opt_path, '--weights', tiny_run.folder, '--input', image,
+                                 '--out', str(tmp_path / 'mine')])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f'restoring {newest} on {image}' in res.stdout
+    tested = run_main('main_test', ['--opt', tiny_run.opt_path, '--weights', tiny_run.folder, '--no-images',
+                                    '--out', str(tmp_path / 'set')])
+    assert tested.returncode == 0 and f'testing {newest} on 8 items' in tested.stdout, tested.stderr[-2000:]
+    bad = run_main('main_test', ['--opt', tiny_run.opt_path, '--weights', str(tmp_path), '--input', image])
+    assert bad.returncode == 2 and bad.stderr == (f'error: --weights {tmp_path}: a folder, but not a run folder (no '
+                                                  f'models/ in it); give a weights file or a run folder\n')
 
 
 def test_the_readme_command_applies_a_trained_run_to_a_folder_of_own_images(tmp_path, tiny_run, demo_images):
@@ -308,4 +357,33 @@ def test_the_readme_command_applies_a_trained_run_to_a_folder_of_own_images(tmp_
     res = run_main('main_test', words[2:], cwd=str(tmp_path))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     out = words[words.index('--out') + 1]
-    assert _files(tmp_path / out) == ['a.png', 'c.jpg', 'deep.png', 'deep.tif', 'sub/b.png']
+    assert _files(tmp_path / out) == _with_page(OUTPUTS)
+
+
+def test_the_page_shows_an_sr_input_upscaled_by_bicubic_to_its_output_and_a_window_its_kept_frames(tmp_path):
+    """What the comparison page puts beside an output of one's own: for super-resolution the input upscaled by
+    MATLAB's bicubic to the output's size (the baseline the test-set page shows), for a video window the input
+    frames it keeps."""
+    from data.inputs import find_inputs
+    from models.inference import restore_inputs
+    from models.restorer import ImageRestorer, VideoRestorer
+    from utils.image import imread_uint, imresize_bicubic, tensor2uint
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / 'x.png'), image[..., ::-1])
+    restorer = ImageRestorer(torch.nn.Upsample(scale_factor=2, mode='nearest'), torch.device('cpu'), 0)
+    done = restore_inputs(restorer, find_inputs(str(tmp_path / 'x.png'), clips=False), str(tmp_path / 'out'), 3,
+                          'x2', page=True)
+    assert done.files == {'x.png': {'output': ['x.png'], 'input': ['input/x.png.png']}}
+    shown = imread_uint(str(tmp_path / 'out' / 'input' / 'x.png.png'))
+    want = tensor2uint(torch.from_numpy(imresize_bicubic(image.astype(np.float64) / 255, 2)).permute(2, 0, 1))
+    assert shown.shape == (24, 20, 3) and np.array_equal(shown, want)
+
+    val = {'num_frame_testing': 0, 'num_frame_overlapping': 0, 'size_patch_testing': 0, 'pad_seq': False,
+           'flip_seq': False, 'center_frame_only': False}
+    clip = torch.rand(1, 6, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    batch = {'L': clip, 'folder': ['c'], 'keep': (1, 4)}
+    video = VideoRestorer(torch.nn.Identity(), torch.device('cpu'), val, (1, 8, 8), 0)
+    inputs = video.own_inputs(batch, video.restore(batch))
+    assert list(inputs) == ['c'] and len(inputs['c']) == 3
+    assert all(np.array_equal(f, tensor2uint(clip[0, 1 + t])) for t, f in enumerate(inputs['c']))

@@ -110,6 +110,19 @@ def test_results_by_iter_are_read_back_and_a_table_of_other_scores_is_refused(tm
         IterTable(path, ['psnr', 'ssim', 'lpips'])
 
 
+@pytest.mark.parametrize('damage, line', [
+    ('4,Set5,4_E.pth,123,5,30.5', r'line 3: 6 values for the 7 columns'),
+    ('four,Set5,4_E.pth,123,5,30.5,0.9', r"line 3: iteration 'four' is not a whole number"),
+    ('4,Set5,4_E.pth,12x3,5,30.5,0.9', r"line 3: saved_ns '12x3' is not a whole number"),
+    ('4,Set5,4_E.pth,123,5,thirty,0.9', r"line 3: psnr 'thirty' is not a number")])
+def test_a_damaged_results_by_iter_table_is_one_line_naming_the_file_and_the_line(tmp_path, damage, line):
+    path = tmp_path / 'results_by_iter.csv'
+    path.write_text('iteration,set,weights,saved_ns,items,psnr,ssim\n2,Set5,2_E.pth,100,5,29.5,0.85\n' + damage + '\n')
+    with pytest.raises(UserError, match=re.escape(str(path)) + ': ' + line + '; fix or remove that line, or give '
+                                                                              'another --out$'):
+        IterTable(str(path), ['psnr', 'ssim']).tested()
+
+
 def test_the_watch_folder_is_a_run_or_its_models_folder(tmp_path):
     (tmp_path / 'run' / 'models').mkdir(parents=True)
     assert models_folder(str(tmp_path / 'run'), 'x') == str(tmp_path / 'run' / 'models')
@@ -240,6 +253,11 @@ def test_watch_tests_each_complete_checkpoint_once_and_skips_pruned_vanishing_an
     (['--follow'], 'error: --follow: only with --watch'),
     (['--watch', '--weights', 'w.pth'], 'error: --weights and --watch: give one (--watch tests the checkpoints of a '
                                         'job as they come)'),
+    (['--watch', '--no-images'], 'error: --no-images: not with --watch (it writes no images nor page, only '
+                                 'results_by_iter.csv and test_curves.png)'),
+    (['--watch', '--no-page'], 'error: --no-page: not with --watch (it writes no images nor page, only '
+                               'results_by_iter.csv and test_curves.png)'),
+    (['--frames'], "error: --frames: only with --input (it writes the frames of restored videos of one's own)"),
 ])
 def test_watch_mistakes_are_one_line_and_exit_2(tmp_path, tiny_run, args, line):
     res = run_main('main_test', ['--opt', tiny_run.opt_path, *args], cwd=str(tmp_path))

@@ -22,6 +22,12 @@ from utils.checkpoint import atomic_write_text
 PAGE = 'index.html'
 KINDS = ('input', 'output', 'target')  # the images an item may have; the output always, the others when written
 SOURCE_FOLDERS = {'input': 'input', 'target': 'target'}  # beside the outputs, which stay where they always were
+BROWSER_FORMATS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.gif')  # what every browser shows (not TIFF, PPM/PGM)
+
+
+def shown_in_browsers(ext: str) -> bool:
+    """Whether an image file of extension `ext` shows in a browser's <img> (else the page needs a PNG copy)."""
+    return ext.lower() in BROWSER_FORMATS
 
 
 def frame_files(name: str, frames: int, kind: str = 'output') -> List[str]:
@@ -60,7 +66,8 @@ def write_page(out_dir: str, columns: Sequence[str], higher_is_better: Mapping[s
     `columns`: the score names (results.csv's columns after `name`), `higher_is_better` their directions;
     `rows`: (item name, its scores) in dataset order; `means`: each column's mean; `files`: per item name, per
     kind of `KINDS`, its frames' paths relative to `out_dir` (`frame_files`), an item without files shown in the
-    table only; `notes`: lines shown under the title (what the input is, for one).
+    table only; `notes`: lines shown under the title (what the input is, for one). Without `columns` (inputs of
+    one's own and no no-reference metric: nothing scored) the page has no table, only the items.
     """
     text = page_html(columns, higher_is_better, rows, means, files, title or os.path.basename(
         os.path.abspath(out_dir)), notes)
@@ -96,9 +103,9 @@ def page_html(columns: Sequence[str], higher_is_better: Mapping[str, bool],
     mean_cells = [f'<th scope="row">mean ({int(means.get("count", len(rows)))})</th>']
     mean_cells += [f'<td>{_number(float(means[c]))[0]}</td>' for c in columns]
     note_lines = ''.join(f'<p class="note">{e(n)}</p>' for n in notes)
-    return _TEMPLATE.format(
-        title=e(title), notes=note_lines, head=''.join(head), body='\n'.join(body), mean=''.join(mean_cells),
-        sections='\n'.join(sections), css=_CSS, js=_JS)
+    table = _TABLE.format(head=''.join(head), body='\n'.join(body), mean=''.join(mean_cells)) if columns else ''
+    return _TEMPLATE.format(title=e(title), notes=note_lines, table=table, sections='\n'.join(sections), css=_CSS,
+                            js=_JS)
 
 
 def _item_section(anchor: str, name: str, columns: Sequence[str], scores: Sequence[float],
@@ -125,7 +132,7 @@ def _item_section(anchor: str, name: str, columns: Sequence[str], scores: Sequen
     frame_label = f' <span class="frameno">frame 0 of {n}</span>' if n > 1 else ''
     return f'''<section class="item" id="{anchor}" data-frames="{_attr(json.dumps(frames))}">
 <h2>{e(name)}{frame_label}</h2>
-<p class="scores">{score_text}</p>
+{f'<p class="scores">{score_text}</p>' if score_text else ''}
 <div class="controls">{modes}<label>zoom <select class="factor"><option>2</option><option selected>4</option><option>8</option></select></label>
 <span class="hint">{'drag the bar (or the range below) to move the split; ' if pairs else ''}click the image to magnify a region</span></div>
 <div class="compare">
@@ -183,8 +190,8 @@ _JS = r'''
   "use strict";
   // --- the table: a click on a header sorts the items by that column (numbers numerically, best first on the
   // first click, reversed on the next); the mean row is in <tfoot>, so it stays last
-  var table = document.getElementById("scores");
-  var heads = table.tHead.rows[0].cells;
+  var table = document.getElementById("scores");  // none when nothing was scored
+  var heads = table ? table.tHead.rows[0].cells : [];
   Array.prototype.forEach.call(heads, function (th, col) {
     th.querySelector("button").addEventListener("click", function () {
       var numeric = th.dataset.type === "number";
@@ -307,6 +314,14 @@ _JS = r'''
 })();
 '''
 
+_TABLE = '''<table id="scores">
+<thead><tr>{head}</tr></thead>
+<tbody>
+{body}
+</tbody>
+<tfoot><tr>{mean}</tr></tfoot>
+</table>'''
+
 _TEMPLATE = '''<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -318,13 +333,7 @@ _TEMPLATE = '''<!DOCTYPE html>
 <body>
 <h1>{title}</h1>
 {notes}
-<table id="scores">
-<thead><tr>{head}</tr></thead>
-<tbody>
-{body}
-</tbody>
-<tfoot><tr>{mean}</tr></tfoot>
-</table>
+{table}
 <main>
 {sections}
 </main>

@@ -14,6 +14,11 @@ class OptionsError(UserError):
     """An invalid option file or override. The message names the file and the key."""
 
 
+class WriteFailed(Exception):
+    """A write of results that failed (rank 0's, raised on every rank: `dist.main_process_write`); the message is
+    its one line (`no space left on <mount> (N MB free)`, or the OS error's first line). main_test exits 5."""
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty)."""
     text = str(e).strip()

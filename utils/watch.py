@@ -139,14 +139,33 @@ class IterTable:
             return
         try:
             with open(path, newline='') as f:
-                table = list(csv.reader(f))
-        except (OSError, UnicodeDecodeError) as e:
+                reader = csv.reader(f)
+                table = [(reader.line_num, r) for r in reader if r]
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
             why = getattr(e, 'strerror', None) or e
             raise UserError(f'{path}: cannot read it ({why}); give another --out') from None
-        if table and table[0] != self.columns:
-            raise UserError(f'{path}: its columns are {", ".join(table[0])} but this run scores '
+        if table and table[0][1] != self.columns:
+            raise UserError(f'{path}: its columns are {", ".join(table[0][1])} but this run scores '
                             f'{", ".join(self.columns)}; give another --out, or move the file away')
-        self.rows = [r for r in table[1:] if len(r) == len(self.columns)]
+        for line, row in table[1:]:
+            self.check_row(row, f'{path}: line {line}')
+        self.rows = [r for _, r in table[1:]]
+
+    def check_row(self, row: List[str], where: str) -> None:
+        """A row read back as the watch writes it (a damaged or hand-edited table is one UserError naming the
+        line, not a traceback later): every column, whole numbers for iteration, saved_ns and items, numbers
+        for the scores."""
+        advice = 'fix or remove that line, or give another --out'
+        if len(row) != len(self.columns):
+            raise UserError(f'{where}: {len(row)} values for the {len(self.columns)} columns; {advice}')
+        for name, value in zip(self.columns, row):
+            if name in ('set', 'weights'):
+                continue
+            try:
+                int(value) if name in self.FIXED else float(value)
+            except ValueError:
+                kind = 'a whole number' if name in self.FIXED else 'a number'
+                raise UserError(f'{where}: {name} {value!r} is not {kind}; {advice}') from None
 
     def tested(self) -> Dict[Key, Set[str]]:
         """The test sets each checkpoint (iteration, saved_ns) has rows for."""

@@ -4,12 +4,14 @@ Callers write one code path: without a process group every function here is the 
 single rank (rank 0 of 1, sums of one, a list of one), so the training loop never asks whether
 it runs distributed.
 """
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from utils.diskspace import describe_write_error
 from utils.dist.group import control_group, is_initialized
+from utils.errors import UserError, WriteFailed, first_line
 
 T = TypeVar('T')
 
@@ -133,3 +135,34 @@ def main_process_outcome(action: Callable[[], None],
     box = [outcome]
     dist.broadcast_object_list(box, src=0, group=None if dist.get_backend() == 'gloo' else control_group())
     return box[0]
+
+
+def main_process_write(action: Callable[[], None], where: str = '.') -> None:
+    """Rank 0 runs `action`, a write of results (a table, a page, a plot); when it fails every rank raises
+    together: a UserError as it is, an OSError as `WriteFailed` with its one line (`no space left on <mount> (N MB
+    free)`, else the error's first line; `where`: the folder written into, for the free space), and anything
+    else, a bug, with its traceback on rank 0 and a RuntimeError naming it on the others.
+
+    `main_process_outcome` for writes that may fail between collectives: without it rank 0 would leave while
+    the others wait in the next collective until `dist_timeout`.
+    """
+    failed: List[BaseException] = []
+
+    def describe(e: BaseException) -> Tuple[str, str]:
+        failed.append(e)
+        if isinstance(e, UserError):
+            return 'user', str(e)
+        if isinstance(e, OSError):
+            return 'write', describe_write_error(e, e.filename or where)
+        return 'bug', f'{type(e).__name__}: {first_line(e)}'
+    outcome = main_process_outcome(action, describe)
+    if outcome is None:
+        return
+    kind, line = outcome
+    if kind == 'user':
+        raise UserError(line)
+    if kind == 'write':
+        raise WriteFailed(line)
+    if failed:
+        raise failed[0]
+    raise RuntimeError(f'rank 0 failed while writing results: {line}')
