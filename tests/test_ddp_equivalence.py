@@ -137,7 +137,9 @@ def test_two_ranks_decide_adaptive_discriminator_updates_as_one_process(tmp_path
         opt = json.loads(json.dumps(base))
         opt['datasets']['train']['dataloader_batch_size'] = batch
         runs[name] = _train(tmp_path, name, procs, batch, 1, False, None, opt=opt, kinds=('G', 'D', 'E'))
-    _assert_same(runs['ddp'][0], runs['single'][0])
+    # float32's summation-order differences over the iterations reach 1.2e-6 in one near-zero bias of G (seen with
+    # opencv-python-headless 5.0's demo images, at ef4f2f9 too); D's decisions, checked below, are the same
+    _assert_same(runs['ddp'][0], runs['single'][0], atol=1e-5)
     skipped = {name: [float(v) for v in re.findall(r'D_skipped: ([\d.e+-]+)', log)] for name, (_, log) in runs.items()}
     assert skipped['ddp'] == skipped['single'], skipped  # the same decisions, iteration by iteration
     assert len(skipped['single']) == ITERS and 0 < sum(skipped['single']) < ITERS, skipped
