@@ -22,6 +22,7 @@ then one rep of one step per side; no compile row) runs every other row in secon
 """
 import argparse
 import cProfile
+import copy
 import json
 import os
 import platform
@@ -157,6 +158,7 @@ def framework(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]],
     `state` is the distributed state of an initialised process group (default: a single process).
     """
     torch.manual_seed(0)
+    opt = copy.deepcopy(opt)  # the loop sets train.total_iter: the caller's options stay those of its next row
     args = main_train.parse_args(['--opt', DEMO])
     state = state or dist.detect({})
     trainer = main_train.Trainer(opt, state, torch.device('cpu'), args)

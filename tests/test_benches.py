@@ -7,6 +7,7 @@ script's smallest, fewest-reps mode that still goes through every row; here it r
 run it, in a fresh process from the project root. New scripts are found by the glob and must say
 below what their output ends with.
 """
+import copy
 import glob
 import os
 import re
@@ -257,3 +258,20 @@ def test_quick_children_run_two_at_a_time_one_thread_each_results_in_order(tmp_p
     alone = [[sys.executable, '-c', f'import os; print(os.path.exists({a!r}))'],
              [sys.executable, '-c', f'open({a!r}, "w").close()']]
     assert [p.stdout.strip() for p in run_children(alone, 1, capture_output=True, text=True)] == ['False', '']
+
+
+def test_bench_loop_leaves_the_options_of_a_row_as_they_were_so_that_the_next_row_starts_from_the_same(tmp_path):
+    """bench_loop times several rows against one `base` options dict: a framework runner that changed it (the
+    loop sets `train.total_iter` to the iterations it runs) made every later row start from another run (and
+    log, between the rows, that the demo's milestones lie beyond that run's end)."""
+    sys.path.insert(0, BENCH_DIR)
+    try:
+        import bench_loop
+    finally:
+        sys.path.remove(BENCH_DIR)
+    base = bench_loop.demo_options(str(tmp_path), *bench_loop.QUICK_DEMO)
+    before = copy.deepcopy(base)
+    run, trainer = bench_loop.framework(base, bench_loop.make_batches(base, 2))
+    run(2)
+    assert trainer.step == 2
+    assert base == before
