@@ -37,6 +37,7 @@ os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
 import torch  # noqa: E402
 
 from data.inputs import find_inputs
+from models.discovery import run_weights
 from models.inference import check_output_folder, needing_targets, restore_inputs
 from models.registry import MODELS
 from models.restorer import VideoRestorer, build_checked_network, build_eval_network
@@ -132,22 +133,12 @@ def read_test_options(args: argparse.Namespace) -> Tuple[Dict[str, Any], str, Op
     """(options, where the network came from, the weights or None for the run's newest): `--opt` wins, else the
     weights' own (models/discovery.py); `--set` and the flags apply either way."""
     if args.opt is not None:
-        return (read_options(args.opt, args.set, flag_overrides(args), args.test_sets), f'--opt {args.opt}',
-                weights_file(args.weights))
+        weights = args.weights
+        if weights is not None and os.path.isdir(weights):  # a run folder: its newest checkpoint, as without --opt
+            weights = run_weights(weights, with_options=False)
+        return read_options(args.opt, args.set, flag_overrides(args), args.test_sets), f'--opt {args.opt}', weights
     opt, found = read_weights_options(args.weights, args.set, flag_overrides(args), args.test_sets)
     return opt, found.note, found.weights
-
-
-def weights_file(given: Optional[str]) -> Optional[str]:
-    """`--weights` as a file: a run folder is its newest checkpoint (EMA weights when present), as without
-    --opt (models/discovery.py)."""
-    if given is None or not os.path.isdir(given):
-        return given
-    models = os.path.join(given, 'models')
-    if not os.path.isdir(models):
-        raise UserError(f'--weights {given}: a folder, but not a run folder (no models/ in it); give a weights file '
-                        f'or a run folder')
-    return newest_weights(models)
 
 
 def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device,

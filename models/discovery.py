@@ -56,14 +56,23 @@ def saved_options(run: str) -> List[str]:
     return [os.path.join(folder, n) for n in sorted(names, key=key)]
 
 
+def run_weights(folder: str, with_options: bool) -> str:
+    """A run folder given as `--weights`: its newest checkpoint (EMA weights when present). `with_options`: the
+    network is to be found from the options the run saved, so it must have them."""
+    run = os.path.abspath(folder)
+    if with_options and run_folder_of(run) is None:
+        raise UserError(f'--weights {folder}: a folder, but not a run folder (no options/*.json and models/ in '
+                        f'it); give a weights file')
+    if not os.path.isdir(os.path.join(run, 'models')):
+        raise UserError(f'--weights {folder}: a folder, but not a run folder (no models/ in it); give a weights file '
+                        f'or a run folder')
+    return newest_weights(os.path.join(run, 'models'))
+
+
 def discover(weights: str) -> Discovered:
     """The network of `weights` (see the module docstring)."""
     if os.path.isdir(weights):
-        run = run_folder_of(weights)
-        if run is None:
-            raise UserError(f'--weights {weights}: a folder, but not a run folder (no options/*.json and models/ in '
-                            f'it); give a weights file')
-        weights = newest_weights(os.path.join(run, 'models'))
+        weights = run_weights(weights, with_options=True)
     elif not os.path.isfile(weights):
         raise UserError(f'--weights {weights}: no such file')
     tried = []
