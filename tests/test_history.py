@@ -91,10 +91,10 @@ def test_curves_png_is_drawn_at_validation_and_again_from_the_history_alone(tmp_
             p = _run_folder(tmp_path) / name
             if p.is_file():
                 p.unlink()
-    res = run([PY, '-m', 'utils.plot', str(_run_folder(tmp_path))])
+    res = run([PY, os.path.join('scripts', 'plot_curves.py'), str(_run_folder(tmp_path))])
     assert res.returncode == 0 and res.stdout.strip() == str(curves), res.stderr
     assert cv2.imread(str(curves)) is not None
-    bad = run([PY, '-m', 'utils.plot', str(tmp_path)])
+    bad = run([PY, os.path.join('scripts', 'plot_curves.py'), str(tmp_path)])
     assert bad.returncode == 2 and bad.stderr.count('\n') == 1 and 'no history.jsonl' in bad.stderr
 
 

@@ -1,14 +1,12 @@
 """curves.png of a run: losses and lr, and validation PSNR/SSIM against the iteration, drawn from
-history.jsonl alone, so any run folder can be plotted again without TensorBoard:
-
-    python -m utils.plot <root>/<task>            # writes <root>/<task>/curves.png
+history.jsonl alone, so any run folder can be plotted again without TensorBoard (the command:
+scripts/plot_curves.py <root>/<task>).
 
 During training rank 0 redraws it after every validation in a child process running that same
 command (matplotlib's object API with the Agg canvas; no pyplot, no display), so the training loop
 only pays for starting it (bench/bench_curves.py measures both). `main_test.py --watch` draws its
 test_curves.png (scores of each test set against the checkpoint's iteration) with `watch_curves_figure`.
 """
-import argparse
 import io
 import math
 import os
@@ -19,7 +17,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from utils.history import HISTORY_FILE, read_history
 
 CURVES_FILE = 'curves.png'
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `-m utils.plot`
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the command that draws a run folder's curves, run by `BackgroundPlotter` in a child process
+PLOT_COMMAND = os.path.join(_ROOT, 'scripts', 'plot_curves.py')
 _NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples_per_sec', 'time', 'D_skipped'}
 
 
@@ -155,7 +155,7 @@ def curves_figure(rows: Sequence[Dict[str, Any]], title: str = '') -> Any:
 
 
 def schedule_points(rows: Sequence[Dict[str, Any]]) -> List[Tuple[int, float]]:
-    """(iteration, lr) of the schedule as planned: each start's `schedule` row (main_train.py) up to the next
+    """(iteration, lr) of the schedule as planned: each start's `schedule` row (training/status.py) up to the next
     start, so a run resumed with other schedule options shows what was in force when."""
     plans = [r for r in rows if r.get('kind') == 'schedule' and isinstance(r.get('points'), list)]
     out: List[Tuple[int, float]] = []
@@ -183,7 +183,7 @@ def plot_run(folder: str) -> str:
 
 
 class BackgroundPlotter:
-    """Redraws curves.png in a child process (`python -m utils.plot <folder>`): the training loop pays
+    """Redraws curves.png in a child process (`python scripts/plot_curves.py <folder>`): the training loop pays
     for starting it, not for matplotlib, and shares no interpreter lock with the drawing. A redraw
     asked for while one runs is dropped (the next validation draws again); `close` waits for the last."""
 
@@ -192,13 +192,14 @@ class BackgroundPlotter:
         self._child: Optional[subprocess.Popen] = None
 
     def redraw(self) -> None:
+        """Start drawing the folder's curves now, unless a drawing still runs (then the next validation draws)."""
         if self.drawing():
             return
         env = {**os.environ, 'MPLBACKEND': 'Agg', 'OMP_NUM_THREADS': '1',
                'PYTHONPATH': os.pathsep.join(filter(None, [_ROOT, os.environ.get('PYTHONPATH')]))}
-        # `-m` looks in the working directory first: run from the repository, or a user's own `utils` package
-        # next to their option files would be imported instead of this one
-        self._child = subprocess.Popen([sys.executable, '-m', 'utils.plot', os.path.abspath(self.folder)], env=env,
+        # from the repository, with the repository first on the path: a user's own `utils` package next to their
+        # option files must never be imported instead of this one
+        self._child = subprocess.Popen([sys.executable, PLOT_COMMAND, os.path.abspath(self.folder)], env=env,
                                        cwd=_ROOT, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL)  # errors: on stderr
 
@@ -207,6 +208,7 @@ class BackgroundPlotter:
         return self._child is not None and self._child.poll() is None
 
     def close(self, timeout: float = 60.0) -> None:
+        """Wait for the last drawing (at most `timeout` seconds, then it is killed): the run ends with its curves."""
         if self._child is not None:
             try:
                 self._child.wait(timeout)
@@ -214,25 +216,3 @@ class BackgroundPlotter:
                 self._child.kill()
                 self._child.wait()
             self._child = None
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description='Draw <run folder>/curves.png from its history.jsonl.')
-    p.add_argument('folder', help='a run folder, <path.root>/<task>')
-    args = p.parse_args(argv)
-    if not os.path.isfile(os.path.join(args.folder, HISTORY_FILE)):
-        print(f'error: {args.folder}: no {HISTORY_FILE} (not a run folder, or a run from before the history '
-              f'file existed)', file=sys.stderr)
-        return 2
-    try:
-        print(plot_run(args.folder))
-    except OSError as e:  # a full disk: one line (this runs beside training, on its stderr), not a traceback
-        from utils.diskspace import describe_write_error
-        print(f'error: {os.path.join(args.folder, CURVES_FILE)}: {describe_write_error(e, args.folder)}',
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())
