@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local multi-process training: ./launch_train.sh N [options/x.json] [extra main_train.py args]
 #   ./launch_train.sh 2 options/train_dncnn_demo.json --set train.total_iter=200
-# Runs `python -m utils.relaunch --nproc N main_train.py --opt ...`: N ranks on torch's elastic launch
+# Runs `python scripts/launch.py --nproc N main_train.py --opt ...`: N ranks on torch's elastic launch
 # API (what torchrun runs; standalone rendezvous, no restarts), one process per GPU, or N CPU processes
 # with one thread each. It exits with the documented code of the rank that failed first (2 user
 # error, 3 preempted with a checkpoint saved, 4 non-finite loss, 5 checkpoint write failed, 130
@@ -29,4 +29,4 @@ if [ $# -ge 1 ] && [[ "$1" != -* ]]; then OPT=$1; shift; fi
 
 PYTHON=${PYTHON:-python}
 # exec: the launcher takes this shell's pid, so signals sent to the script reach it
-exec "$PYTHON" -m utils.relaunch --nproc "$N" main_train.py --opt "$OPT" "$@"
+exec "$PYTHON" scripts/launch.py --nproc "$N" main_train.py --opt "$OPT" "$@"

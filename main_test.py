@@ -48,10 +48,9 @@ from utils.checkpoint import UNSAFE_FLAG, newest_weights
 from utils.compare_page import write_page
 from utils.diskspace import no_space
 from utils.errors import UserError, WriteFailed, say
+from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED
 from utils.logger import get_logger, setup_logger
 from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
-
-EXIT_WRITE_FAILED = 5  # as main_train's failed checkpoint write
 
 
 def pixels(text: str) -> int:
@@ -257,7 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             dist.cleanup(together=ok)  # after an error on one rank the others may never arrive
     except UserError as e:
         say(f'error: {e}')
-        return 2
+        return EXIT_USER_ERROR
     except WriteFailed as e:  # rank 0's write of the results, on every rank (dist.main_process_write)
         say(f'error: writing the results failed: {e}')
         return EXIT_WRITE_FAILED

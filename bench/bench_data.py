@@ -30,6 +30,7 @@ import torch  # noqa: E402
 
 import main_train  # noqa: E402
 from bench_loop import DEMO, demo_options, machine  # noqa: E402
+from training.run_folder import prepare_run_dir  # noqa: E402
 from utils import dist  # noqa: E402
 
 QUICK_NET = ('netG.nc=8', 'netG.nb=3')  # --quick: the demo's DnCNN made tiny (the batches stay the demo's)
@@ -47,7 +48,7 @@ def measure(opt: Dict[str, Any], iters: int) -> Tuple[List[Tuple[float, float]],
     lock = None
     try:
         trainer.build()
-        lock = main_train.prepare_run_dir(opt, state, args)  # the run folder the history and the log go to
+        lock = prepare_run_dir(opt, state, args)  # the run folder the history and the log go to
         trainer.start()
         trainer.val_loader = None
         trainer.save = lambda: None

@@ -52,6 +52,7 @@ from option_rules import read_options  # noqa: E402
 from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights  # noqa: E402
 from utils.diskspace import NoSpaceLeft  # noqa: E402
 from utils.errors import UserError, first_line  # noqa: E402
+from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED  # noqa: E402
 from utils.image import to_float_image  # noqa: E402
 from utils.progress import Steps  # noqa: E402
 
@@ -62,7 +63,6 @@ CROP_STEP = 32          # ... by multiples of this, so that its divisibility by 
 TRACE_SIDES = (64, 32)  # the trace input's side: the first whose square is not the check size
 RANDOM_CHECK = (48, 80)  # the check size without a test image: multiples of 16, not square
 MIN_SIDE = 16           # the exported graph is for inputs at least this high and wide (see min_side)
-EXIT_WRITE_FAILED = 5   # as main_train's and main_test's failed writes
 REQUIREMENT = 'pip install onnx onnxruntime onnxscript (pinned in requirements.txt)'
 
 
@@ -423,7 +423,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run_export(opt, args)
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     except NoSpaceLeft as e:
         print(f'error: writing the export failed: {e}', file=sys.stderr)
         return EXIT_WRITE_FAILED

@@ -13,7 +13,7 @@ from tests.conftest import run_main, tiny_options, write_options
 from utils.checkpoint import CheckpointDir, load
 from utils.errors import UserError
 from utils.resume import find_resume_point
-from utils.stop import EXIT_NONFINITE, EXIT_SAVE_FAILED
+from utils.exit_codes import EXIT_NONFINITE, EXIT_SAVE_FAILED
 
 
 def _save(ckpt: CheckpointDir, step: int) -> None:

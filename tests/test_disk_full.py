@@ -16,7 +16,7 @@ import torch
 from tests.conftest import in_ci, run_main, tiny_options, write_options
 from utils.checkpoint import atomic_torch_save, atomic_write_text
 from utils.diskspace import NoSpaceLeft
-from utils.stop import EXIT_SAVE_FAILED
+from utils.exit_codes import EXIT_SAVE_FAILED
 
 FS_SIZE = 1024 * 1024
 PAGE = 4096

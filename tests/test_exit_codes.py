@@ -1,7 +1,7 @@
 """The documented exit codes reach the shell from every launch path: 0 done, 2 user error, 3 stopped for
 preemption (checkpoint saved), 4 non-finite loss, 5 checkpoint write failed, 128+N killed by signal N.
 
-Paths: `./launch_train.sh N` and `python -m utils.relaunch --nproc N` (the same launcher), the gpu_ids
+Paths: `./launch_train.sh N` and `python scripts/launch.py --nproc N` (the same launcher), the gpu_ids
 self-relaunch of `python main_train.py`, and `submit_job.sh`, run with bash against a fake `srun` and
 `scontrol` (requeue on 3 only). Faults come from tests/patched_main.py (INJECT_NAN_AT, SAVE_FAIL_AT).
 """
@@ -18,12 +18,12 @@ from typing import Dict, List
 import pytest
 
 from tests.conftest import ROOT, clean_env, tiny_options, write_options
-from utils.relaunch import CPU_TEST_MODE, describe, root_cause, shell_code
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
+from training.launcher import CPU_TEST_MODE, describe, root_cause, shell_code
+from utils.exit_codes import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
 
 PY = sys.executable
 PATCHED = os.path.join('tests', 'patched_main.py')
-RELAUNCH = [PY, '-m', 'utils.relaunch', '--nproc', '2']
+RELAUNCH = [PY, os.path.join('scripts', 'launch.py'), '--nproc', '2']
 LONG = dict(total_iter=100000, checkpoint_save=100000, checkpoint_test=100000, checkpoint_print=1)
 # patched_main.py with one change: the gpu_ids relaunch starts this wrapper again (main_train.main()
 # relaunches `main_train.__file__`), so the ranks get the injected faults too.
@@ -111,7 +111,7 @@ def test_the_root_cause_is_the_earliest_failure_and_a_signal_becomes_128_plus_n(
 
 
 def test_relaunch_module_rejects_a_bad_process_count_with_exit_code_2():
-    res = _launch([PY, '-m', 'utils.relaunch', '--nproc', '0', 'main_train.py'], clean_env(), timeout=60)
+    res = _launch([PY, os.path.join('scripts', 'launch.py'), '--nproc', '0', 'main_train.py'], clean_env(), timeout=60)
     assert res.returncode == 2 and '--nproc must be a positive integer' in res.stderr
 
 
@@ -126,7 +126,7 @@ def test_a_rank_killed_by_a_signal_makes_the_launcher_exit_128_plus_n(tmp_path):
     assert '(killed by SIGKILL)' in res.stderr
 
 
-# ---------------------------------------------------------------- launch_train.sh / python -m utils.relaunch
+# ------------------------------------------------------------- launch_train.sh / python scripts/launch.py
 
 def test_launch_train_sh_exits_3_with_a_checkpoint_when_its_process_group_gets_sigterm(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, **LONG)

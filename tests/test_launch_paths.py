@@ -13,8 +13,8 @@ from typing import Dict, Iterator
 import pytest
 
 from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_options
+from training.launcher import CPU_TEST_MODE, relaunch_count
 from utils.dist import DistState
-from utils.relaunch import CPU_TEST_MODE, relaunch_count
 
 # pytest-xdist keeps this module on one worker: its rendezvous failures are started once, side by side
 pytestmark = pytest.mark.xdist_group('test_launch_paths')

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from main_test import EXIT_WRITE_FAILED
+from utils.exit_codes import EXIT_WRITE_FAILED
 from tests.conftest import ROOT, clean_env, free_port, run, run_main, tiny_options, write_options
 
 import tests.extra_metrics  # noqa: F401  (registers the two metrics: main_test in this process scores them)

@@ -394,12 +394,12 @@ def test_knee_is_traiNNer_reduxs_kneelr_one_iteration_later_and_decays_to_eta_mi
 def test_curves_draw_the_wsd_and_knee_plans_with_their_corners_where_they_are(kind, train):
     """What main_train writes as the run's planned schedule and curves.png's lr panel draws: the closed form at 400
     evenly spaced iterations and exactly at each phase's start, so the warm-up's end and the knee are corners."""
-    import main_train
+    from training.status import schedule_row
     from utils.plot import curves_figure
     sched = build_scheduler(_sgd((0.1,)), train_options(G_scheduler_type=kind, total_iter=100_003, **train))
     trainer = type('Run', (), {'step': 0, 'model': type('Model', (), {'lr_schedule': staticmethod(sched.planned),
                                                                          'lr_phases': staticmethod(sched.phases)})})
-    row = main_train.Trainer.schedule_row(trainer, 100_003)
+    row = schedule_row(trainer.model, trainer.step, 100_003)
     start = 100_003 - round(0.3 * 100_003) if kind == 'wsd' else round(0.55 * 100_003)
     assert sched.phases() == [7, start, 100_003]
     drawn = curves_figure([row]).axes[1].lines[0]

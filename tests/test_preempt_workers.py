@@ -13,7 +13,7 @@ import time
 
 from data.loader import build_train_loader, build_val_loader
 from tests.conftest import ROOT, clean_env, group_members, tiny_options, write_options
-from utils.stop import EXIT_PREEMPTED
+from utils.exit_codes import EXIT_PREEMPTED
 
 PY = sys.executable
 LONG = dict(total_iter=100000, checkpoint_save=100000, checkpoint_test=100000, checkpoint_print=1)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, clean_env, free_port, need_spandrel, run, run_main, tiny_options, write_options
-from utils.stop import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
+from utils.exit_codes import EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED
 
 PY = sys.executable
 PATCHED = os.path.join('tests', 'patched_main.py')

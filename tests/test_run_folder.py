@@ -17,9 +17,9 @@ from typing import Dict, List, Tuple
 import pytest
 
 from tests.conftest import ROOT, clean_env, run, run_main, tiny_options, write_options
-from utils.parent_watch import EXIT_ORPHANED, should_watch
+from utils.exit_codes import EXIT_ORPHANED, EXIT_PREEMPTED
+from utils.parent_watch import should_watch
 from utils.runlock import lock_path
-from utils.stop import EXIT_PREEMPTED
 
 # pytest-xdist keeps this module on one worker: a run held by a live job is started once for the module
 pytestmark = pytest.mark.xdist_group('test_run_folder')

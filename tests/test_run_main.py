@@ -10,7 +10,7 @@ import torch
 import main_test  # noqa: F401  (imported before the state is read: an import's own changes are not the run's)
 import main_train
 from conftest import clean_env, run, run_main, tiny_options, write_options
-from utils import stop
+from utils import exit_codes, stop
 
 
 def _process_state():
@@ -42,7 +42,7 @@ def test_a_fault_is_injected_for_one_run_only_and_a_traceback_is_exit_1(tmp_path
     path = write_options(str(tmp_path / 'o.json'), tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=3,
                                                                 checkpoint_save=100, checkpoint_test=100))
     nan = run_main('main_train', ['--opt', path], faults={'INJECT_NAN_AT': '2'})
-    assert nan.returncode == stop.EXIT_NONFINITE and 'iteration 2: non-finite loss' in nan.stderr, nan.stderr
+    assert nan.returncode == exit_codes.EXIT_NONFINITE and 'iteration 2: non-finite loss' in nan.stderr, nan.stderr
     clean = run_main('main_train', ['--opt', path, '--fresh'])
     assert clean.returncode == 0, clean.stderr[-2000:]  # the patch is gone
 

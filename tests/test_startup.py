@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from main_train import is_restart
 from tests.conftest import run_main, tiny_options, write_options
+from training.launcher import is_restart
 
 
 @pytest.mark.parametrize('override, message', [

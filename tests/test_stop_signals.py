@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, clean_env, free_port, group_members, tiny_options, write_options
-from utils.stop import AT_ONCE_LINE, EXIT_INTERRUPTED, EXIT_PREEMPTED
+from utils.exit_codes import EXIT_INTERRUPTED, EXIT_PREEMPTED
+from utils.stop import AT_ONCE_LINE
 
 PY = sys.executable
 PATCHED = os.path.join('tests', 'patched_main.py')
@@ -217,9 +218,9 @@ def test_sigterm_to_one_rank_while_the_ranks_meet_stops_both_before_anything_is_
 
 
 def test_a_stop_signal_to_the_launcher_at_any_moment_of_its_start_exits_3_and_writes_nothing(tmp_path, demo_images):
-    """`python -m utils.relaunch` (launch_train.sh): before any rank exists it starts none; later the ranks stop
+    """`python scripts/launch.py` (launch_train.sh): before any rank exists it starts none; later the ranks stop
     during their own start-up. 3 either way, never 143."""
-    cmd = [PY, '-m', 'utils.relaunch', '--nproc', '2', 'main_train.py', '--opt', _options(tmp_path, demo_images)]
+    cmd = [PY, os.path.join('scripts', 'launch.py'), '--nproc', '2', 'main_train.py', '--opt', _options(tmp_path, demo_images)]
     p = Proc(cmd, tmp_path)
     try:
         p.wait_until_it_handles(signal.SIGTERM)

@@ -52,13 +52,13 @@ def test_a_passing_test_session_leaves_nothing_in_the_temporary_folder(tmp_path)
 
 
 def test_a_local_launch_removes_the_log_folder_of_torchs_elastic_agent(tmp_path):
-    """`launch_train.sh` / `python -m utils.relaunch`, and main_train.py's gpu_ids relaunch, go through it."""
+    """`launch_train.sh` / `python scripts/launch.py`, and main_train.py's gpu_ids relaunch, go through it."""
     temp = tmp_path / 'temp'
     temp.mkdir()
     script = tmp_path / 'rank.py'
     # one write per rank (a pipe write this small is atomic): unbuffered print()s of both ranks interleave
     script.write_text('import os\nos.write(1, f"rank {os.environ[\'RANK\']} of {os.environ[\'WORLD_SIZE\']}\\n".encode())\n')
-    res = run([sys.executable, '-m', 'utils.relaunch', '--nproc', '2', str(script)],
+    res = run([sys.executable, os.path.join(ROOT, 'scripts', 'launch.py'), '--nproc', '2', str(script)],
               env=clean_env(TMPDIR=str(temp), OMP_NUM_THREADS='1'), timeout=120)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'rank 0 of 2' in res.stdout and 'rank 1 of 2' in res.stdout

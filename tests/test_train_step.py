@@ -192,7 +192,8 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
     import main_train
     from utils import dist
     from utils.options import derive_paths
-    from utils.stop import EXIT_NONFINITE, TrainingStopped
+    from utils.exit_codes import EXIT_NONFINITE
+    from utils.stop import TrainingStopped
     opt = validate(tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), G_optimizer_fused=True, E_decay=0.9,
                                 nan_policy=policy, nan_skip_limit=2), option_rules())
     derive_paths(opt)

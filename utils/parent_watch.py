@@ -18,14 +18,13 @@ import time
 from typing import Mapping, Optional
 
 from utils.errors import say
+from utils.exit_codes import EXIT_ORPHANED
 
 # SLURM's KillWait and Kubernetes' terminationGracePeriodSeconds both default to 30 s between
 # SIGTERM and SIGKILL: enough for a rank to reach the next iteration and for rank 0 to write a
 # checkpoint. Not dist_timeout (600 s by default), which is the time a collective with a dead peer
 # may block, so orphans would keep writing (and keep the run lock) for ten minutes.
 GRACE_S = 30.0
-# 128 + SIGTERM, what a shell reports for a process ended by SIGTERM; not 3, which promises a checkpoint.
-EXIT_ORPHANED = 128 + signal.SIGTERM
 _PR_SET_PDEATHSIG = 1
 
 

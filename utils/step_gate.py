@@ -12,11 +12,13 @@ a row were skipped. A non-finite step is never applied, so weights stay as they 
 iteration the check point falls on; nothing is saved past a verdict to stop.
 """
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
 from utils import dist
+from utils.exit_codes import EXIT_NONFINITE
+from utils.stop import TrainingStopped
 
 # slots of the device counters
 _SKIPPED, _FIRST, _LAST, _LONGEST, _LIMIT_AT, _RUN = range(6)
@@ -82,6 +84,33 @@ class StepGate:
         if self._first_terms is not None:
             self._first_terms.fill_(True)
         return Skips(skipped, first, last, longest, limit_at, ranks, terms)
+
+    def check(self, policy: str, world_size: int, names: Callable[[], List[Optional[str]]],
+              newest_save: Callable[[], str]) -> str:
+        """`train.nan_policy` applied to what was counted since the previous check (`take`: every rank calls it).
+
+        "stop" ends the run at the first skipped step, and "skip" once `limit` steps in a row were skipped:
+        TrainingStopped (exit 4) naming the iteration, what was not finite (`names`: the model's
+        `iteration_losses` names) and `newest_save()`, the checkpoint a rerun resumes from. Otherwise the
+        warning that says what "skip" skipped, or '' when nothing was.
+        """
+        s = self.take()
+        if not s.skipped:
+            return ''
+        ranks = ''
+        if s.ranks and world_size > 1:
+            ranks = f' on rank{"s" if len(s.ranks) > 1 else ""} {", ".join(map(str, s.ranks))}'
+        if policy == 'stop':
+            what = non_finite_words(names(), s.terms)
+            raise TrainingStopped(f'iteration {s.first}: {what}{ranks} (train.nan_policy=stop); '
+                                  f'{newest_save()}', EXIT_NONFINITE)
+        if s.limit_at:
+            raise TrainingStopped(f'iteration {s.limit_at}: {self.limit} steps in a row skipped for non-finite '
+                                  f'loss or gradients (train.nan_skip_limit); the run is not recovering; '
+                                  f'{newest_save()}', EXIT_NONFINITE)
+        where = f'iteration {s.first}' if s.skipped == 1 else f'iterations {s.first}-{s.last}'
+        return (f'{where}: {s.skipped} step{"s" if s.skipped > 1 else ""} skipped, non-finite loss or '
+                f'gradients{ranks} (train.nan_policy=skip, at most {s.longest} in a row)')
 
 
 def non_finite_words(names: List[Optional[str]], terms: List[List[bool]]) -> str:

@@ -20,10 +20,7 @@ import signal
 import threading
 from typing import Any, Dict, Optional, Sequence
 
-EXIT_PREEMPTED = 3
-EXIT_NONFINITE = 4
-EXIT_SAVE_FAILED = 5
-EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+from utils.exit_codes import EXIT_INTERRUPTED, EXIT_PREEMPTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 AT_ONCE_LINE = ('stopped: SIGINT again (Ctrl-C): stopped at once, without saving; rerun the same command to '

@@ -1,8 +1,8 @@
 """Local multi-process launches on torch's elastic launch API (what torchrun runs), with exit codes a
 job script can act on.
 
-Two entry points share `launch_local`:
-- `python -m utils.relaunch --nproc N main_train.py --opt x.json ...` (what `launch_train.sh N` runs):
+Two commands share `launch_local`:
+- `python scripts/launch.py --nproc N main_train.py --opt x.json ...` (what `launch_train.sh N` runs):
   N ranks of `python -u main_train.py ...` on this node, standalone c10d rendezvous;
 - `python main_train.py` with several `gpu_ids` (`maybe_relaunch`): the plain process re-launches
   itself as one DDP process per listed GPU instead of the slower single-process DataParallel.
@@ -14,8 +14,8 @@ Two entry points share `launch_local`:
 Exit codes. torchrun exits 1 with a traceback whenever a rank fails, so a job script cannot tell
 "requeue me" from "broken". Here the launcher exits with the code of the rank that failed first
 (earliest by the launcher's clock; 128+N for a rank killed by signal N) and prints one line naming
-that rank; the ranks print their own error. Codes: 2 user error, 3 stopped for preemption
-(checkpoint saved), 4 non-finite loss/gradients, 5 checkpoint write failed.
+that rank; the ranks print their own error. Codes (utils/exit_codes.py): 2 user error, 3 stopped for
+preemption (checkpoint saved), 4 non-finite loss/gradients, 5 checkpoint write failed.
 
 Signals. SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) to the launcher are passed on to the ranks (they are
 started in sessions of their own, so a signal to the launcher's process group does not reach them):
@@ -25,37 +25,29 @@ once as torchrun does (that signal, SIGKILL after 30 s) and the launcher exits 1
 that arrives before any rank exists starts none: exit 3 (130), nothing to save. There are no
 restarts (`max_restarts=0`): use torchrun directly for `--max-restarts`, whose exit code is 1 for
 any failure.
+
+A start also decides what the launch means for the options and the command line (`settle_launch`): the
+detected launch mode wins over `dist`, and `--fresh` applies to the first start of a job only.
 """
-if __name__ == '__main__':
-    # `python -m utils.relaunch`: before importing torch (seconds), so that a stop during start-up is kept
-    # (see utils/stop.py) and ends the launcher with 3, not 143.
-    from utils import stop as _early_stop
-    _early_stop.install()
+import argparse
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import uuid
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import uuid  # noqa: E402
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple  # noqa: E402
+import torch
 
-import torch  # noqa: E402
-
-from utils import stop  # noqa: E402
-from utils.dist import DistState  # noqa: E402
-from utils.errors import UserError  # noqa: E402
-from utils.stop import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED  # noqa: E402
+from utils import stop
+from utils.dist import DistState
+from utils.errors import UserError
+from utils.exit_codes import EXIT_INTERRUPTED, EXIT_PREEMPTED, MEANING
 
 CPU_TEST_MODE = 'RESTORATION_CPU_PROCS_FROM_GPU_IDS'
-EXIT_USER_ERROR = 2  # main_train.py's code for a user mistake
-MEANING = {EXIT_USER_ERROR: 'user error', EXIT_PREEMPTED: 'stopped for preemption, checkpoint saved',
-           EXIT_NONFINITE: 'non-finite loss or gradients',
-           EXIT_SAVE_FAILED: 'checkpoint write failed (or another write to the run folder)',
-           EXIT_INTERRUPTED: 'interrupted by SIGINT (Ctrl-C)'}
 FORWARDED = stop.STOP_SIGNALS  # the ranks' stop signals: SIGTERM, SIGUSR1, SIGINT
 AT_ONCE = (signal.SIGTERM, signal.SIGINT)  # the second of these stops the ranks at once
 AGENT_SIGNALS = 'SIGHUP,SIGQUIT'  # left to the elastic agent: stop the ranks at once
@@ -261,22 +253,25 @@ def maybe_relaunch(opt: Dict[str, Any], state: DistState, script: str, argv: Seq
     return launch_local(n, script, argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog='python -m utils.relaunch', allow_abbrev=False,
-        description='Run `python -u SCRIPT ARGS...` as N DDP ranks on this node (torch elastic launch, '
-                    'standalone rendezvous, no restarts) and exit with the first failing rank\'s exit code.')
-    parser.add_argument('--nproc', type=int, required=True, help='number of ranks (one per GPU, or CPU processes)')
-    parser.add_argument('script', help='the training script, e.g. main_train.py')
-    parser.add_argument('args', nargs=argparse.REMAINDER, help='arguments for the script')
-    a = parser.parse_args(argv)
-    if a.nproc < 1:
-        parser.error(f'--nproc must be a positive integer, got {a.nproc}')
-    if not os.path.isfile(a.script):
-        print(f'python -m utils.relaunch: script not found: {a.script}', file=sys.stderr)
-        return EXIT_USER_ERROR
-    return launch_local(a.nproc, a.script, a.args)
+def is_restart(env: Mapping[str, str]) -> bool:
+    """Whether this process is an automatic restart of a job: `torchrun --max-restarts` or a SLURM requeue.
+
+    Both rerun the very same command line, so a `--fresh` in it was meant for the first start only.
+    """
+    return any(int(env.get(key) or 0) > 0 for key in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
 
 
-if __name__ == '__main__':
-    sys.exit(main())
+def settle_launch(opt: Dict[str, Any], state: DistState, args: argparse.Namespace,
+                  env: Mapping[str, str]) -> Tuple[Dict[str, Any], argparse.Namespace, List[str]]:
+    """What the launch decides over the options and the command line, decided once, in new objects:
+    `dist` is the detected launch mode (saved as such), and `--fresh` applies to the first start of a
+    job only (an automatic restart reruns the same command line). Returns them with the log lines."""
+    notes = []
+    if args.fresh and is_restart(env):
+        notes.append('--fresh: ignored on this automatic restart of the job (it applied to the first start); resuming')
+        args = argparse.Namespace(**{**vars(args), 'fresh': False})
+    if opt['dist'] != state.distributed:
+        notes.append(f'options: "dist": {str(opt["dist"]).lower()} overridden by the detected launch '
+                     f'mode ({state.mode}, world size {state.world_size})')
+        opt = {**opt, 'dist': state.distributed}
+    return opt, args, notes
