@@ -17,8 +17,9 @@ from data.synthetic.demo import DEMO_DATA
 from losses.registry import LOSSES
 from metrics.registry import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
-from models.optim import OPTIMIZERS, SCHEDULERS
+from models.optim import OPTIMIZERS
 from models.registry import KAIR_SHARED_KEYS, MODELS, NETWORKS, network_options
+from models.schedules import SCHEDULERS
 from option_rules import option_rules
 from utils.errors import OptionsError
 from utils.options import IGNORED, parse_json_file, validate
