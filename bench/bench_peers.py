@@ -38,6 +38,7 @@ import os
 # OMP_WAIT_POLICY for its own process): every child process starts from this.
 USER_ENV = dict(os.environ)
 
+import argparse  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -149,7 +150,6 @@ def ours_options(task: str, net: Dict[str, Any], setup: Setup, iters: int, root:
 
 def check_ours_options(setup: Setup) -> None:
     """Every network's JSON passes our option validation (what --quick cannot afford to train)."""
-    sys.path.insert(0, ROOT)
     from option_rules import read_options
     with tempfile.TemporaryDirectory() as tmp:
         for name in NETWORKS:
@@ -161,29 +161,33 @@ def check_ours_options(setup: Setup) -> None:
     print(f'our JSON of every network validates: {", ".join(NETWORKS)}')
 
 
-def run_once(trainer: str, name: str, cell: str, iters: int, setup: Setup, prefix: List[str],
-             env: Dict[str, str]) -> Tuple[float, str]:
-    """One whole training process: its wall seconds and its log (checked to have trained `iters` iterations)."""
-    task = f'{trainer}_{name}_{cell}_{iters}'
+def write_options(trainer: str, task: str, name: str, iters: int, setup: Setup,
+                  env: Dict[str, str]) -> Tuple[str, List[str], Dict[str, str]]:
+    """`trainer`'s option file of one run (under <scratch>/runs), the command that trains it, and its environment."""
     runs = os.path.join(setup.scratch, 'runs')
-    folder = os.path.join(runs, task)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(os.path.join(setup.scratch, 'logs'), exist_ok=True)
-    log = os.path.join(setup.scratch, 'logs', f'{task}.log')
+    os.makedirs(runs, exist_ok=True)
     net = network(name, trainer, setup.quick)
     if trainer == 'ours':
         opt_file = os.path.join(runs, f'{task}.json')
-        os.makedirs(runs, exist_ok=True)
         with open(opt_file, 'w') as f:
             json.dump(ours_options(task, net, setup, iters, runs), f, indent=1)
-        cmd = [sys.executable, os.path.join(ROOT, 'main_train.py'), '--opt', opt_file]
-    else:
-        opt_file = os.path.join(runs, f'{task}.yml')
-        os.makedirs(runs, exist_ok=True)
-        with open(opt_file, 'w') as f:
-            f.write(peer_basicsr.options(task, net, setup.data, iters, setup.print_freq, runs))
-        cmd = peer_basicsr.command(setup.scratch, opt_file)
-        env = peer_basicsr.env(setup.scratch, env)
+        return opt_file, [sys.executable, os.path.join(ROOT, 'main_train.py'), '--opt', opt_file], env
+    opt_file = os.path.join(runs, f'{task}.yml')
+    with open(opt_file, 'w') as f:
+        f.write(peer_basicsr.options(task, net, setup.data, iters, setup.print_freq, runs))
+    return opt_file, peer_basicsr.command(setup.scratch, opt_file), peer_basicsr.env(setup.scratch, env)
+
+
+def run_once(trainer: str, name: str, cell: str, iters: int, setup: Setup, prefix: List[str],
+             env: Dict[str, str]) -> Tuple[float, str]:
+    """One whole training process: its wall seconds and its log (checked to have trained `iters` iterations).
+    Its run folder (both trainers write <scratch>/runs/<task>) goes once the log is read; the log stays in logs/."""
+    task = f'{trainer}_{name}_{cell}_{iters}'
+    folder = os.path.join(setup.scratch, 'runs', task)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(setup.scratch, 'logs'), exist_ok=True)
+    log = os.path.join(setup.scratch, 'logs', f'{task}.log')
+    opt_file, cmd, env = write_options(trainer, task, name, iters, setup, env)
     t0 = time.perf_counter()
     with open(log, 'w') as f:
         proc = subprocess.run(prefix + cmd, cwd=setup.scratch, env=env, stdout=f, stderr=subprocess.STDOUT,
@@ -214,15 +218,18 @@ def ours_threads(log: str) -> str:
     if policy:
         return policy.group(1).strip()
     count = re.search(r'device=cpu threads=(\d+)', log)
-    n = count.group(1) if count else '?'
-    return f'{n} torch thread{"" if n == "1" else "s"}'
+    return threads_text(count.group(1) if count else '?')
+
+
+def threads_text(count: str) -> str:
+    return f'{count} torch thread{"" if count == "1" else "s"}'
 
 
 def torch_threads(prefix: List[str], env: Dict[str, str]) -> str:
-    """The torch thread count a process started so gets (BasicSR sets none of its own)."""
+    """The torch threads a process started so gets (BasicSR chooses none of its own)."""
     proc = subprocess.run(prefix + [sys.executable, '-c', 'import torch; print(torch.get_num_threads())'],
                           env=env, capture_output=True, text=True, timeout=120)
-    return proc.stdout.strip() or '?'
+    return threads_text(proc.stdout.strip() or '?')
 
 
 def burn(argv: Sequence[str]) -> None:
@@ -260,7 +267,7 @@ def cell(name: str, busy_threads: int) -> Iterator[Tuple[List[str], Dict[str, st
         burner.wait()
 
 
-def measure(name: str, cell_name: str, trainers: Sequence[str], a: Any, setup: Setup, prefix: List[str],
+def measure(name: str, cell_name: str, trainers: Sequence[str], a: argparse.Namespace, setup: Setup, prefix: List[str],
             env: Dict[str, str]) -> Tuple[Dict[str, float], str]:
     """Each trainer's steady seconds per iteration (median over reps of long - short), the runs interleaved;
     and what ours logged about its threads."""
@@ -282,14 +289,16 @@ def measure(name: str, cell_name: str, trainers: Sequence[str], a: Any, setup: S
 
 def table(results: Dict[Tuple[str, str], Dict[str, float]]) -> None:
     """network x cell -> BasicSR s/it, ours s/it, ours / BasicSR ('-' where BasicSR was not run)."""
-    print(f'{"network":<14} {"cell":<7} {"BasicSR s/it":>12} {"ours s/it":>10} {"ours/BasicSR":>12}')
-    for (name, cell_name), r in results.items():
+    print(f'{"network":<14} {"cell":<7} {"BasicSR s/it":>12} {"ours s/it":>10} {"ours/BasicSR":>13}')
+    order = {key: i for i, key in enumerate(list(NETWORKS) + list(CELLS))}
+    for (name, cell_name), r in sorted(results.items(), key=lambda kv: (order[kv[0][0]], order[kv[0][1]])):
         peer = r.get('basicsr')
-        ratio = f'{r["ours"] / peer:.2f}' if peer else '-'
-        print(f'{name:<14} {cell_name:<7} {f"{peer:.4f}" if peer else "-":>12} {r["ours"]:>10.4f} {ratio:>12}')
+        ratio = '-' if peer is None else f'{r["ours"] / peer:.2f}'
+        print(f'{name:<14} {cell_name:<7} {"-" if peer is None else f"{peer:.4f}":>12} {r["ours"]:>10.4f} '
+              f'{ratio:>13}')
 
 
-def arguments(argv: Optional[Sequence[str]]) -> Any:
+def arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = reps_parser(__doc__, 'tiny MSRResNet, 1- and 2-iteration runs, every cell, never installs BasicSR',
                     'interleaved rep pairs per network and cell (default 2; --quick 1)')
     p.add_argument('--networks', nargs='+', choices=list(NETWORKS), default=None,
@@ -315,7 +324,7 @@ def arguments(argv: Optional[Sequence[str]]) -> Any:
     return a
 
 
-def peer(a: Any) -> Optional[str]:
+def peer(a: argparse.Namespace) -> Optional[str]:
     """BasicSR's version in the scratch folder (installed there first, except with --quick), or None."""
     if not a.quick:
         return peer_basicsr.install(a.scratch, a.peer_package)
@@ -334,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     os.makedirs(a.scratch, exist_ok=True)
     version = peer(a)
     if version:
-        print(f'BasicSR {version}: {peer_basicsr.site(a.scratch)} (installed by this bench, reused)')
+        print(f'BasicSR {version}: {peer_basicsr.site(a.scratch)} (installed there by this bench, reused later)')
     gt, lq = paired_data(a.scratch, a.images, 64 if a.quick else 480)
     gt_size = 32 if a.quick else 96
     setup = Setup(a.scratch, {'gt': gt, 'lq': lq, 'gt_size': gt_size, 'batch': 4, 'workers': a.workers,
@@ -352,7 +361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             threads = ''
             for name in a.networks:
                 results[name, cell_name], threads = measure(name, cell_name, trainers, a, setup, prefix, env)
-            basicsr = f'BasicSR {torch_threads(prefix, env)} torch threads' if version else 'BasicSR -'
+            basicsr = f'BasicSR {torch_threads(prefix, env)}' if version else 'BasicSR -'
             ran_with.append(f'{cell_name}: {described}; {basicsr}; ours {threads}')
     print('ran with:')
     for line in ran_with:
