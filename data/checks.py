@@ -4,8 +4,9 @@ A corrupt or too-small file found at the first batch or the first validation cos
 since the last save, on every attempt. Each dataset therefore checks all of its files when it is
 built: the image header (size, and for PNG/JPEG the end marker; see `utils.image.read_image_size`),
 OpenCV's decoding limits, the `.npy` header and the `.dat` length of spike streams, against what
-the dataset will ask of them (training patch, evaluation with SSIM, pairing, scale). Pixels are
-never decoded, so thousands of files take a fraction of a second.
+the dataset will ask of them (training patch, evaluation with SSIM, pairing, scale), and what the section's
+`icc` key says of images with a non-sRGB colour profile (`colour_profiles`). Pixels are never decoded, so
+thousands of files take a fraction of a second.
 
 All problems come back as one UserError with one line per bad file,
 `<datasets.phase.key>: <file>: <problem>`, capped at MAX_LINES lines.

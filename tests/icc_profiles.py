@@ -168,17 +168,14 @@ def colourful(h: int = 24, w: int = 32, bits: int = 8, seed: int = 0) -> np.ndar
 
 
 def littlecms_srgb(img: np.ndarray, icc: bytes) -> np.ndarray:
-    """An 8-bit RGB (or gray) image in profile `icc` converted to sRGB by LittleCMS alone (relative colorimetric):
-    the independent reference."""
+    """An 8-bit RGB (or HxWx1 gray) image in profile `icc` converted to sRGB by LittleCMS alone (relative
+    colorimetric): the independent reference. Gray comes back as HxWx1 (the sRGB gray of each value)."""
     from PIL import Image, ImageCms
-    src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
     gray = img.shape[2] == 1
-    pil = Image.fromarray(img[:, :, 0] if gray else img, 'L' if gray else 'RGB')
-    if gray:
-        pil = pil.convert('RGB')  # LittleCMS converts gray to RGB with the gray profile as input of mode RGB? no:
-    out = ImageCms.profileToProfile(pil, src, ImageCms.createProfile('sRGB'), ImageCms.Intent.RELATIVE_COLORIMETRIC,
-                                    outputMode='RGB')
-    return np.asarray(out)
+    transform = ImageCms.buildTransform(ImageCms.ImageCmsProfile(io.BytesIO(icc)), ImageCms.createProfile('sRGB'),
+                                        'L' if gray else 'RGB', 'RGB', ImageCms.Intent.RELATIVE_COLORIMETRIC)
+    out = np.asarray(ImageCms.applyTransform(Image.fromarray(img[:, :, 0] if gray else img), transform))
+    return out[:, :, :1] if gray else out
 
 
 def write(path: str, data: bytes) -> str:

@@ -70,6 +70,21 @@ def _quantize(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.rint(values * peak).astype(dtype)
 
 
+ENCODE_STEPS = 65535  # uint8 output: linear light in steps of 1/65535, within 0.03 of an 8-bit level of the curve
+_ENCODE_8 = _quantize(srgb_encode(np.arange(ENCODE_STEPS + 1) / ENCODE_STEPS), np.dtype(np.uint8))
+
+
+def encode_samples(linear: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Linear light (float32) as sRGB samples of the integer `dtype`: uint8 through a table (the curve's powers
+    are most of the conversion's time), uint16 from the curve itself."""
+    if dtype == np.uint8:
+        index = linear * ENCODE_STEPS
+        index += 0.5
+        np.clip(index, 0, ENCODE_STEPS, out=index)
+        return _ENCODE_8[index.astype(np.uint16)]
+    return _quantize(srgb_encode(linear), dtype)
+
+
 class Profile:
     """A non-sRGB profile: its name (its description tag) and how pixels in it become sRGB."""
 
@@ -127,25 +142,26 @@ class MatrixProfile(_Curves):
         super().__init__(name, curves)
         self.to_srgb_linear = PCS_TO_SRGB @ to_pcs
 
-    def _srgb(self, linear: Sequence[np.ndarray]) -> List[np.ndarray]:
+    def _srgb_linear(self, linear: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """Linear light of the profile's R, G, B as linear light of sRGB's."""
         m = self.to_srgb_linear.astype(linear[0].dtype)
-        return [srgb_encode(linear[0] * m[i, 0] + linear[1] * m[i, 1] + linear[2] * m[i, 2]) for i in range(3)]
+        return [linear[0] * m[i, 0] + linear[1] * m[i, 1] + linear[2] * m[i, 2] for i in range(3)]
 
     def is_srgb(self) -> bool:
         levels = np.linspace(0, 1, 17)
         probe = np.concatenate([np.stack(np.meshgrid(levels, levels, levels), -1).reshape(-1, 3),
                                 np.repeat(np.linspace(0, 1, 256)[:, None], 3, axis=1)])
-        out = self._srgb([np.clip(self.curves[i](probe[:, i]), 0, 1) for i in range(3)])
-        return max(np.abs(o - probe[:, i]).max() for i, o in enumerate(out)) <= SRGB_TOLERANCE
+        out = self._srgb_linear([np.clip(self.curves[i](probe[:, i]), 0, 1) for i in range(3)])
+        return max(np.abs(srgb_encode(o) - probe[:, i]).max() for i, o in enumerate(out)) <= SRGB_TOLERANCE
 
     def _convert(self, colour: np.ndarray, bgr: bool) -> np.ndarray:
         if colour.shape[2] == 1:  # a gray image tagged with an RGB profile: its grays in that space
             colour = np.repeat(colour, 3, axis=2)
         order = (2, 1, 0) if bgr else (0, 1, 2)  # where R, G, B are
-        encoded = self._srgb([self.linear(colour[:, :, c], i) for i, c in enumerate(order)])
+        linear = self._srgb_linear([self.linear(colour[:, :, c], i) for i, c in enumerate(order)])
         out = np.empty(colour.shape, colour.dtype)
         for i, c in enumerate(order):
-            out[:, :, c] = _quantize(encoded[i], colour.dtype)
+            out[:, :, c] = encode_samples(linear[i], colour.dtype)
         return out
 
 
@@ -159,7 +175,7 @@ class GrayProfile(_Curves):
     def _convert(self, colour: np.ndarray, bgr: bool) -> np.ndarray:
         out = np.empty(colour.shape, colour.dtype)  # a gray image decoded as colour: every channel alike
         for c in range(colour.shape[2]):
-            out[:, :, c] = _quantize(srgb_encode(self.linear(colour[:, :, c], 0)), colour.dtype)
+            out[:, :, c] = encode_samples(self.linear(colour[:, :, c], 0), colour.dtype)
         return out
 
 

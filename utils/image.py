@@ -3,7 +3,8 @@
 Conventions: numpy images are HWC uint8 RGB (C=1 for gray), or uint16 for 16-bit files read with
 `keep_16bit` (PNG, TIFF, PNM of 16 bits per sample: their full precision, 0..65535); tensors are float32 CHW
 in [0, 1] (the sample value over its type's peak, 255 or 65535). Files are decoded with cv2 (BGR) and
-converted, so every reader in the project sees RGB. Restored images go back to the bit depth of their
+converted, so every reader in the project sees RGB, and in sRGB: a file with a non-sRGB colour profile embedded
+is converted as it is read (`imread_uint`'s `icc`, utils/icc.py). Restored images go back to the bit depth of their
 data (`tensor2uint(..., bits=16)`) and are written as 16-bit PNGs then.
 """
 import math

@@ -3,7 +3,8 @@
 Decoding thousands of images would take minutes, so these readers parse only the header of each
 format the datasets list (PNG, JPEG, BMP, PNM, TIFF, WebP), plus, for PNG and JPEG, the end marker
 that OpenCV insists on (a truncated copy fails there). An image whose body is damaged behind a
-valid header and end marker is still found only when it is read.
+valid header and end marker is still found only when it is read. The embedded ICC colour profile, where a
+format carries one, is found the same way (`embedded_icc`, for utils/icc.py).
 """
 import os
 import re
