@@ -30,7 +30,7 @@ def _xyz(xyz: Sequence[float]) -> bytes:
     return b'XYZ \0\0\0\0' + _s15(*xyz)
 
 
-def _desc(text: str) -> bytes:
+def desc(text: str) -> bytes:
     ascii_ = text.encode('ascii') + b'\0'
     return (b'desc\0\0\0\0' + struct.pack('>I', len(ascii_)) + ascii_ + struct.pack('>II', 0, 0)
             + struct.pack('>HB', 0, 0) + bytes(67))
@@ -79,7 +79,7 @@ def profile(space: bytes, tags: Dict[bytes, bytes]) -> bytes:
 
 def matrix_profile(name: str, primaries, curve: bytes) -> bytes:
     m = rgb_to_pcs(primaries, D65)
-    return profile(b'RGB ', {b'desc': _desc(name), b'rXYZ': _xyz(m[:, 0]), b'gXYZ': _xyz(m[:, 1]),
+    return profile(b'RGB ', {b'desc': desc(name), b'rXYZ': _xyz(m[:, 0]), b'gXYZ': _xyz(m[:, 1]),
                              b'bXYZ': _xyz(m[:, 2]), b'rTRC': curve, b'gTRC': curve, b'bTRC': curve})
 
 
@@ -96,7 +96,7 @@ def srgb_table() -> bytes:
 
 
 def gray_gamma22() -> bytes:
-    return profile(b'GRAY', {b'desc': _desc('Gray Gamma 2.2'), b'kTRC': gamma_curve(2.2)})
+    return profile(b'GRAY', {b'desc': desc('Gray Gamma 2.2'), b'kTRC': gamma_curve(2.2)})
 
 
 def adobe_rgb_lut() -> bytes:
@@ -110,7 +110,7 @@ def adobe_rgb_lut() -> bytes:
     identity = np.round(np.linspace(0, 65535, entries)).astype('>u2').tobytes()
     lut = (b'mft2\0\0\0\0' + struct.pack('>BBBB', 3, 3, 2, 0) + _s15(1, 0, 0, 0, 1, 0, 0, 0, 1)
            + struct.pack('>HH', entries, entries) + curve * 3 + clut + identity * 3)
-    return profile(b'RGB ', {b'desc': _desc('Adobe RGB lookup tables'), b'A2B0': lut})
+    return profile(b'RGB ', {b'desc': desc('Adobe RGB lookup tables'), b'A2B0': lut})
 
 
 # --- images carrying a profile -----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from utils import icc as icc_module
 from utils.errors import OptionsError, UserError
 from utils.icc import D65, SRGB_PRIMARIES, read_profile, rgb_to_pcs
 from utils.image import imread_uint, to_uint8
-from utils.image_header import ImageFileError, embedded_icc, header_icc
+from utils.image_header import ImageFileError, header_icc
 
 PROFILES = {'Display P3': ip.display_p3, 'Adobe RGB (1998)': ip.adobe_rgb}
 
@@ -106,6 +106,10 @@ def _exact_srgb(values, icc, decode):
     return np.where(linear <= 0.0031308, linear * 12.92, 1.055 * linear ** (1 / 2.4) - 0.055)
 
 
+def test_the_srgb_the_conversion_aims_at_is_littlecms_own():
+    assert np.abs(rgb_to_pcs(SRGB_PRIMARIES, D65) - _colorants(ImageCms.createProfile('sRGB'))).max() < 1e-9
+
+
 def _stored_srgb_curve(v):
     """Display P3's curve with the parameters its profile stores (s15Fixed16: 2.4 is 2.39999...)."""
     g, a, b, c, d = (round(p * 65536) / 65536 for p in ip.SRGB_PARAMS)
@@ -165,6 +169,18 @@ def test_a_lookup_table_profile_goes_through_littlecms_at_8_bits_and_a_16_bit_im
     with pytest.raises(UserError, match=r'cannot convert .*lut16\.png to sRGB: its profile "Adobe RGB lookup tables" '
                                         r'is made of lookup tables'):
         imread_uint(deep, keep_16bit=True)
+
+
+def test_other_colour_spaces_are_refused_with_their_name_and_a_damaged_profile_is_named_as_such(tmp_path):
+    cmyk = ip.profile(b'CMYK', {b'desc': ip.desc('U.S. Web Coated (SWOP) v2')})
+    assert read_profile(cmyk).problem(8) == ('its profile "U.S. Web Coated (SWOP) v2" is of the colour space \'CMYK\': '
+                                             'only RGB and gray ones are converted')
+    path = ip.write(str(tmp_path / 'c.jpg'), ip.jpeg_with_profile(ip.colourful(), cmyk))
+    with pytest.raises(UserError, match=r'cannot convert .*c\.jpg to sRGB: its profile "U\.S\. Web Coated'):
+        imread_uint(path)
+    truncated = _png(tmp_path / 't.png', ip.colourful(), ip.display_p3()[:200])
+    with pytest.raises(UserError, match=r't\.png: damaged colour profile \(truncated tag table\)'):
+        imread_uint(truncated)
 
 
 # --- the datasets ---------------------------------------------------------------------------------------------------
@@ -358,7 +374,3 @@ def test_a_run_with_icc_refuse_exits_2_with_one_line_and_writes_nothing(tmp_path
                           f'colour profile ("Display P3") (and 1 more of its ' + res.stderr.split('of its ')[1])
     assert len(res.stderr.splitlines()) == 1
     assert not (tmp_path / 'exp').exists()
-
-
-def test_the_srgb_the_conversion_aims_at_is_littlecms_own():
-    assert np.abs(rgb_to_pcs(SRGB_PRIMARIES, D65) - _colorants(ImageCms.createProfile('sRGB'))).max() < 1e-9

@@ -186,10 +186,13 @@ class LittleCmsProfile(Profile):
         super().__init__(name)
         try:
             from PIL import ImageCms
+        except ImportError:
+            raise ProfileError('a profile of lookup tables, which needs Pillow (LittleCMS): pip install pillow') from None
+        try:
             self.transform = ImageCms.buildTransform(
                 ImageCms.ImageCmsProfile(io.BytesIO(icc)), ImageCms.createProfile('sRGB'), 'RGB', 'RGB',
                 ImageCms.Intent.RELATIVE_COLORIMETRIC)
-        except Exception as e:  # PyCMSError, OSError: LittleCMS's own words
+        except (ImageCms.PyCMSError, OSError, ValueError) as e:  # LittleCMS's own words
             raise ProfileError(f'LittleCMS cannot use it: {str(e).strip() or type(e).__name__}') from None
 
     def problem(self, bits: int) -> Optional[str]:
@@ -215,6 +218,8 @@ class LittleCmsProfile(Profile):
 
 
 class Unconvertible(Profile):
+    """A profile of another colour space (CMYK, Lab): `why` it is not converted."""
+
     def __init__(self, name: str, why: str):
         super().__init__(name)
         self.why = why
