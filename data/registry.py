@@ -3,7 +3,7 @@
 Datasets live in `data/datasets/<family>.py` and register themselves with `@DATASETS.register(...)`. Each
 dataset class declares `OPTIONS: dict[str, default]` with the keys it reads (a default of
 `REQUIRED` marks a key the user must give; a `Key(default, types, check)` adds the value's types and
-rules, data/option_checks.py). The options validator uses it, through the entry
+rules, utils/options/checks.py and data/option_checks.py). The options validator uses it, through the entry
 point, to reject unknown keys with a did-you-mean and to fill defaults, so a dataset never sees a
 missing key.
 """
@@ -12,8 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from torch.utils.data import Dataset
 
-from data.option_checks import at_least
-from utils.options import REQUIRED, Key
+from utils.options import REQUIRED, Key, at_least
 from utils.registry import Registry
 
 DATASETS = Registry('dataset type', 'data.datasets')

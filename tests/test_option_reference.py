@@ -89,7 +89,7 @@ def test_the_generated_files_are_deterministic_and_the_reference_covers_every_me
     script = load_script('option_reference')
     first, again = script.reference(cat), script.reference(cat)
     assert first == again
-    from option_catalog import json_schema
+    from option_schema import json_schema
     assert json.dumps(json_schema(cat)) == json.dumps(json_schema(cat))
     for name in NETWORKS.names() + DATASETS.names() + LOSSES.names() + METRICS.names():
         assert f'`{name}`' in first, name
