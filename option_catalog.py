@@ -55,13 +55,16 @@ class KeyInfo:
 
     @property
     def required(self) -> bool:
+        """The user must give it (no default)."""
         return self.default is REQUIRED
 
     @property
     def ignored(self) -> bool:
+        """KAIR writes it and nothing here reads it: accepted and dropped."""
         return self.default is IGNORED
 
     def type_words(self) -> str:
+        """What the loader accepts, in the reference's words ("integer or null")."""
         if self.ignored:
             return 'any'
         if self.type_text:
@@ -74,6 +77,7 @@ class KeyInfo:
         return ' or '.join(dict.fromkeys(words))
 
     def default_words(self) -> str:
+        """The default as the reference shows it: JSON, or "required" / "ignored"."""
         if self.required:
             return 'required'
         if self.ignored:
@@ -81,6 +85,7 @@ class KeyInfo:
         return json_text(self.default)
 
     def allowed_words(self) -> str:
+        """What the check allows: its `rule` label, else its docstring's first sentence."""
         if self.check is None:
             return ''
         allowed = getattr(self.check, 'allowed', None)
@@ -108,6 +113,7 @@ def plain(value: Any) -> Any:
 
 
 def is_json(value: Any) -> bool:
+    """Whether `value` can be written as JSON (a default that cannot is shown as Python)."""
     try:
         json.dumps(plain(value), allow_nan=False)
         return True
@@ -116,6 +122,7 @@ def is_json(value: Any) -> bool:
 
 
 def json_text(value: Any) -> str:
+    """`value` as the reference shows it: JSON where it can be, else its repr."""
     return json.dumps(plain(value), allow_nan=False) if is_json(value) else repr(value)
 
 
@@ -139,12 +146,14 @@ class Site:
     models: Tuple[str, ...] = ()   # the models that have this type key (empty: every option file)
 
     def words(self) -> str:
+        """Where the member is chosen, as --describe and the reference name it ("train.G_lossfn_type")."""
         models = f' (model {", ".join(self.models)})' if self.models else ''
         return f'{self.section + "." if self.section else ""}{self.type_key}{models}'
 
 
 @dataclass(frozen=True)
 class Member:
+    """One registered member (network, dataset, loss, ...) as the reference and --describe show it."""
     kind: str                      # 'network', 'dataset', 'loss', ...
     name: str
     summary: str
@@ -170,6 +179,7 @@ class Catalog:
     choice_sites: Dict[str, List[Tuple[Site, Choice, Any]]] = field(default_factory=dict)  # per model
 
     def all_members(self) -> List[Member]:
+        """Every member of every kind."""
         return [m for kind in self.members.values() for m in kind]
 
 
@@ -184,6 +194,7 @@ def summary_of(obj: Any) -> str:
 
 
 def class_names(obj: Any) -> Tuple[str, ...]:
+    """The registered object's own name, which --describe also finds it by (none for a lambda)."""
     name = getattr(obj, '__name__', '')
     return (name,) if name and name != '<lambda>' else ()
 
@@ -242,6 +253,7 @@ def network_help(cls: Any) -> Dict[str, str]:
 
 
 def network_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
+    """A network as a member: its keys from the constructor's signature, their meaning from its docstrings."""
     sites = (Site('netG', 'net_type'), Site('netD', 'net_type', models=models_with_netd()))
     try:
         options = network_options(name, 'describe')
@@ -265,6 +277,7 @@ def network_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
 
 
 def models_with_netd() -> Tuple[str, ...]:
+    """The models that train a discriminator (and so read a netD section)."""
     return tuple(n for n in MODELS.names() if getattr(MODELS.get(n, 'model'), 'HAS_NETD', False))
 
 
@@ -302,6 +315,7 @@ def chosen_members(registry: Registry, kind: str, sites: Dict[str, List[Tuple[Si
 
 
 def model_member(name: str) -> Member:
+    """A model as a member: the train, path and val keys it adds, its type keys, netD and its evaluator."""
     cls = MODELS.get(name, 'model')
     keys = [key_info(k, spec) for k, spec in (getattr(cls, 'TRAIN_OPTIONS', None) or {}).items()]
     path = [key_info(f'path.{k}', spec) for k, spec in (getattr(cls, 'PATH_OPTIONS', None) or {}).items()]
@@ -321,6 +335,7 @@ def model_member(name: str) -> Member:
 
 
 def dataset_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
+    """A dataset type as a member: its own keys (the loader's are listed once) and those it inherits."""
     keys = tuple(key_info(k, spec, DATASET_KEY_HELP.get(k, '')) for k, spec in cls.OPTIONS.items()
                  if k not in LOADER_OPTIONS)
     inherited = [k for k in INHERITED if k in cls.OPTIONS]
@@ -330,6 +345,7 @@ def dataset_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
 
 
 def simple_members(registry: Registry, kind: str, site: Site) -> List[Member]:
+    """The members of a registry whose members read no keys (initialisers, demo data generators)."""
     return [Member(kind, name, summary_of(obj), (site,), (), aliases, classes=class_names(obj))
             for name, aliases, obj in grouped(registry)]
 
@@ -381,6 +397,7 @@ def find(cat: Catalog, name: str) -> List[Member]:
 
 
 def every_name(cat: Catalog) -> List[str]:
+    """Every name --describe takes, for its did-you-mean."""
     return sorted({n for m in cat.all_members() for n in (m.name, *m.aliases)})
 
 
@@ -412,7 +429,7 @@ def kind_text(cat: Catalog, kinds: Sequence[str]) -> str:
         for m, n in named:
             summary = m.summary or NO_HELP
             lines.append(f'  {n.ljust(width)}  {summary if len(summary) <= 80 else summary[:77] + "..."}')
-    return '\n'.join(lines + [f'--describe <name> shows the keys of one of them'])
+    return '\n'.join(lines + ['--describe <name> shows the keys of one of them'])
 
 
 def describe(name: str, cat: Optional[Catalog] = None) -> str:
@@ -434,12 +451,14 @@ def describe(name: str, cat: Optional[Catalog] = None) -> str:
 
 
 def auto_text() -> str:
+    """What --describe says of netG.net_type "auto", which is resolved before validation and not registered."""
     return ('network "auto" (netG.net_type): the architecture and its keys are read from the checkpoint in '
             'path.pretrained_netG (spandrel detects it) and replace "auto" before the options are checked.\n'
             '  only netG.init_type, init_bn_type and init_gain may accompany it; path.pretrained_netG is required')
 
 
 def member_text(m: Member) -> str:
+    """What --describe prints for one member: where it is chosen and the table of its keys."""
     also = f' (also: {", ".join(m.aliases)})' if m.aliases else ''
     lines = [f'{m.kind} "{m.name}"{also}: {m.summary or NO_HELP}',
              f'  chosen by: {"; ".join(s.words() for s in m.sites)}']
@@ -467,6 +486,7 @@ def member_text(m: Member) -> str:
 
 
 def key_table(keys: Sequence[KeyInfo]) -> List[str]:
+    """--describe's table of keys: key, type, default, meaning with what it allows."""
     rows = [(k.key, k.type_words(), k.default_words(), meaning(k)) for k in keys]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     widths = [min(w, cap) for w, cap in zip(widths, (34, 22, 24))]
@@ -474,6 +494,7 @@ def key_table(keys: Sequence[KeyInfo]) -> List[str]:
 
 
 def meaning(k: KeyInfo) -> str:
+    """A key's help text followed by what its check allows, in brackets."""
     if k.ignored:
         return 'accepted and ignored (KAIR writes it; not read here)'
     text = k.help or NO_HELP

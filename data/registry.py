@@ -88,7 +88,7 @@ def training_files(dataset: Dataset) -> Optional[Dict[str, List[str]]]:
     out: Dict[str, List[str]] = {}
     for key, attr in (('dataroot_H', 'paths_H'), ('dataroot_L', 'paths_L')):
         paths = getattr(dataset, attr, None)
-        if paths and opt.get(key):
+        if paths:  # an image dataset listed the folder of option `key`: the option is a path
             root = os.path.join(opt[key], '')  # the listing joined the names to the folder as given: cut it off
             out[key] = [p[len(root):] if p.startswith(root) else os.path.relpath(p, opt[key]) for p in paths]
     if out:
