@@ -25,9 +25,10 @@ from data.synthetic.demo import DEMO_DATA
 from losses.registry import LOSSES
 from metrics.registry import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
-from models.optim import OPTIMIZERS, SCHEDULERS
-from models.sam import SAM_METHODS
+from models.optim import OPTIMIZERS
 from models.registry import INIT_OPTIONS, KAIR_SHARED_KEYS, MODELS, NETWORK_KEY_HELP, NETWORKS, network_options
+from models.sam import SAM_METHODS
+from models.schedules import SCHEDULERS
 from option_rules import option_rules
 from utils.errors import UserError
 from utils.options import IGNORED, INHERITED, NETWORK_SCALE_KEYS, REQUIRED, SCHEMA, Choice, Key, inferred_types

@@ -13,8 +13,9 @@ from losses.registry import LOSSES
 from metrics.registry import METRICS
 from models.evaluation import METRICS as ALWAYS_SCORED
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
-from models.optim import OPTIMIZERS, SCHEDULERS
+from models.optim import OPTIMIZERS
 from models.registry import KAIR_SHARED_D_KEYS, KAIR_SHARED_KEYS, MODELS, NETWORKS
+from models.schedules import SCHEDULERS
 from option_catalog import AUTO, Catalog, KeyInfo, Site, catalog, is_json, key_info, plain
 from utils.options import INHERITED, NETWORK_SCALE_KEYS, SCHEMA, SCHEMA_POINTER, Choice
 

@@ -12,12 +12,13 @@ from typing import Any, Dict, List, Optional
 
 from torch.utils.data import Dataset
 
-from utils.options import REQUIRED, Key, at_least
+from utils.icc import ICC_MODES
+from utils.options import REQUIRED, Key, at_least, one_of
 from utils.registry import Registry
 
 DATASETS = Registry('dataset type', 'data.datasets')
 
-# Keys every dataset section accepts: they configure the loader, not the dataset.
+# Keys every dataset section accepts: they configure the loader, and (icc) how every dataset reads its image files.
 LOADER_OPTIONS: Dict[str, Any] = {
     'name': Key('', (str,), help='the data set\'s name in logs and result folders'),
     'dataset_type': Key(REQUIRED, (str,), help='the dataset class: a dataset of data/datasets/'),
@@ -31,6 +32,10 @@ LOADER_OPTIONS: Dict[str, Any] = {
     # a synthetic data set to generate under the data roots if missing (inside demo_data/ only)
     'generate_demo': Key(None, (str, type(None)), help='a demo data generator that fills missing data roots '
                                                        'inside demo_data/ (null: none)'),
+    # what happens to an image with a non-sRGB colour profile embedded: utils/icc.py, data/checks.py colour_profiles
+    'icc': Key('convert', (str,), one_of(*ICC_MODES), 'images carrying a non-sRGB colour profile (Display P3, '
+               'Adobe RGB): "convert" their pixels to sRGB as they are read, "refuse" them at start-up, or "ignore" '
+               'the profile (the values as they are)'),
 }
 
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from losses.registry import build_loss
-from models.restorer import build_eval_network
+from models.network_loading import build_eval_network
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger

@@ -17,7 +17,7 @@ from typing import Any, Dict
 from models.model_plain import ModelPlain
 from models.model_video_recurrent import StagedTraining
 from models.registry import MODELS
-from models.restorer import PADDINGS, SlidingWindowRestorer
+from models.video_restorer import PADDINGS, SlidingWindowRestorer
 from utils.options import Key, non_negative, one_of
 
 

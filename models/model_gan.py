@@ -37,11 +37,12 @@ from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
 from models.model_plain import NETWORK_FAILURES, ModelPlain, channels_hint, failure_text, load_resume_weights
+from models.network_loading import build_checked_network, load_weights
 from models.networks.layers.init import init_weights
-from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_optimizer, build_scheduler, gated_step,
-                          refreshed_group_keys, resume_optimizer)
+from models.optim import (OPTIMIZERS, Averaging, averaging, build_optimizer, gated_step, refreshed_group_keys,
+                          resume_optimizer)
 from models.registry import MODELS
-from models.restorer import build_checked_network, load_weights
+from models.schedules import SCHEDULERS, build_scheduler
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger

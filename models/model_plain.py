@@ -22,13 +22,15 @@ from models.distill import TEACHER_OPTIONS, Distillation
 from models.ema import ModelEMA
 from models.evaluation import Evaluation, WriteItem, evaluate
 from models.merge_bn import count_foldable, fold_batchnorm
+from models.network_loading import build_checked_network, load_weights
 from models.networks.layers.init import init_weights
-from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_optimizer, build_scheduler, gated_step,
-                          refreshed_group_keys, resume_optimizer)
+from models.optim import (OPTIMIZERS, Averaging, averaging, build_optimizer, gated_step, refreshed_group_keys,
+                          resume_optimizer)
 from models.registry import MODELS
 from models.regularizers import apply_regularizers, regularizers_due
-from models.restorer import ImageRestorer, amp_dtype, build_checked_network, load_weights
+from models.restorer import ImageRestorer, amp_dtype
 from models.sam import SAM, SAM_METHODS, build_sam, trained_parameters
+from models.schedules import SCHEDULERS, build_scheduler
 from utils import dist
 from utils.errors import UserError, first_line
 from utils.image import bit_depth, images_to_float, tensor2uint

@@ -23,7 +23,7 @@ from torch import nn
 
 from models.model_plain import ModelPlain
 from models.registry import MODELS
-from models.restorer import VideoRestorer
+from models.video_restorer import VideoRestorer
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Key, non_negative

@@ -46,8 +46,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from data.registry import build_dataset  # noqa: E402
+from models.network_loading import build_eval_network  # noqa: E402
 from models.registry import MODELS  # noqa: E402
-from models.restorer import ImageRestorer, build_eval_network  # noqa: E402
+from models.restorer import ImageRestorer  # noqa: E402
 from option_rules import read_options  # noqa: E402
 from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights  # noqa: E402
 from utils.diskspace import NoSpaceLeft  # noqa: E402

@@ -14,7 +14,7 @@ from torch import nn
 
 from conftest import need_module, need_spandrel, run, run_main, tiny_options, write_options
 from models.model_plain import ModelPlain
-from models.restorer import build_eval_network, load_weights
+from models.network_loading import build_eval_network, load_weights
 from option_rules import read_options
 from scripts import export
 from utils.checkpoint import CheckpointDir, load
@@ -43,7 +43,7 @@ def make_run(tmp_path, demo_images, netG=None, test_set=True, scale=1):
     path = write_options(str(tmp_path / 'o.json'), raw)
     opt = read_options(path)
     ckpt = CheckpointDir(opt['path']['models'])
-    from models.restorer import build_checked_network
+    from models.network_loading import build_checked_network
     for step in (4, 8):
         files = {}
         for kind in ('G', 'E'):

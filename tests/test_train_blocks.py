@@ -12,8 +12,9 @@ from losses.pixel import CharbonnierLoss
 from losses.registry import build_loss
 from metrics.fidelity import calculate_ssim
 from models.ema import ModelEMA
-from models.optim import build_optimizer, build_scheduler
+from models.optim import build_optimizer
 from models.regularizers import apply_regularizers, regularize_clip, regularize_orth
+from models.schedules import build_scheduler
 from utils.errors import OptionsError, UserError
 
 def t(given):

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.checks import FileProblems, Size, fmt, image_depths, image_sizes, scale_mismatch, ssim_problem
+from data.checks import (FileProblems, Size, colour_profiles, fmt, image_depths, image_sizes, scale_mismatch,
+                         ssim_problem)
 from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.option_checks import noise_level
@@ -113,6 +114,7 @@ class ImageDataset(Dataset):
         self.files_checked_for_training = False
         self.check_files()
         paths = self.paths_H + (self.paths_L or [])
+        colour_profiles(paths, opt['icc'], self.where)
         depths = image_depths(paths) if self.reads_16bit and opt['cache_data'] else {}
         self.cache: Optional[FrameCache] = cache_frames(
             opt['cache_data'], frame_shapes(paths, self.header_sizes, self.n_channels), self._decode, self.where,
@@ -241,7 +243,7 @@ class ImageDataset(Dataset):
         return ('H', problem) if problem else None
 
     def _decode(self, path: str) -> np.ndarray:
-        return imread_uint(path, self.n_channels, bgr=True, keep_16bit=self.reads_16bit)
+        return imread_uint(path, self.n_channels, bgr=True, keep_16bit=self.reads_16bit, icc=self.opt['icc'])
 
     def _read_bgr(self, path: str) -> np.ndarray:
         """HWC uint8 with colour in BGR order (`bgr_to_rgb` after cropping), from the cache if there is one."""

@@ -182,7 +182,8 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
             raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
         self.tmpl = opt['filename_tmpl']
         backend = opt['io_backend']['type']
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'])
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'],
+                                opt['icc'])
 
         span = (self.num_frame - 1) * max(self.interval_list) + 1
         for seq, num, _ in seqs:
@@ -228,7 +229,7 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
                 pairs.update(zip([targets[0]] * len(inputs), inputs) if self.vfi else zip(targets, inputs))
             jobs += [(seq, self.store.path('gt', self.frame_key(seq, g)), self.store.path('lq', self.frame_key(seq, q)),
                       None) for g, q in sorted(pairs)]
-        check_frames(self.prefix, jobs, self.scale, self.gt_size, None)
+        check_frames(self.prefix, jobs, self.scale, self.gt_size, None, self.opt['icc'])
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -342,7 +343,8 @@ class VideoTestVimeo90KDataset(WholeClips):
         if self.vfi and num_frame != -1:
             _check_vfi_num_frame(num_frame, p)
         tmpl = opt['filename_tmpl']
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', opt['filename_ext'])
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', opt['filename_ext'],
+                                opt['icc'])
         self.clips: List[Tuple[str, List[str], List[str]]] = []
         for seq, num, _ in parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file'):
             count = num if num_frame == -1 else num_frame
@@ -362,7 +364,7 @@ class VideoTestVimeo90KDataset(WholeClips):
         """Header and size of every frame (see check_frames): scale 1 for interpolation, a whole factor for SR."""
         jobs = [(seq, gts[0] if self.vfi else gts[i], lq, None)
                 for seq, lqs, gts in self.clips for i, lq in enumerate(lqs)]
-        check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None)
+        check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None, self.opt['icc'])
 
     @property
     def train_type(self) -> str:  # type: ignore[override]
@@ -370,8 +372,8 @@ class VideoTestVimeo90KDataset(WholeClips):
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         seq, lq_paths, gt_paths = self.clip(index)
-        L = stack_tensor([to_float(imread_uint(path, 3)) for path in lq_paths])
-        H = stack_tensor([to_float(imread_uint(path, 3)) for path in gt_paths])
+        L = stack_tensor([to_float(imread_uint(path, 3, icc=self.opt['icc'])) for path in lq_paths])
+        H = stack_tensor([to_float(imread_uint(path, 3, icc=self.opt['icc'])) for path in gt_paths])
         return {'L': _pad_in_time(L, self.pad, self.mirror), 'H': _pad_in_time(H, self.pad, self.mirror),
                 'folder': seq, 'lq_path': list(lq_paths), 'gt_path': list(gt_paths)}
 
