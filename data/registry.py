@@ -3,7 +3,7 @@
 Datasets live in `data/datasets/<family>.py` and register themselves with `@DATASETS.register(...)`. Each
 dataset class declares `OPTIONS: dict[str, default]` with the keys it reads (a default of
 `REQUIRED` marks a key the user must give; a `Key(default, types, check)` adds the value's types and
-rules, data/option_checks.py). The options validator uses it, through the entry
+rules, utils/options/checks.py and data/option_checks.py). The options validator uses it, through the entry
 point, to reject unknown keys with a did-you-mean and to fill defaults, so a dataset never sees a
 missing key.
 """
@@ -12,9 +12,8 @@ from typing import Any, Dict, List, Optional
 
 from torch.utils.data import Dataset
 
-from data.option_checks import at_least
 from utils.icc import ICC_MODES
-from utils.options import REQUIRED, Key, one_of
+from utils.options import REQUIRED, Key, at_least, one_of
 from utils.registry import Registry
 
 DATASETS = Registry('dataset type', 'data.datasets')
@@ -94,7 +93,7 @@ def training_files(dataset: Dataset) -> Optional[Dict[str, List[str]]]:
     out: Dict[str, List[str]] = {}
     for key, attr in (('dataroot_H', 'paths_H'), ('dataroot_L', 'paths_L')):
         paths = getattr(dataset, attr, None)
-        if paths and opt.get(key):
+        if paths:  # an image dataset listed the folder of option `key`: the option is a path
             root = os.path.join(opt[key], '')  # the listing joined the names to the folder as given: cut it off
             out[key] = [p[len(root):] if p.startswith(root) else os.path.relpath(p, opt[key]) for p in paths]
     if out:

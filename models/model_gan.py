@@ -46,12 +46,7 @@ from models.schedules import SCHEDULERS, build_scheduler
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Choice, Key, learning_rate, non_negative, rule, unit_interval
-
-
-@rule('>= 1', minimum=1)
-def _at_least_one(v: Any) -> Optional[str]:
-    return None if v >= 1 else 'must be >= 1'
+from utils.options import Choice, Key, at_least, learning_rate, non_negative, unit_interval
 
 
 def downscaled(x: torch.Tensor, times: int) -> torch.Tensor:
@@ -99,7 +94,7 @@ class ModelGAN(ModelPlain):
         'F_lossfn_weight': Key(1.0, (int, float), non_negative, 'weight of the VGG perceptual loss (0: none)'),
         **GANLoss.OPTIONS,
         'D_lossfn_weight': Key(0.1, (int, float), non_negative, 'weight of the adversarial loss in netG\'s total'),
-        'D_update_ratio': Key(1, (int,), _at_least_one, 'netG is updated every this many iterations'),
+        'D_update_ratio': Key(1, (int,), at_least(1), 'netG is updated every this many iterations'),
         'D_init_iters': Key(0, (int,), non_negative, 'iterations that train netD alone first'),
         'D_optimizer_type': Key('adam', (str,), help='netD\'s optimizer: a name of models/optim.py'),
         'D_optimizer_lr': Key(1e-4, (int, float), learning_rate, 'netD\'s learning rate'),
@@ -109,8 +104,8 @@ class ModelGAN(ModelPlain):
         'D_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear warm-up of netD\'s learning rate'),
         'D_param_strict': Key(True, (bool,), help='path.pretrained_netD must match netD key for key'),
         # pix2pixHD's multi-scale discrimination: copies of netD
-        'D_num_scales': Key(1, (int,), _at_least_one, 'copies of netD, copy k judging the image halved k times '
-                                                      '(pix2pixHD)'),
+        'D_num_scales': Key(1, (int,), at_least(1), 'copies of netD, copy k judging the image halved k times '
+                                                     '(pix2pixHD)'),
         # LDL's artifact loss (Liang et al. 2022); 0: off
         'ldl_weight': Key(0.0, (int, float), non_negative, 'weight of LDL\'s artifact loss (needs E_decay > 0); '
                                                            '0: off'),
@@ -119,7 +114,7 @@ class ModelGAN(ModelPlain):
                                                'faster than D_adaptive_threshold (traiNNer-redux\'s adaptive_d)'),
         'D_adaptive_decay': Key(0.999, (int, float), unit_interval, 'smoothing (EMA decay) of netG\'s adversarial '
                                                                     'loss for D_adaptive'),
-        'D_adaptive_threshold': Key(1.02, (int, float), _at_least_one,
+        'D_adaptive_threshold': Key(1.02, (int, float), at_least(1),
                                     'a rise of the smoothed loss by more than this factor in one iteration skips '
                                     'that iteration\'s netD step'),
     }

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from utils.errors import UserError
-from utils.options import Key, non_negative, positive, rule
+from utils.options import Key, closed_unit, non_negative, open_unit, positive
 from utils.registry import Registry
 
 SAM_METHODS = Registry('sharpness-aware method')
@@ -37,16 +37,6 @@ _NUM = (int, float)
 RHO = Key(0.05, _NUM, non_negative, 'radius of the neighbourhood the weights are moved to (SAM\'s rho; with '
                                     'adaptive, ASAM\'s: typically 0.5-2)')
 ADAPTIVE = Key(False, (bool,), help='ASAM: the neighbourhood scaled by the weights\' magnitudes (scale-invariant)')
-
-
-@rule('in [0, 1]', minimum=0, maximum=1)
-def _closed_unit(v: Any) -> Optional[str]:
-    return None if 0 <= v <= 1 else 'must be in [0, 1]'
-
-
-@rule('in (0, 1)', exclusiveMinimum=0, exclusiveMaximum=1)
-def _open_unit(v: Any) -> Optional[str]:
-    return None if 0 < v < 1 else 'must be in (0, 1)'
 
 
 class SAM:
@@ -190,7 +180,7 @@ class FriendlySAM(SAM):
 
     OPTIONS = {'rho': RHO, 'sigma': Key(1.0, _NUM, non_negative, 'how much of the gradients\' moving average is '
                                                                    'taken out of the ascent direction'),
-               'lmbda': Key(0.9, _NUM, _closed_unit, 'decay of the gradients\' moving average'),
+               'lmbda': Key(0.9, _NUM, closed_unit, 'decay of the gradients\' moving average'),
                'adaptive': ADAPTIVE}
     STATE = ('momentum', 'started')
 
@@ -224,7 +214,7 @@ class GSAM(SAM):
                'rho_min': Key(None, (int, float, type(None)), non_negative,
                               'the radius at a learning rate of 0: rho follows the lr linearly from rho down to this '
                               '(null: rho, constant)'),
-               'alpha': Key(0.4, _NUM, _closed_unit, 'weight of the surrogate gap\'s gradient (the first gradient\'s '
+               'alpha': Key(0.4, _NUM, closed_unit, 'weight of the surrogate gap\'s gradient (the first gradient\'s '
                                                      'part orthogonal to the second)'),
                'adaptive': ADAPTIVE}
 
@@ -259,7 +249,7 @@ class LookSAM(SAM):
 
     OPTIONS = {'rho': Key(0.1, _NUM, non_negative, 'radius of the neighbourhood (LookSAM\'s default 0.1)'),
                'k': Key(10, (int,), positive, 'the two passes every this many iterations (the first, then every k-th)'),
-               'alpha': Key(0.7, _NUM, _open_unit, 'weight of the reused sharpness part on the one-pass iterations'),
+               'alpha': Key(0.7, _NUM, open_unit, 'weight of the reused sharpness part on the one-pass iterations'),
                'adaptive': ADAPTIVE}
     STATE = ('gv',)
 

@@ -1,8 +1,8 @@
 """What main_test.py does with a network on its test sets, below the entry point: the sets one after the other,
 and the tables they leave.
 
-Several test sets (`datasets.test` a list, or BasicSR's `test_1`, `test_2`, ...; utils/options.py) run one after
-the other with one network load, each scored with its own conventions (`metric_border`, `metric_round_y`) and
+Several test sets (`datasets.test` a list, or BasicSR's `test_1`, `test_2`, ...; utils/options/datasets.py) run one
+after the other with one network load, each scored with its own conventions (`metric_border`, `metric_round_y`) and
 through the one evaluation loop (models/evaluation.py). Each set keeps its `results.csv` (a row per item), and
 `results.md` holds the paper-style table: a row per set. With one set its folder is the output folder (as
 before); with several, each set has `<out>/<set name>/` and `results.md` sits in `<out>`. `write_set_results`

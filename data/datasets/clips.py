@@ -22,11 +22,11 @@ from data.checks import (FileProblems, colour_profiles, fmt, image_sizes, parall
                          ssim_problem)
 from data.datasets.spike import SpikeSource
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
-from data.option_checks import at_least, extension, int_format, io_backend, noise_level, positive_ints
+from data.option_checks import extension, int_format, io_backend, noise_level
 from data.sampler import parse_key
 from utils.errors import UserError
 from utils.image import imread_uint
-from utils.options import Key
+from utils.options import Key, at_least, positive_ints, rule
 from utils.paths import folder_problem
 
 Size = Tuple[int, int]
@@ -49,6 +49,7 @@ def window_length(default: int) -> Key:
     """`num_frame` of a training set that crops random windows from long clips (GoPro, REDS, DAVIS): a length
     >= 1. KAIR's and BasicSR's -1 ("all frames") belongs to Vimeo's septuplets and to test sets; here it
     would stack a whole clip of ~100 frames, which KAIR's and BasicSR's own training sets cannot do either."""
+    @rule('>= 1', minimum=1)
     def check(v: int) -> Optional[str]:
         if v >= 1:
             return None

@@ -31,7 +31,7 @@ from data.option_checks import all_or_first
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, imread_uint, list_images
-from utils.options import REQUIRED, Key, one_of
+from utils.options import REQUIRED, Key, one_of, rule
 
 REDS_VAL_PARTITIONS = {
     'REDS4': ['000', '011', '015', '020'],
@@ -242,11 +242,13 @@ class REDSDataset(VideoRecurrentTrainDataset):
 
     OPTIONS: Dict[str, Any] = {
         **VideoRecurrentTrainDataset.OPTIONS,
-        'num_frame': Key(5, (int,), lambda v: None if v >= 1 and v % 2 else 'must be odd (a centre frame and as many '
-                                                                           'neighbours on each side), e.g. 5'),
-        'dataroot_flow': Key(None, (str, type(None)), lambda v: None if v is None else
-                             'is not supported: EDVR aligns the frames itself (BasicSR reads no flows for it either); '
-                             'set it to null', 'BasicSR\'s key, accepted only as null: EDVR reads no optical flow'),
+        'num_frame': Key(5, (int,), rule('an odd number >= 1', minimum=1, **{'not': {'multipleOf': 2}})(
+            lambda v: None if v >= 1 and v % 2 else 'must be odd (a centre frame and as many neighbours on each side), '
+                                                    'e.g. 5')),
+        'dataroot_flow': Key(None, (str, type(None)), rule('null only', const=None)(
+            lambda v: None if v is None else 'is not supported: EDVR aligns the frames itself (BasicSR reads no flows '
+                                             'for it either); set it to null'),
+            'BasicSR\'s key, accepted only as null: EDVR reads no optical flow'),
     }
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:

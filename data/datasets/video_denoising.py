@@ -22,11 +22,11 @@ from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameSt
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.transforms import augment, random_crop
 from data.frame_cache import CACHE_DATA, cache_frames, frame_shapes
-from data.option_checks import all_or_first, noise_level, only
+from data.option_checks import all_or_first, noise_level
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
-from utils.options import IGNORED, REQUIRED, Key
+from utils.options import IGNORED, REQUIRED, Key, only
 
 SIGMA = Key(REQUIRED, (int, float), noise_level)
 

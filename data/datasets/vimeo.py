@@ -39,13 +39,13 @@ import torch
 from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, check_frames,
                         frame_name_keys, item_rng, positive, read_meta_info, size_field, stack_tensor, to_float)
 from data.datasets.transforms import augment, color_jitter, paired_random_crop
-from data.option_checks import all_or_first, at_least, only
+from data.option_checks import all_or_first
 from data.registry import DATASETS
 from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.logger import get_logger
-from utils.options import REQUIRED, Key
+from utils.options import REQUIRED, Key, at_least, only, rule
 
 Size = Tuple[int, int]
 VIMEO_FRAMES = 7
@@ -96,8 +96,13 @@ def _pad_in_time(clip: torch.Tensor, pad: bool, mirror: bool) -> torch.Tensor:
     return clip
 
 
+@rule('1 (restoration) or 2 (frame interpolation)', enum=[1, 2])
+def _temporal_scale(v: int) -> Optional[str]:
+    return None if v in (1, 2) else 'must be 1 (restoration) or 2 (frame interpolation)'
+
+
 # `temporal_scale` of the SR types: 1 restores every frame, 2 interpolates the centre one from every second frame
-TEMPORAL_SCALE = Key(1, (int,), lambda v: None if v in (1, 2) else 'must be 1 (restoration) or 2 (frame interpolation)')
+TEMPORAL_SCALE = Key(1, (int,), _temporal_scale)
 
 
 def _check_vfi_num_frame(num_frame: int, prefix: str, key: str = 'num_frame') -> None:
@@ -257,8 +262,9 @@ class Vimeo90KRecurrentDataset(VideoRecurrentTrainVimeoDataset):
     OPTIONS: Dict[str, Any] = {
         **{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
            if k not in ('num_frame', 'mirror_sequence', 'pad_sequence', 'temporal_scale')},
-        'num_frame': Key(-1, (int,), lambda v: None if v in (-1, VIMEO_FRAMES) else
-                         f'must be -1 (every frame of the septuplet, as BasicSR) or {VIMEO_FRAMES}'),
+        'num_frame': Key(-1, (int,), rule(f'-1 (every frame) or {VIMEO_FRAMES}', enum=[-1, VIMEO_FRAMES])(
+            lambda v: None if v in (-1, VIMEO_FRAMES) else
+            f'must be -1 (every frame of the septuplet, as BasicSR) or {VIMEO_FRAMES}')),
         'flip_sequence': Key(False, (bool,), help='the septuplet followed by its reversal (7 -> 14 frames), as '
                              'BasicSR trains BasicVSR on Vimeo-90K'),
     }
