@@ -16,24 +16,21 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import torch
 
 from utils.errors import UserError
-from utils.options import Key, betas, non_negative, positive
+from utils.options import Key, at_least, betas, closed_unit, non_negative, open_unit, positive, rule, unit_interval
 from utils.registry import Registry
 
 PYTORCH_OPTIMIZER = 'pytorch_optimizer'  # the package's module name (requirements.txt: pytorch-optimizer)
 
 
+@rule('three numbers in [0, 1)', minItems=3, maxItems=3,
+      items={'type': 'number', 'minimum': 0, 'exclusiveMaximum': 1})
 def _betas3(v: List[Any]) -> Optional[str]:
     if len(v) == 3 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v):
         return None
     return 'must be three numbers in [0, 1)'
 
 
-def _open_unit(v: Any) -> Optional[str]:
-    return None if v is None or 0 < v < 1 else 'must be in (0, 1)'
-
-
-def _at_least_one(v: Any) -> Optional[str]:
-    return None if v is None or v >= 1 else 'must be >= 1 (null: no limit)'
+UNLIMITED_GROWTH = at_least(1, 'null: no limit')
 
 
 _OPT_BOOL = (bool, type(None))
@@ -106,9 +103,9 @@ OPTIMIZERS.register('radam', options={
     'foreach': FOREACH})(OptimizerKind(torch.optim.RAdam, {
         **_ADAM_KW, 'decoupled_wd': 'decoupled_weight_decay', 'foreach': 'foreach'}))
 OPTIMIZERS.register('sgd', options={
-    'momentum': Key(0.9, _NUM, lambda v: None if 0 <= v < 1 else 'must be in [0, 1)',
+    'momentum': Key(0.9, _NUM, unit_interval,
                     'momentum factor (0.9 here; torch\'s default is 0)'),
-    'dampening': Key(0.0, _NUM, lambda v: None if 0 <= v <= 1 else 'must be in [0, 1]',
+    'dampening': Key(0.0, _NUM, closed_unit,
                      'share of the new gradient left out of the momentum buffer'),
     'nesterov': Key(False, (bool,), help='Nesterov momentum (needs momentum > 0 and dampening 0)'),
     'wd': WD, 'fused': FUSED})(OptimizerKind(torch.optim.SGD, {
@@ -124,7 +121,7 @@ OPTIMIZERS.register('adan', options={
 OPTIMIZERS.register('soap', options={
     'betas': Key([0.95, 0.95], (list,), betas, _BETAS2),
     'wd': Key(0.01, _NUM, non_negative, 'weight decay (SOAP\'s default 0.01)'),
-    'shampoo_beta': Key(None, _OPT_NUM, _open_unit, 'decay of the preconditioner statistics (null: betas[1])'),
+    'shampoo_beta': Key(None, _OPT_NUM, open_unit, 'decay of the preconditioner statistics (null: betas[1])'),
     'precondition_frequency': Key(10, (int,), positive, 'iterations between updates of the eigenbasis'),
     'max_precondition_dim': Key(10000, (int,), positive, 'dimensions larger than this stay unpreconditioned'),
     'merge_dims': Key(False, (bool,), help='merge small dimensions of a tensor (a conv kernel) into one '
@@ -156,11 +153,11 @@ OPTIMIZERS.register('lion', options={
         'betas': 'betas', 'wd': 'weight_decay', 'foreach': 'foreach'}, 'pytorch-optimizer'))
 OPTIMIZERS.register('prodigy', options={
     'betas': Key([0.9, 0.999], (list,), betas, _BETAS2),
-    'beta3': Key(None, _OPT_NUM, _open_unit, 'decay of Prodigy\'s step-size (distance) estimate (null: '
+    'beta3': Key(None, _OPT_NUM, open_unit, 'decay of Prodigy\'s step-size (distance) estimate (null: '
                  'sqrt(betas[1]))'),
     'd0': Key(1e-6, _NUM, positive, 'initial step-size estimate'),
     'd_coef': Key(1.0, _NUM, positive, 'multiplies the step-size estimate'),
-    'growth_rate': Key(None, _OPT_NUM, _at_least_one, 'largest factor by which the estimate grows per step '
+    'growth_rate': Key(None, _OPT_NUM, UNLIMITED_GROWTH, 'largest factor by which the estimate grows per step '
                        '(null: unbounded)'),
     'wd': WD, 'weight_decouple': Key(True, (bool,), help='weight decay applied to the weights (AdamW-style) '
                                      'instead of added to the gradient (Prodigy\'s default: true)'),
@@ -181,7 +178,7 @@ OPTIMIZERS.register('adamw_sf', options={
 OPTIMIZERS.register('adan_sf', options={
     'betas': Key([0.0, 0.92, 0.99], (list,), _betas3, 'Adan\'s decays; the first (its gradient mean) is 0: the '
                  'wrapper\'s momentum replaces it'),
-    'sf_momentum': Key(0.9, _NUM, _open_unit, 'the schedule-free interpolation between the training and averaged '
+    'sf_momentum': Key(0.9, _NUM, open_unit, 'the schedule-free interpolation between the training and averaged '
                        'point (adamw_sf\'s betas[0])'),
     'wd': WD, 'weight_decouple': DECOUPLE, **_SF_OPTIONS, 'eps': EPS,
     'foreach': FOREACH})(OptimizerKind(_adan_schedule_free, {

@@ -20,7 +20,8 @@ from models.optim import same_value, show_value
 from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import REQUIRED, Key, non_negative, one_of, positive, rule, unit_interval
+from utils.options import (REQUIRED, Key, above, at_least, non_negative, one_of, open_unit, positive, rule, unit_interval,
+                           up_to_one)
 from utils.registry import Registry
 
 _NUM = (int, float)
@@ -337,7 +338,7 @@ def _cosine(where: str, periods: Union[int, List[int]], restart_weights: Union[N
 
 
 END_ITER = Key(None, (int, type(None)),
-               lambda v: None if v is None or v > 0 else 'must be > 0 (null: train.total_iter)',
+               above(0, 'null: train.total_iter'),
                'the iteration at which the schedule ends (null: train.total_iter)')
 ETA_MIN = Key(0.0, (int, float), non_negative, 'the learning rate at the end of the decay')
 
@@ -356,7 +357,7 @@ def _linear_decay(where: str, eta_min: float, total_iter: Optional[int]) -> Dict
 
 
 @SCHEDULERS.register('ExponentialLR', 'exponential', options={
-    'gamma': Key(REQUIRED, (int, float), lambda v: None if 0 < v <= 1 else 'must be in (0, 1]',
+    'gamma': Key(REQUIRED, (int, float), up_to_one,
                  'the learning rate\'s factor per iteration')})
 def _exponential(where: str, gamma: float) -> Dict[str, Any]:
     """The base lr times gamma per iteration after the warm-up (torch's ExponentialLR)."""
@@ -365,11 +366,11 @@ def _exponential(where: str, gamma: float) -> Dict[str, Any]:
 
 @SCHEDULERS.register('OneCycleLR', 'onecycle', options={
     'total_iter': END_ITER,
-    'pct_start': Key(0.3, (int, float), lambda v: None if 0 < v < 1 else 'must be in (0, 1)',
+    'pct_start': Key(0.3, (int, float), open_unit,
                      'share of the iterations over which the lr rises'),
-    'div_factor': Key(25.0, (int, float), lambda v: None if v >= 1 else 'must be >= 1',
+    'div_factor': Key(25.0, (int, float), at_least(1),
                       'the starting lr is G_optimizer_lr / this'),
-    'final_div_factor': Key(1e4, (int, float), lambda v: None if v >= 1 else 'must be >= 1',
+    'final_div_factor': Key(1e4, (int, float), at_least(1),
                             'the final lr is the starting lr / this'),
     'anneal': Key('cos', (str,), one_of('cos', 'linear'), 'the shape of both phases')})
 def _one_cycle(where: str, total_iter: Optional[int], pct_start: float, div_factor: float, final_div_factor: float,
@@ -380,13 +381,8 @@ def _one_cycle(where: str, total_iter: Optional[int], pct_start: float, div_fact
             'final_div_factor': final_div_factor, 'anneal': anneal}
 
 
-@rule('in (0, 1]', exclusiveMinimum=0, maximum=1)
-def _share(v: Any) -> Optional[str]:
-    return None if 0 < v <= 1 else 'must be in (0, 1]'
-
-
 @SCHEDULERS.register('wsd', options={
-    'decay_ratio': Key(0.2, _NUM, _share, 'share of the run (of total_iter) over which the lr decays, at its end '
+    'decay_ratio': Key(0.2, _NUM, up_to_one, 'share of the run (of total_iter) over which the lr decays, at its end '
                        '(Hägele et al.: 0.2 matches a cosine run)'),
     'decay_shape': Key('1-sqrt', (str,), one_of(*DECAY_SHAPES), 'the decay\'s shape: base lr x (1 - p), the half '
                        'cosine, or 1 - sqrt(p), p the share of the decay done (Hägele et al.\'s best)'),

@@ -86,11 +86,6 @@ def test_check_exits_1_naming_the_stale_files_and_writing_rewrites_them(tmp_path
     assert sorted(os.listdir(tmp_path / 'options')) == ['schema.json']  # no temporary file left
 
 
-# Modules whose checks get their `rule` labels when the options' vocabulary is folded into them (the optimizers'
-# and the schedules' own copies of open_unit, at_least(1), ...); empty this then.
-UNLABELLED_FOR_NOW = ('models.optim', 'models.schedules')
-
-
 def test_every_check_says_what_it_allows(cat):
     """Every declared key's check carries its `rule` label (utils/options/keys.py), so docs/options.md and
     `--describe` state what a value may be and options/schema.json can check it, instead of "checked when
@@ -98,7 +93,7 @@ def test_every_check_says_what_it_allows(cat):
     keys = [*cat.top, *(k for section in cat.sections.values() for k in section), *cat.loader, *cat.network_common,
             *(k for member in cat.all_members() for k in member.keys)]
     unlabelled = sorted({f'{k.check.__module__}: {k.key}' for k in keys if k.check is not None
-                         and not getattr(k.check, 'allowed', None) and k.check.__module__ not in UNLABELLED_FOR_NOW})
+                         and not getattr(k.check, 'allowed', None)})
     assert unlabelled == []
 
 

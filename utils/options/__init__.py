@@ -11,8 +11,9 @@ written); saved.py writes the resolved options back as JSON, secrets redacted.
 
 The names below are the package's public face: `from utils.options import Key, positive, validate`.
 """
-from utils.options.checks import (at_least, betas, between, closed_unit, distinct_names, learning_rate,
-                                  non_negative, one_of, only, open_unit, positive, positive_ints, unit_interval)
+from utils.options.checks import (above, at_least, betas, between, closed_unit, distinct_names, learning_rate,
+                                  non_negative, one_of, only, open_unit, positive, positive_ints, unit_interval,
+                                  up_to_one)
 from utils.options.keys import IGNORED, REQUIRED, Check, Choice, Key, inferred_types, rule
 from utils.options.load import load_options, options_from_data, with_test_sets
 from utils.options.messages import REDACTED, redact, source_of
@@ -31,8 +32,8 @@ __all__ = [
     # declaring keys
     'Key', 'REQUIRED', 'IGNORED', 'Check', 'Choice', 'rule', 'inferred_types',
     # the check vocabulary
-    'positive', 'non_negative', 'at_least', 'between', 'unit_interval', 'closed_unit', 'open_unit',
-    'learning_rate', 'betas', 'one_of', 'only', 'positive_ints', 'distinct_names',
+    'positive', 'non_negative', 'above', 'at_least', 'between', 'unit_interval', 'closed_unit', 'open_unit',
+    'up_to_one', 'learning_rate', 'betas', 'one_of', 'only', 'positive_ints', 'distinct_names',
     # the loop's schema
     'SCHEMA', 'INHERITED', 'GIVEN_INHERITED', 'NETWORK_SCALE_KEYS', 'TEST_SECTION', 'DYNAMIC_SECTIONS',
     'SCHEMA_POINTER', 'MAX_DIST_TIMEOUT', 'MAX_ITERATIONS', 'MAX_TASK_BYTES', 'all_test_sets', 'missing_sections',

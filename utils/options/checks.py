@@ -41,6 +41,13 @@ def at_least(n: int, why: str = '') -> Check:
     return rule(f'>= {n}', minimum=n)(lambda v: None if v is None or v >= n else f'must be >= {n}{told}')
 
 
+def above(n: float, why: str = '') -> Check:
+    """Greater than `n` (null passes); `why`, when given, follows the message in brackets (`must be > 0 (null:
+    train.total_iter)`)."""
+    told = f' ({why})' if why else ''
+    return rule(f'> {n}', exclusiveMinimum=n)(lambda v: None if v is None or v > n else f'must be > {n}{told}')
+
+
 def between(low: float, high: float, what: str) -> Check:
     """From `low` to `high`, both included; `what` names the quantity."""
     return rule(f'{what} from {low} to {high}', minimum=low, maximum=high)(
@@ -63,6 +70,12 @@ def closed_unit(v: Any) -> Optional[str]:
 def open_unit(v: Any) -> Optional[str]:
     """Strictly between 0 and 1 (null passes: the key's types say whether null is allowed)."""
     return None if v is None or 0 < v < 1 else 'must be in (0, 1)'
+
+
+@rule('in (0, 1]', exclusiveMinimum=0, maximum=1)
+def up_to_one(v: Any) -> Optional[str]:
+    """A share of a run or a decay factor per step: it may be all (1) but never none or more."""
+    return None if 0 < v <= 1 else 'must be in (0, 1]'
 
 
 @rule('in (0, 1]', exclusiveMinimum=0, maximum=1)
