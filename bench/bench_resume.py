@@ -47,6 +47,7 @@ def child(argv: Sequence[str]) -> int:
         reported = False
 
         def step(self, step: int, loss: Any, applied: Any = None) -> None:
+            """ModelPlain's step, then the time once: the end of what is measured."""
             super().step(step, loss, applied)
             if not TimedPlain.reported:
                 TimedPlain.reported = True

@@ -213,8 +213,9 @@ class Distillation:
 
     def describe(self) -> str:
         """The teacher for the start-up log line: its file, network, size and digest, the feature pairs."""
-        return (f'distilled from {self.weights} ({self.net_type}, {sum(p.numel() for p in self.net.parameters()):,} '
-                f'parameters, sha256 {self.sha256[:12]})' + (f', {len(self.pairs)} feature pair(s)' if self.pairs else ''))
+        size = sum(p.numel() for p in self.net.parameters())
+        pairs = f', {len(self.pairs)} feature pair(s)' if self.pairs else ''
+        return f'distilled from {self.weights} ({self.net_type}, {size:,} parameters, sha256 {self.sha256[:12]}){pairs}'
 
     def names(self) -> List[str]:
         """The log names of the terms `terms` returns, in its order."""

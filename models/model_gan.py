@@ -91,6 +91,9 @@ def _mean(values: List[torch.Tensor]) -> torch.Tensor:
 
 @MODELS.register('gan')
 class ModelGAN(ModelPlain):
+    """A generator netG trained against a discriminator netD (see the module docstring): ModelPlain's netG, EMA,
+    distillation and checkpoints, with netD's own optimizer, schedule, GradScaler and loss sums."""
+
     # train keys of this model beside ModelPlain's (KAIR's names and defaults), the perceptual and adversarial
     # losses' own (losses/), and those of the optimizer and schedule D_optimizer_type / D_scheduler_type choose
     TRAIN_OPTIONS: Dict[str, Any] = {
@@ -214,6 +217,7 @@ class ModelGAN(ModelPlain):
         return f'{super().network_info()}; discriminator {kind}: {n_d:,} parameters'
 
     def pixel_losses(self) -> List[Tuple[str, nn.Module]]:
+        """ModelPlain's, without G_lossfn_type's when its weight is 0 (the G step does not compute it)."""
         losses = super().pixel_losses()
         return losses if self.train_opt['G_lossfn_weight'] > 0 else losses[1:]  # weight 0: not computed
 
@@ -222,6 +226,7 @@ class ModelGAN(ModelPlain):
         return net(x) if self.multi_scale else [net(x)]
 
     def networks(self) -> List[nn.Module]:
+        """ModelPlain's and netD: every rank's copy must stay the same."""
         return super().networks() + [self.net_d]
 
     def _g_step_due(self) -> bool:
@@ -407,6 +412,7 @@ class ModelGAN(ModelPlain):
         return ~skip
 
     def averagings(self) -> List[Averaging]:
+        """G's schedule-free averaging and D's (D_optimizer_type may be schedule-free too)."""
         return super().averagings() + ([self.averaging_d] if self.averaging_d is not None else [])
 
     def iteration_losses(self) -> Tuple[List[Optional[str]], torch.Tensor]:
@@ -436,9 +442,11 @@ class ModelGAN(ModelPlain):
         return out
 
     def state_files(self) -> Dict[str, Any]:
+        """ModelPlain's weight files and KAIR's `{iter}_D.pth`."""
         return {**super().state_files(), 'D': self.net_d.state_dict()}
 
     def training_state(self) -> Dict[str, Any]:
+        """ModelPlain's, and netD's optimizer, schedule, GradScaler and D_adaptive's average."""
         state = super().training_state()
         state.update(optimizer_d=self.optimizer_d.state_dict(), scheduler_d=self.scheduler_d.state_dict(),
                      optimizer_d_type=self.train_opt['D_optimizer_type'], adaptive_d=self._adaptive.clone())

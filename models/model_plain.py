@@ -1,13 +1,15 @@
 """The image model: network + loss + optimizer + scheduler + EMA, wrapped in DDP when distributed.
 
 It implements models/interface.py's `TrainingModel`, the only members the train loop calls, so
-every network trains with the same loop; the video and GAN models extend it. It wires parts that
-each hold one job: its option keys (models/plain_options.py), the start-up checks
-(models/startup_checks.py), the number formats (models/precision.py), the DDP wrap
-(utils/dist/ddp.py), sharpness-aware steps (models/sam.py `SharpnessAwareStep`), distillation
-(models/distill.py) and the log's loss sums (models/loss_meter.py). Evaluation is not here:
-`validate` hands the current eval network to the model's `restorer_class` (models/restorer.py)
-and runs it through models/evaluation.py, as main_test.py does.
+every network trains with the same loop; the video and GAN models extend it. It is the wiring of
+parts that each hold one job: its option keys (models/plain_options.py), netG and its EMA as the
+options build them (models/generator.py), the step's number formats (models/precision.py), the
+batch on the device (models/device_batch.py), the DDP wrap (utils/dist/ddp.py), sharpness-aware
+steps (models/sam.py `SharpnessAwareStep`), distillation (models/distill.py), the log's loss sums
+(models/loss_meter.py), the start-up checks (models/startup_checks.py) and what a checkpoint
+holds on resume (models/checkpoint_state.py). Evaluation is not here: `validate` hands the current
+eval network to the model's `restorer_class` (models/restorer.py) and runs it through
+models/evaluation.py, as main_test.py does.
 """
 import contextlib
 import gc

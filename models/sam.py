@@ -398,6 +398,7 @@ class SharpnessAwareStep:
                 f'forward-backward passes per step')
 
     def state_dict(self) -> Dict[str, Any]:
+        """The method's name and its state, for the checkpoint (a resume with another method starts afresh)."""
         return {'method': self.name, 'state': self.method.state_dict()}
 
     def load_state_dict(self, saved: Optional[Dict[str, Any]]) -> List[str]:

@@ -62,9 +62,11 @@ class StagedTraining(ModelPlain):
         return f'past train.{self.FREEZE_KEY}={self.freeze_iters}; the {self.FROZEN_WHAT} train from now on'
 
     def frozen_at_start(self, name: str) -> bool:
+        """Whether netG's parameter `name` is frozen for the first FREEZE_KEY iterations (BasicSR's choice)."""
         raise NotImplementedError
 
     def scaled(self, name: str) -> bool:
+        """Whether netG's parameter `name` trains at lr x LR_KEY (BasicSR's choice)."""
         raise NotImplementedError
 
     def split(self) -> Tuple[List[Tuple[str, nn.Parameter]], List[Tuple[str, nn.Parameter]]]:
