@@ -91,8 +91,10 @@ def _mean(values: List[torch.Tensor]) -> torch.Tensor:
 
 @MODELS.register('gan')
 class ModelGAN(ModelPlain):
-    """A generator netG trained against a discriminator netD (see the module docstring): ModelPlain's netG, EMA,
-    distillation and checkpoints, with netD's own optimizer, schedule, GradScaler and loss sums."""
+    """KAIR's `gan`: a generator trained with pixel, perceptual and adversarial losses against a discriminator.
+
+    ModelPlain's netG, EMA, distillation and checkpoints, with netD's own optimizer, schedule, GradScaler and
+    loss sums (see the module docstring)."""
 
     # train keys of this model beside ModelPlain's (KAIR's names and defaults), the perceptual and adversarial
     # losses' own (losses/), and those of the optimizer and schedule D_optimizer_type / D_scheduler_type choose
