@@ -113,8 +113,7 @@ class ModelPlain:
 
     def _build_sam(self) -> None:
         """`train.G_optimizer_sam` around the optimizer's parameters (again after merge_bn rebuilt it)."""
-        self.sam_step: Optional[SharpnessAwareStep] = SharpnessAwareStep.build(self.train_opt, self.optimizer,
-                                                                                self.net_g)
+        self.sam_step = SharpnessAwareStep.build(self.train_opt, self.optimizer, self.net_g)  # None: plain steps
 
     def _training_net(self) -> nn.Module:
         """net_g as the training forward runs it: in DDP when distributed, compiled with `train.compile`."""
