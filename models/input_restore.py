@@ -25,8 +25,8 @@ import torch
 
 from data.inputs import FRAMES, IMAGE, VIDEO, FrameSource, Found, Source
 from models.evaluation import Encode, Evaluation, Skipped, evaluate
-from models.model_plain import NETWORK_FAILURES, failure_text
 from models.restorer import ImageRestorer, Window
+from models.startup_checks import NETWORK_FAILURES, failure_text
 from models.video_restorer import VideoRestorer
 from utils import dist
 from utils.checkpoint import atomic_write_bytes

@@ -9,7 +9,8 @@ import torch
 
 from conftest import run_main, tiny_options, write_options
 from main_train import micro_batches
-from models.model_plain import ModelPlain, amp_setup
+from models.model_plain import ModelPlain
+from models.precision import amp_setup
 from option_rules import option_rules
 from utils.errors import OptionsError, UserError
 from utils.options import validate

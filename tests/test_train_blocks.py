@@ -337,7 +337,7 @@ def test_adam_is_fused_on_cuda_by_default_and_as_asked_elsewhere():
 
 
 def test_tf32_is_a_cuda_setting_and_silent_elsewhere():
-    from models.model_plain import tf32_setup
+    from models.precision import tf32_setup
     assert tf32_setup(None, torch.device('cpu')) is None and tf32_setup(True, torch.device('cpu')) is None
 
 

@@ -113,7 +113,7 @@ SCHEMA: Dict[str, Any] = {
         'resume_state': Key(None, _OPT_STR, help='an {iter}_state.pth to resume from (null: the newest good save '
                                                  'of the run)'),
     },
-    # What the training loop itself reads; the model adds its own keys (models/model_plain.py) and those of
+    # What the training loop itself reads; the model adds its own keys (models/plain_options.py) and those of
     # the loss, optimizer and schedule its type keys choose (`Choice`).
     'train': {
         'manual_seed': Key(None, _OPT_INT, _seed, 'random seed, the same on every rank (null: drawn once and '
