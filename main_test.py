@@ -38,18 +38,20 @@ import torch  # noqa: E402
 
 from data.inputs import find_inputs
 from models.discovery import run_weights
-from models.inference import check_output_folder, needing_targets, restore_inputs
+from models.input_restore import check_output_folder, needing_targets, restore_inputs
+from models.network_loading import build_checked_network, build_eval_network
 from models.registry import MODELS
-from models.restorer import VideoRestorer, build_checked_network, build_eval_network
-from models.testing import build_test_sets, evaluate_once, output_root, watch, write_table
+from models.set_runner import build_test_sets, evaluate_once, output_root, write_set_results
+from models.video_restorer import VideoRestorer
+from models.watch_runs import watch
 from option_rules import read_options, read_weights_options
 from utils import dist
 from utils.checkpoint import UNSAFE_FLAG, newest_weights
-from utils.compare_page import write_page
 from utils.diskspace import no_space
 from utils.errors import UserError, WriteFailed, say
 from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED
 from utils.logger import get_logger, setup_logger
+from utils.options import SCHEMA
 from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
 
 
@@ -66,6 +68,7 @@ def pixels(text: str) -> int:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """main_test's command line; without --weights or --opt, argparse's one line and exit 2."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--opt', default=None, help='the option file the model was trained with (default: found from '
                                                '--weights)')
@@ -110,7 +113,7 @@ def flag_overrides(args: argparse.Namespace) -> Any:
     """The evaluation flags as `val` overrides of the model the options name (video models tile with
     val.size_patch_testing, at a fixed overlap): a function of the option data, for read_options."""
     def more(data: Dict[str, Any]) -> List[str]:
-        model = data.get('model', 'plain')
+        model = data.get('model', SCHEMA['model'].default)  # the data are the file's, before validation fills it
         video = isinstance(model, str) and issubclass(MODELS.get(model, 'model').restorer_class, VideoRestorer)
         out = []
         if args.tile is not None:
@@ -142,6 +145,8 @@ def read_test_options(args: argparse.Namespace) -> Tuple[Dict[str, Any], str, Op
 
 def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device,
              source: str = '', weights: Optional[str] = None) -> None:
+    """Evaluate the network of `opt` as the flags ask, on every rank: `--input`'s files, every test set once, or
+    (`--watch`) each new checkpoint of a running job. `source`: where the network came from, for the log."""
     models = None if args.watch is None else models_folder(args.watch, opt['path']['models'])
     log = setup_logger(state.rank, buffered=False)
     log.info(dist.banner(state, device))
@@ -179,7 +184,7 @@ def input_name(path: str) -> str:
 
 
 def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.device, weights: str) -> None:
-    """`--input`: the images, frames or videos under args.input restored (models/inference.py), no targets."""
+    """`--input`: the images, frames or videos under args.input restored (models/input_restore.py), no targets."""
     log = get_logger()
     restorer_class = MODELS.get(opt['model'], 'model').restorer_class
     found = find_inputs(args.input, clips=issubclass(restorer_class, VideoRestorer))
@@ -199,22 +204,13 @@ def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.devi
                               opt['netG']['net_type'], args.frames, page)
     res = restored.evaluation
 
+    scale = opt['scale']
+    shown = 'each input itself' if scale == 1 else f'each input upscaled x{scale} by bicubic to its output\'s size'
+
     def write() -> None:  # rank 0; a failure raises on every rank
-        if res.write_error is not None:
-            raise res.write_error
-        if res.names:
-            table = os.path.join(out_dir, 'results.csv')
-            write_table(table, res.names, [[row.name, *row.scores] for row in res.rows], res.means)
-            log.info(f'{res.means["count"]} items: ' + ', '.join(f'{n} {res.means[n]:.4f}' for n in res.names)
-                     + f'; table: {table}')
-        if page and restored.files:
-            scale = opt['scale']
-            shown = 'each input itself' if scale == 1 else \
-                f'each input upscaled x{scale} by bicubic to its output\'s size'
-            path = write_page(out_dir, res.names, res.higher_is_better, [(row.name, row.scores) for row in res.rows],
-                              res.means, restored.files, notes=[f'{weights} on {args.input}', f'input: {shown}'])
-            log.info(f'comparison page: {path} (open it in a browser)')
-        elif page and res.rows:
+        notes = [f'{weights} on {args.input}', f'input: {shown}']
+        write_set_results(out_dir, res, restored.files, notes if page and restored.files else None)
+        if page and not restored.files and res.rows:
             log.info('comparison page: none (a video shows on it only with --frames, as its frames)')
     dist.main_process_write(write, out_dir)
     bad = [path for path, _ in found.bad] + restored.missed
@@ -227,6 +223,8 @@ def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.devi
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """main_test: the exit code (0; 2 for a mistake in the flags, options or inputs; 5 when writing the results
+    failed), each failure one line rather than a traceback."""
     args = parse_args(argv)
     try:
         if args.follow and args.watch is None:

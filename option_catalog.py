@@ -1,9 +1,9 @@
 """Every option key the loader knows, described from the rules themselves (option_rules.py and the
-registries): the generated reference (docs/options.md), the JSON Schema (options/schema.json) and
-`python main_train.py --describe <name>` all read this catalog, so none of them can drift from what
-the loader accepts.
+registries): the generated reference (docs/options.md), the JSON Schema (options/schema.json, written by
+option_schema.py) and `python main_train.py --describe <name>` all read this catalog, so none of them can
+drift from what the loader accepts.
 
-A key's facts come from its `Key` (utils/options.py): default, accepted types, check and help. A check
+A key's facts come from its `Key` (utils/options/keys.py): default, accepted types, check and help. A check
 labelled with `utils.options.rule` says what it allows in words and as JSON Schema keywords; an
 unlabelled one is described by its docstring. Network keys come from constructor signatures, which
 carry no help: their meaning is the network docstring's sentence naming the key in backticks, else
@@ -18,30 +18,26 @@ import sys
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from data.registry import DATASET_KEY_HELP, DATASETS, LOADER_OPTIONS, TRAIN_ONLY_OPTIONS
+from data.registry import DATASET_KEY_HELP, DATASETS, LOADER_OPTIONS
 from data.synthetic.demo import DEMO_DATA
 from losses.registry import LOSSES
 from metrics.registry import METRICS
-from models.evaluation import METRICS as ALWAYS_SCORED
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
-from models.optim import OPTIMIZERS, SCHEDULERS
+from models.optim import OPTIMIZERS
+from models.registry import INIT_OPTIONS, KAIR_SHARED_KEYS, MODELS, NETWORK_KEY_HELP, NETWORKS, network_options
 from models.sam import SAM_METHODS
-from models.registry import (INIT_OPTIONS, KAIR_SHARED_D_KEYS, KAIR_SHARED_KEYS, MODELS, NETWORK_KEY_HELP,
-                             NETWORKS, network_options)
+from models.schedules import SCHEDULERS
 from option_rules import option_rules
 from utils.errors import UserError
-from utils.options import (IGNORED, INHERITED, NETWORK_SCALE_KEYS, REQUIRED, SCHEMA, SCHEMA_POINTER, Choice, Key,
-                           inferred_types)
+from utils.options import IGNORED, INHERITED, NETWORK_SCALE_KEYS, REQUIRED, SCHEMA, Choice, Key, inferred_types
 from utils.registry import Registry
 from utils.suggest import did_you_mean
 
 NO_HELP = 'no help text'
 AUTO = 'auto'  # netG.net_type "auto" (models/networks/auto.py): resolved before validation, not registered
 _NONE = type(None)
-_JSON_TYPES = {bool: 'boolean', int: 'integer', float: 'number', str: 'string', list: 'array', dict: 'object',
-               _NONE: 'null'}
 _WORDS = {bool: 'true/false', int: 'integer', float: 'number', str: 'string', list: 'list', dict: 'object',
           _NONE: 'null'}
 
@@ -60,13 +56,16 @@ class KeyInfo:
 
     @property
     def required(self) -> bool:
+        """The user must give it (no default)."""
         return self.default is REQUIRED
 
     @property
     def ignored(self) -> bool:
+        """KAIR writes it and nothing here reads it: accepted and dropped."""
         return self.default is IGNORED
 
     def type_words(self) -> str:
+        """What the loader accepts, in the reference's words ("integer or null")."""
         if self.ignored:
             return 'any'
         if self.type_text:
@@ -79,6 +78,7 @@ class KeyInfo:
         return ' or '.join(dict.fromkeys(words))
 
     def default_words(self) -> str:
+        """The default as the reference shows it: JSON, or "required" / "ignored"."""
         if self.required:
             return 'required'
         if self.ignored:
@@ -86,6 +86,7 @@ class KeyInfo:
         return json_text(self.default)
 
     def allowed_words(self) -> str:
+        """What the check allows: its `rule` label, else its docstring's first sentence."""
         if self.check is None:
             return ''
         allowed = getattr(self.check, 'allowed', None)
@@ -93,24 +94,6 @@ class KeyInfo:
             return allowed
         doc = first_line(getattr(self.check, '__doc__', None))
         return doc or 'checked when loaded'
-
-    def schema(self) -> Dict[str, Any]:
-        """This key's value as JSON Schema: the loader's types and the check's labelled keywords."""
-        if self.ignored:
-            return {'description': 'accepted and ignored (KAIR writes it; nothing here reads it)'}
-        out: Dict[str, Any] = {}
-        if self.help:
-            out['description'] = self.help
-        if self.types is not None:
-            names = sorted({_JSON_TYPES[t] for t in self.types if t in _JSON_TYPES})
-            if len(names) == len(set(self.types)) or 'number' in names:
-                if 'number' in names and 'integer' in names:
-                    names.remove('integer')
-                out['type'] = names[0] if len(names) == 1 else names
-        out.update(getattr(self.check, 'schema', None) or {})
-        if not self.required and is_json(self.default):
-            out['default'] = plain(self.default)
-        return out
 
 
 def key_info(key: str, spec: Any, help_text: str = '', type_text: str = '') -> KeyInfo:
@@ -131,6 +114,7 @@ def plain(value: Any) -> Any:
 
 
 def is_json(value: Any) -> bool:
+    """Whether `value` can be written as JSON (a default that cannot is shown as Python)."""
     try:
         json.dumps(plain(value), allow_nan=False)
         return True
@@ -139,6 +123,7 @@ def is_json(value: Any) -> bool:
 
 
 def json_text(value: Any) -> str:
+    """`value` as the reference shows it: JSON where it can be, else its repr."""
     return json.dumps(plain(value), allow_nan=False) if is_json(value) else repr(value)
 
 
@@ -162,12 +147,14 @@ class Site:
     models: Tuple[str, ...] = ()   # the models that have this type key (empty: every option file)
 
     def words(self) -> str:
+        """Where the member is chosen, as --describe and the reference name it ("train.G_lossfn_type")."""
         models = f' (model {", ".join(self.models)})' if self.models else ''
         return f'{self.section + "." if self.section else ""}{self.type_key}{models}'
 
 
 @dataclass(frozen=True)
 class Member:
+    """One registered member (network, dataset, loss, ...) as the reference and --describe show it."""
     kind: str                      # 'network', 'dataset', 'loss', ...
     name: str
     summary: str
@@ -193,6 +180,7 @@ class Catalog:
     choice_sites: Dict[str, List[Tuple[Site, Choice, Any]]] = field(default_factory=dict)  # per model
 
     def all_members(self) -> List[Member]:
+        """Every member of every kind."""
         return [m for kind in self.members.values() for m in kind]
 
 
@@ -207,6 +195,7 @@ def summary_of(obj: Any) -> str:
 
 
 def class_names(obj: Any) -> Tuple[str, ...]:
+    """The registered object's own name, which --describe also finds it by (none for a lambda)."""
     name = getattr(obj, '__name__', '')
     return (name,) if name and name != '<lambda>' else ()
 
@@ -265,6 +254,7 @@ def network_help(cls: Any) -> Dict[str, str]:
 
 
 def network_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
+    """A network as a member: its keys from the constructor's signature, their meaning from its docstrings."""
     sites = (Site('netG', 'net_type'), Site('netD', 'net_type', models=models_with_netd()))
     try:
         options = network_options(name, 'describe')
@@ -288,6 +278,7 @@ def network_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
 
 
 def models_with_netd() -> Tuple[str, ...]:
+    """The models that train a discriminator (and so read a netD section)."""
     return tuple(n for n in MODELS.names() if getattr(MODELS.get(n, 'model'), 'HAS_NETD', False))
 
 
@@ -325,6 +316,7 @@ def chosen_members(registry: Registry, kind: str, sites: Dict[str, List[Tuple[Si
 
 
 def model_member(name: str) -> Member:
+    """A model as a member: the train, path and val keys it adds, its type keys, netD and its evaluator."""
     cls = MODELS.get(name, 'model')
     keys = [key_info(k, spec) for k, spec in (getattr(cls, 'TRAIN_OPTIONS', None) or {}).items()]
     path = [key_info(f'path.{k}', spec) for k, spec in (getattr(cls, 'PATH_OPTIONS', None) or {}).items()]
@@ -344,6 +336,7 @@ def model_member(name: str) -> Member:
 
 
 def dataset_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
+    """A dataset type as a member: its own keys (the loader's are listed once) and those it inherits."""
     keys = tuple(key_info(k, spec, DATASET_KEY_HELP.get(k, '')) for k, spec in cls.OPTIONS.items()
                  if k not in LOADER_OPTIONS)
     inherited = [k for k in INHERITED if k in cls.OPTIONS]
@@ -353,6 +346,7 @@ def dataset_member(name: str, aliases: Tuple[str, ...], cls: Any) -> Member:
 
 
 def simple_members(registry: Registry, kind: str, site: Site) -> List[Member]:
+    """The members of a registry whose members read no keys (initialisers, demo data generators)."""
     return [Member(kind, name, summary_of(obj), (site,), (), aliases, classes=class_names(obj))
             for name, aliases, obj in grouped(registry)]
 
@@ -404,6 +398,7 @@ def find(cat: Catalog, name: str) -> List[Member]:
 
 
 def every_name(cat: Catalog) -> List[str]:
+    """Every name --describe takes, for its did-you-mean."""
     return sorted({n for m in cat.all_members() for n in (m.name, *m.aliases)})
 
 
@@ -435,7 +430,7 @@ def kind_text(cat: Catalog, kinds: Sequence[str]) -> str:
         for m, n in named:
             summary = m.summary or NO_HELP
             lines.append(f'  {n.ljust(width)}  {summary if len(summary) <= 80 else summary[:77] + "..."}')
-    return '\n'.join(lines + [f'--describe <name> shows the keys of one of them'])
+    return '\n'.join(lines + ['--describe <name> shows the keys of one of them'])
 
 
 def describe(name: str, cat: Optional[Catalog] = None) -> str:
@@ -457,12 +452,14 @@ def describe(name: str, cat: Optional[Catalog] = None) -> str:
 
 
 def auto_text() -> str:
+    """What --describe says of netG.net_type "auto", which is resolved before validation and not registered."""
     return ('network "auto" (netG.net_type): the architecture and its keys are read from the checkpoint in '
             'path.pretrained_netG (spandrel detects it) and replace "auto" before the options are checked.\n'
             '  only netG.init_type, init_bn_type and init_gain may accompany it; path.pretrained_netG is required')
 
 
 def member_text(m: Member) -> str:
+    """What --describe prints for one member: where it is chosen and the table of its keys."""
     also = f' (also: {", ".join(m.aliases)})' if m.aliases else ''
     lines = [f'{m.kind} "{m.name}"{also}: {m.summary or NO_HELP}',
              f'  chosen by: {"; ".join(s.words() for s in m.sites)}']
@@ -490,6 +487,7 @@ def member_text(m: Member) -> str:
 
 
 def key_table(keys: Sequence[KeyInfo]) -> List[str]:
+    """--describe's table of keys: key, type, default, meaning with what it allows."""
     rows = [(k.key, k.type_words(), k.default_words(), meaning(k)) for k in keys]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     widths = [min(w, cap) for w, cap in zip(widths, (34, 22, 24))]
@@ -497,211 +495,9 @@ def key_table(keys: Sequence[KeyInfo]) -> List[str]:
 
 
 def meaning(k: KeyInfo) -> str:
+    """A key's help text followed by what its check allows, in brackets."""
     if k.ignored:
         return 'accepted and ignored (KAIR writes it; not read here)'
     text = k.help or NO_HELP
     allowed = k.allowed_words()
     return f'{text} [{allowed}]' if allowed else text
-
-
-# --- JSON Schema --------------------------------------------------------------------------------------------
-
-SCHEMA_DRAFT = 'https://json-schema.org/draft/2020-12/schema'
-
-
-def is_value(type_key: str, name: str, default: Any, types: Optional[Tuple[type, ...]]) -> Dict[str, Any]:
-    """A schema that holds when the type key `type_key` of an object names `name`: as a string, in a list,
-    as a key of an object (`G_extra_losses`), or by default when absent."""
-    forms: List[Dict[str, Any]] = [{'required': [type_key], 'properties': {type_key: {'const': name}}}]
-    if types is None or list in types:
-        forms.append({'required': [type_key], 'properties': {type_key: {'type': 'array', 'contains': {'const': name}}}})
-    if types is None or dict in types:
-        forms.append({'required': [type_key], 'properties': {type_key: {'type': 'object', 'required': [name]}}})
-    if default == name or (isinstance(default, (list, tuple)) and name in default) or \
-            (isinstance(default, dict) and name in default):
-        forms.append({'not': {'required': [type_key]}})
-    return forms[0] if len(forms) == 1 else {'anyOf': forms}
-
-
-def names_schema(names: Sequence[str], types: Optional[Tuple[type, ...]]) -> Dict[str, Any]:
-    """The values of a type key: one of `names`, a list of them or an object keyed by them (as its types allow)."""
-    forms: Dict[str, Dict[str, Any]] = {'string': {'enum': list(names)}, 'array': {'items': {'enum': list(names)}},
-                                        'object': {'propertyNames': {'enum': list(names)}}}
-    out: Dict[str, Any] = {}
-    allowed = [_JSON_TYPES[t] for t in types] if types else list(forms)
-    for kind in ('string', 'array', 'object'):
-        if kind in allowed:
-            out.setdefault('anyOf', []).append({'type': kind, **forms[kind]})
-    if 'null' in allowed:
-        out.setdefault('anyOf', []).append({'type': 'null'})
-    return out['anyOf'][0] if len(out.get('anyOf', [])) == 1 else out
-
-
-def properties(keys: Iterable[KeyInfo]) -> Dict[str, Any]:
-    return {k.key: k.schema() for k in keys}
-
-
-def required(keys: Iterable[KeyInfo], skip: Sequence[str] = ()) -> List[str]:
-    return [k.key for k in keys if k.required and k.key not in skip]
-
-
-def with_required(schema: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
-    return {**schema, 'required': keys} if keys else schema
-
-
-def section_with_choices(base: List[KeyInfo], entries: List[Tuple[Site, Choice, Any]], cat: Catalog,
-                         names: Mapping[str, Sequence[str]]) -> Dict[str, Any]:
-    """An object section (`train` of one model, `val`) whose type keys choose members: every member's keys are
-    accepted (the loader drops an unchosen member's keys with a note) and typed where the member is chosen."""
-    props = properties(base)
-    all_of = []
-    for site, choice, default in entries:
-        spec = next(k for k in base if k.key == site.type_key)
-        choice_names = names[choice.registry.kind]
-        type_schema = dict(props[site.type_key])
-        type_schema.pop('type', None)
-        props[site.type_key] = {**type_schema, **names_schema(choice_names, spec.types)}
-        for name in choice_names:
-            keys = [KeyInfo(site.prefix + k, spec_.default, spec_.types, spec_.check, spec_.help)
-                    for k, spec_ in ((k, key_info(k, s)) for k, s in choice.registry.options(name, name).items())]
-            if not keys:
-                continue
-            for k in keys:
-                props.setdefault(k.key, {'description': f'read when {site.type_key} chooses a member that takes it'})
-            all_of.append({'if': is_value(site.type_key, name, default, spec.types),
-                           'then': with_required({'properties': properties(keys)}, required(keys))})
-    out: Dict[str, Any] = {'type': 'object', 'properties': props, 'additionalProperties': False}
-    if all_of:
-        out['allOf'] = all_of
-    return out
-
-
-def json_schema(cat: Optional[Catalog] = None) -> Dict[str, Any]:
-    """options/schema.json: JSON Schema 2020-12 of what the loader accepts, value by value. The loader checks
-    more than a schema can say (cross-key rules: a dataset's scale against the top level, best_metric against
-    val.metrics, files on disk); the schema never refuses what the loader accepts."""
-    cat = cat or catalog()
-    names = {kind: every_name_of(cat, kind) for kind in cat.members}
-    names.update({r.kind: sorted(r.names()) for r in (LOSSES, OPTIMIZERS, SCHEDULERS, METRICS)})
-    defs: Dict[str, Any] = {}
-
-    # top level
-    props = properties(cat.top)
-    props['model'] = {**props['model'], 'enum': MODELS.names()}
-    props = {SCHEMA_POINTER: {'type': 'string', 'description': 'this schema\'s path or URL, for editors; '
-                                                               'ignored by the loader'}, **props}
-    for sec in ('path', 'train'):
-        props[sec] = {'type': 'object', 'description': f'the {sec} keys of the loop and of the chosen model'}
-    props['val'] = {'$ref': '#/$defs/val'}
-    props['logging'] = {'type': 'object', 'properties': properties(cat.sections['logging']),
-                        'additionalProperties': False}
-    props['datasets'] = {'$ref': '#/$defs/datasets'}
-    props['netG'] = {'$ref': '#/$defs/netG'}
-    props['netD'] = {'$ref': '#/$defs/netD'}
-
-    # models: their train and path sections, netD or not
-    all_of = []
-    default_model = SCHEMA['model'].default
-    for model in cat.members['model']:
-        cls = MODELS.get(model.name, 'model')
-        train = cat.sections['train'] + [key_info(k, s) for k, s in (getattr(cls, 'TRAIN_OPTIONS', None) or {}).items()]
-        entries = cat.choice_sites.get(model.name, [])
-        defs[f'train.{model.name}'] = section_with_choices(train, entries, cat, names)
-        path = cat.sections['path'] + [key_info(k, s) for k, s in (getattr(cls, 'PATH_OPTIONS', None) or {}).items()]
-        defs[f'path.{model.name}'] = {'type': 'object', 'properties': properties(path), 'additionalProperties': False}
-        then: Dict[str, Any] = {'properties': {'train': {'$ref': f'#/$defs/train.{model.name}'},
-                                               'path': {'$ref': f'#/$defs/path.{model.name}'}}}
-        if getattr(cls, 'HAS_NETD', False):
-            then['required'] = ['netD']
-        else:
-            then['properties']['netD'] = False
-        cond: Dict[str, Any] = {'properties': {'model': {'const': model.name}}}
-        if model.name != default_model:
-            cond['required'] = ['model']
-        all_of.append({'if': cond, 'then': then})
-    all_of.append({'if': {'required': ['netG'], 'properties': {'netG': {'required': ['net_type'],
-                                                                         'properties': {'net_type': {'const': AUTO}}}}},
-                   'then': {'required': ['path'], 'properties': {'path': {'required': ['pretrained_netG'],
-                                                                          'properties': {'pretrained_netG':
-                                                                                         {'type': 'string'}}}}}})
-
-    # val: the metrics val.metrics chooses read their own keys
-    val = section_with_choices(cat.sections['val'], cat.choice_sites.get('', []), cat, names)
-    val['properties']['best_metric'] = {**val['properties']['best_metric'],
-                                        'enum': [*ALWAYS_SCORED, *names['metric']]}
-    for model in cat.members['model']:  # a model's own val keys (EDVR's padding): accepted whatever the model
-        val_keys = getattr(MODELS.get(model.name, 'model'), 'VAL_OPTIONS', None) or {}
-        val['properties'].update(properties(key_info(k, spec) for k, spec in val_keys.items()))
-    defs['val'] = val
-
-    # networks (netG, netD)
-    init = properties(cat.network_common)
-    init['init_type'] = {**init['init_type'], 'enum': WEIGHT_INITS.names()}
-    init['init_bn_type'] = {**init['init_bn_type'], 'enum': BN_INITS.names()}
-    net_names = NETWORKS.names()
-    for net in cat.members['network']:
-        scale_key = next((k for k in NETWORK_SCALE_KEYS if k in {x.key for x in net.keys}), None)
-        body = {'properties': properties(net.keys)}
-        defs[f'network.{net.name}'] = with_required(body, required(net.keys, skip=(scale_key,) if scale_key else ()))
-    for section, shared, enum in (('netG', KAIR_SHARED_KEYS, [AUTO, *net_names]), ('netD', KAIR_SHARED_D_KEYS,
-                                                                                   net_names)):
-        branches = []
-        for net in cat.members['network']:
-            own = [k.key for k in net.keys]
-            for name in (net.name, *net.aliases):
-                branches.append({'if': {'required': ['net_type'], 'properties': {'net_type': {'const': name}}},
-                                 'then': {'allOf': [{'$ref': f'#/$defs/network.{net.name}'}],
-                                          'propertyNames': {'enum': sorted({'net_type', *init, *shared, *own})}}})
-        if section == 'netG':
-            branches.append({'if': {'required': ['net_type'], 'properties': {'net_type': {'const': AUTO}}},
-                             'then': {'propertyNames': {'enum': ['net_type', *init]}}})
-        shared_props = {k: {'description': 'KAIR\'s shared key: read by the networks that take it, accepted and '
-                                           'ignored by the others'} for k in shared}
-        defs[section] = {'type': 'object', 'required': ['net_type'],
-                         'properties': {'net_type': {'enum': enum, 'description': 'the network: a name of '
-                                                                                  'models/networks/'},
-                                        **shared_props, **init},
-                         'allOf': branches}
-
-    # datasets
-    loader = properties(cat.loader)
-    loader['dataset_type'] = {**loader['dataset_type'], 'enum': names['dataset']}
-    loader['generate_demo'] = {**loader['generate_demo'], 'enum': [None, *DEMO_DATA.names()]}
-    for ds in cat.members['dataset']:
-        skip = [k for k in INHERITED]
-        defs[f'dataset.{ds.name}'] = with_required({'properties': properties(ds.keys)}, required(ds.keys, skip))
-    for phase in ('train', 'test'):
-        branches = []
-        for ds in cat.members['dataset']:
-            for name in (ds.name, *ds.aliases):
-                branches.append({'if': {'required': ['dataset_type'],
-                                        'properties': {'dataset_type': {'const': name}}},
-                                 'then': {'allOf': [{'$ref': f'#/$defs/dataset.{ds.name}'}],
-                                          'propertyNames': {'enum': sorted({*LOADER_OPTIONS,
-                                                                            *(k.key for k in ds.keys)})}}})
-        phase_props = dict(loader)
-        if phase == 'test':
-            phase_props.update({k: False for k in TRAIN_ONLY_OPTIONS})
-        defs[f'datasets.{phase}'] = {'type': 'object', 'required': ['dataset_type'], 'properties': phase_props,
-                                     'allOf': branches}
-    # test sets: `test` is one set or a list of them; BasicSR's `test_1`, `test_2`, ... one set each (`val`: another
-    # name)
-    one_or_more = {'anyOf': [{'$ref': '#/$defs/datasets.test'},
-                             {'type': 'array', 'minItems': 1, 'items': {'$ref': '#/$defs/datasets.test'}}]}
-    defs['datasets'] = {'type': 'object', 'properties': {'train': {'$ref': '#/$defs/datasets.train'},
-                                                         'test': one_or_more, 'val': one_or_more},
-                        'patternProperties': {r'^(test|val)_\w+$': {'$ref': '#/$defs/datasets.test'}},
-                        'additionalProperties': False, 'not': {'required': ['test', 'val']}}
-
-    return {'$schema': SCHEMA_DRAFT,
-            'title': 'Option file (python main_train.py --opt FILE)',
-            'description': 'Generated by scripts/option_reference.py from the options\' rules; do not edit. '
-                           'docs/options.md explains every key. Comments (// and /* */) are allowed in option '
-                           'files: validate the parsed object.',
-            'type': 'object', 'required': ['task', 'netG'], 'properties': props, 'additionalProperties': False,
-            'allOf': all_of, '$defs': dict(sorted(defs.items()))}
-
-
-def every_name_of(cat: Catalog, kind: str) -> List[str]:
-    return sorted({n for m in cat.members[kind] for n in (m.name, *m.aliases)})
-

@@ -1,6 +1,6 @@
 """The options' rules assembled from the registries: how every entry point reads an option file.
 
-utils/options.py validates options against `Rules` but knows neither models/ nor data/; this module
+utils/options/ validates options against `Rules` but knows neither models/ nor data/; this module
 connects the two (networks, models, datasets, discriminators, losses, optimizers, schedulers,
 initialisers), so that main_train.py, main_test.py, the benches and the tests read options the same
 way without importing one another.
@@ -16,7 +16,7 @@ from models.networks.layers.init import BN_INITS, WEIGHT_INITS
 from models.discovery import Discovered, discover
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
-from utils.options import Choice, Rules, apply_overrides, options_from_data, parse_json_file, validate
+from utils.options import Choice, Rules, apply_overrides, options_from_data, read_option_file, validate
 from utils.suggest import did_you_mean
 
 
@@ -48,13 +48,13 @@ MoreOverrides = Callable[[Dict[str, Any]], List[str]]
 def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOverrides] = None,
                  test_sets: Optional[str] = None) -> Dict[str, Any]:
     """The option file at `path` with `--set` overrides, validated and completed; with `test_sets`, the test sets
-    of that option file instead of its own (main_test's `--test-sets`, utils/options.py `with_test_sets`).
+    of that option file instead of its own (main_test's `--test-sets`, utils/options/load.py `with_test_sets`).
 
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
     (models/networks/auto.py), put in place of the file's netG, and noted for the log. A distillation teacher's
     netG (`train.teacher`) is completed and checked as netG is (`resolve_teacher`).
     """
-    return read_options_data(parse_json_file(path), path, overrides, more, test_sets)
+    return read_options_data(read_option_file(path), path, overrides, more, test_sets)
 
 
 def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str] = (),

@@ -3,7 +3,7 @@ and on, and the peak memory of a long video, which must not grow with its length
 
     python bench/bench_inference.py [--quick] [--reps 3] [--threads 2]
 
-Every row goes through models/inference.py's `restore_inputs` (read, restore, encode, write; one process):
+Every row goes through models/input_restore.py's `restore_inputs` (read, restore, encode, write; one process):
   images/s  the demo's DnCNN (options/train_dncnn_demo.json's netG, random weights) on 8 generated 192x192 PNGs:
             whole images / tiles of 96 overlapping by 16 (val.tile, val.tile_overlap);
   frames/s  a small clip network (model vrt; `ClipNet` below: per-frame convolutions around a 3x3x3 one across
@@ -36,10 +36,10 @@ from torch import nn  # noqa: E402
 
 from common import entry, parse_reps, reps_parser  # noqa: E402
 from data.inputs import find_inputs  # noqa: E402
-from models.inference import restore_inputs  # noqa: E402
+from models.input_restore import restore_inputs  # noqa: E402
+from models.network_loading import build_checked_network  # noqa: E402
 from models.registry import MODELS, NETWORKS  # noqa: E402
 from option_rules import read_options, read_options_data  # noqa: E402
-from models.restorer import build_checked_network  # noqa: E402
 from utils.image import imwrite  # noqa: E402
 from utils.video import VideoWriter  # noqa: E402
 

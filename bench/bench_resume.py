@@ -1,8 +1,9 @@
 """Time to the first completed iteration: resumed run / fresh run of main_train.py (tiny config).
 
-Each measurement is a separate `python main_train.py` process (through a wrapper that patches
-`ModelPlain.step` from outside to print a wall-clock timestamp once, as tests/patched_main.py
-does; production code has no hook). The time runs from just before the parent starts the process
+Each measurement is a separate `python main_train.py` process (through a wrapper that registers model
+`timed_plain`, ModelPlain printing a wall-clock timestamp once its first step is done, and trains it: a model
+is one class registered where it is defined; production code has no hook). The time runs from just before
+the parent starts the process
 to the end of the first optimizer step, so interpreter start, imports, option parsing, dataset and
 loader construction, model building and (for resume) finding and loading the checkpoint all count.
 The resumed run continues from a copy of the same iteration-4 checkpoint every rep; the sampler
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 from common import entry, parse_reps, reps_parser
 
@@ -27,20 +28,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 
 
+TIMED_MODEL = 'timed_plain'  # the runs' `model`: ModelPlain, printing when its first step is done
+
+
 def child(argv: Sequence[str]) -> int:
-    """Run main_train.main(argv), printing `MAIN <t>` after imports and `FIRST_STEP <t> <iter>` once."""
+    """Run main_train.main(argv) with model `timed_plain` registered, printing `MAIN <t>` after imports and
+    `FIRST_STEP <t> <iter>` once."""
     sys.path.insert(0, ROOT)
     import main_train
     from models.model_plain import ModelPlain
+    from models.registry import MODELS
     print(f'MAIN {time.time():.6f}', flush=True)
-    original = ModelPlain.step
 
-    def step(self, it, loss, applied=None):
-        original(self, it, loss, applied)
-        if not getattr(ModelPlain, '_bench_reported', False):
-            ModelPlain._bench_reported = True
-            print(f'FIRST_STEP {time.time():.6f} {it}', flush=True)
-    ModelPlain.step = step
+    @MODELS.register(TIMED_MODEL)
+    class TimedPlain(ModelPlain):
+        """ModelPlain printing the wall-clock time at the end of its first optimizer step."""
+
+        reported = False
+
+        def step(self, step: int, loss: Any, applied: Any = None) -> None:
+            """ModelPlain's step, then the time once: the end of what is measured."""
+            super().step(step, loss, applied)
+            if not TimedPlain.reported:
+                TimedPlain.reported = True
+                print(f'FIRST_STEP {time.time():.6f} {step}', flush=True)
     return main_train.main(list(argv))
 
 
@@ -81,7 +92,8 @@ def main(argv: Sequence[str] = None) -> None:
             ensure_demo_data(dataset_options('dncnn', name, generate_demo='images', dataroot_H=os.path.join(data, name)))
 
         def options(root: str, total: int) -> str:
-            opt = tiny_options(root, data, total_iter=total, checkpoint_save=4, checkpoint_test=4)
+            opt = {**tiny_options(root, data, total_iter=total, checkpoint_save=4, checkpoint_test=4),
+                   'model': TIMED_MODEL}
             return write_options(os.path.join(tmp, f'{os.path.basename(root)}.json'), opt)
 
         base_root = os.path.join(tmp, 'base')

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every benchmark in bench/ once and print all ratios (raw output; see bench/README.md).
 #
-#   bash bench/run_all.sh            # full run, about 35-40 minutes on 2 CPU cores (VRT step: ~20)
+#   bash bench/run_all.sh            # full run, about 1 h 40 min on 2 CPU cores (VRT step: ~20, BasicSR side by side: ~60)
 #   QUICK=1 bash bench/run_all.sh    # every script with --quick: smallest sizes, fewest reps, no
 #                                    # torch.compile row; a few minutes, a smoke run (noisy)
 #
@@ -50,6 +50,9 @@ python bench/bench_vrt_step.py "${ARGS[@]}"
 echo
 echo "== bench_startup.py: time to the first finished step, main_train.py vs bare PyTorch"
 python bench/bench_startup.py "${ARGS[@]}"
+echo
+echo "== bench_peers.py: BasicSR 1.4.2's own train.py / our main_train.py, steady s/iter on 5 networks, 2 cores, 1 core, beside a busy process (installs BasicSR into \$TMPDIR/bench_peers; ~60 min)"
+python bench/bench_peers.py "${ARGS[@]}"
 echo
 echo "== bench_loader.py: loader samples/s, ours vs KAIR/BasicSR-style baseline (images, clips, lmdb, spikes)"
 python bench/bench_loader.py "${ARGS[@]}"

@@ -46,7 +46,7 @@ from data.degradations import batch_transforms
 from data.sampler import TrainKey, key_step_seed, parse_key
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Key
+from utils.options import Key, rule
 
 Batch = Dict[str, Any]
 AUGMENTS = ('none', 'mixup', 'cutmix', 'resizemix', 'cutblur')
@@ -61,12 +61,15 @@ RESIZEMIX_RANGE = (0.5, 0.9)       # tau of resizemix (traiNNer-redux's)
 CUTBLUR_RATIO = (0.7, 0.01)        # box side ratio of cutblur ~ N(mean, std) (Yoo et al.'s alpha 0.7)
 
 
+@rule(f'distinct names from {", ".join(AUGMENTS)}', minItems=1, uniqueItems=True, items={'enum': list(AUGMENTS)})
 def _augment_names(v: Any) -> Optional[str]:
     if v and all(a in AUGMENTS for a in v) and len(set(v)) == len(v):
         return None
     return f'must be a list of distinct names from {", ".join(AUGMENTS)}'
 
 
+@rule('probabilities >= 0 that sum to 1, one per train.moa_augs entry', minItems=1,
+      items={'type': 'number', 'minimum': 0})
 def _probabilities(v: Any) -> Optional[str]:
     if (v and all(isinstance(p, (int, float)) and not isinstance(p, bool) and p >= 0 for p in v)
             and abs(sum(v) - 1) < 1e-6):

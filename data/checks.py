@@ -4,8 +4,9 @@ A corrupt or too-small file found at the first batch or the first validation cos
 since the last save, on every attempt. Each dataset therefore checks all of its files when it is
 built: the image header (size, and for PNG/JPEG the end marker; see `utils.image.read_image_size`),
 OpenCV's decoding limits, the `.npy` header and the `.dat` length of spike streams, against what
-the dataset will ask of them (training patch, evaluation with SSIM, pairing, scale). Pixels are
-never decoded, so thousands of files take a fraction of a second.
+the dataset will ask of them (training patch, evaluation with SSIM, pairing, scale), and what the section's
+`icc` key says of images with a non-sRGB colour profile (`colour_profiles`). Pixels are never decoded, so
+thousands of files take a fraction of a second.
 
 All problems come back as one UserError with one line per bad file,
 `<datasets.phase.key>: <file>: <problem>`, capped at MAX_LINES lines.
@@ -19,7 +20,9 @@ import numpy as np
 
 from metrics.fidelity import SSIM_WINDOW
 from utils.errors import UserError
-from utils.image_header import ImageFileError, decode_limit_problem, header_bit_depth, read_image_size
+from utils.icc import Profile, ProfileError, read_profile
+from utils.image_header import ImageFileError, decode_limit_problem, header_bit_depth, header_icc, read_image_size
+from utils.logger import get_logger
 
 MAX_LINES = 20
 THREADS = 8                 # for slow (network) file systems: see parallel_map
@@ -90,6 +93,48 @@ def image_depths(paths: Sequence[str]) -> Dict[str, int]:
     (the frame cache's layout, data/frame_cache.py)."""
     paths = [str(p) for p in paths]
     return dict(zip(paths, parallel_map(header_bit_depth, paths)))
+
+
+def colour_profiles(paths: Sequence[str], mode: str, where: str, key: Optional[str] = None,
+                    say: Optional[Callable[[str], None]] = None) -> None:
+    """What the section `where`'s `icc` key (`mode`; `key` names it, default `<where>.icc`) says of its images that
+    carry a non-sRGB colour profile (utils/icc.py), from their headers at start-up: "refuse" ends the run with one
+    line naming the first; "convert" says one line (how many, the first; `say`, default the log) and ends the run
+    with one line per image whose profile cannot be converted; "ignore" reads nothing. Images without a profile or
+    with an sRGB one cost a header read."""
+    if mode == 'ignore':
+        return
+    key = key or f'{where}.icc'
+    paths = list(dict.fromkeys(str(p) for p in paths))
+    found = [(p, r) for p, r in zip(paths, parallel_map(non_srgb_profile, paths)) if r is not None]
+    if not found:
+        return
+    first, profile = found[0]
+    if mode == 'refuse':
+        what = (f'a non-sRGB colour profile ("{profile.name}")' if isinstance(profile, Profile)
+                else f'a colour profile that cannot be read ({profile})')
+        more = f' (and {len(found) - 1} more of its {len(paths)} images)' if len(found) > 1 else ''
+        raise UserError(f'{key}: "refuse", but {first} carries {what}{more}; convert the images to sRGB, or set '
+                        f'it to "convert"')
+    problems = FileProblems()
+    for path, p in found:
+        problem = p if isinstance(p, str) else p.problem(header_bit_depth(path))
+        if problem:
+            problems.add(key, path, f'{problem}; "ignore" reads its values as they are')
+    problems.raise_if_any()
+    (say or get_logger().info)(f'{where}: {len(found)} of {len(paths)} images carry a non-sRGB colour profile (the '
+                               f'first: {first}, "{profile.name}"): converted to sRGB as they are read ({key} "convert")')
+
+
+def non_srgb_profile(path: str) -> Union[None, Profile, str]:
+    """The non-sRGB profile embedded in the image at `path`, None (none, or sRGB), or why it cannot be read."""
+    try:
+        icc = header_icc(path)
+        return None if icc is None else read_profile(icc)
+    except ImageFileError as e:
+        return e.problem
+    except ProfileError as e:
+        return f'damaged colour profile ({e})'
 
 
 def fmt(size: Size) -> str:

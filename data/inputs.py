@@ -9,6 +9,10 @@ Before anything runs, every image's header is read (`utils.image_header.read_ima
 and every video is opened and its packets counted (`utils.video.probe_video`): a file that fails is not an
 input (`Found.bad`, one line each, naming it), a clip whose frames differ in size neither. The rest is read
 only when restored (`read_frames`), so that memory holds one item (a video: one window) at a time.
+
+An image with a non-sRGB colour profile embedded (Display P3, Adobe RGB) is converted to sRGB as it is read, as the
+datasets' default `icc: "convert"` does (utils/icc.py): restored, it is written in sRGB (without a profile). The log
+line that describes the inputs says how many; one whose profile cannot be converted is not an input.
 """
 import os
 from dataclasses import dataclass, field
@@ -17,9 +21,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from data.checks import non_srgb_profile
 from utils.errors import UserError
 from utils.image import IMG_EXTENSIONS, imread_uint, is_image_file
-from utils.image_header import ImageFileError, read_image_size
+from utils.image_header import ImageFileError, header_bit_depth, read_image_size
 from utils.video import VIDEO_EXTENSIONS, FrameReader, is_video_file, probe_video
 
 IMAGE, FRAMES, VIDEO = 'image', 'frames', 'video'
@@ -47,6 +52,7 @@ class Found:
     """The inputs under PATH, in name order, and the files that cannot be inputs: (path, problem)."""
     sources: List[Source] = field(default_factory=list)
     bad: List[Tuple[str, str]] = field(default_factory=list)
+    converted: List[str] = field(default_factory=list)  # images with a non-sRGB colour profile, read in sRGB
 
     def describe(self) -> str:
         """What the inputs are, for the log: e.g. `8 images, 1 video (100 frames)`."""
@@ -57,6 +63,10 @@ class Found:
                 frames = f' ({sum(s.frames for s in these)} frames)' if kind != IMAGE else ''
                 parts.append(f'{len(these)} {word}{"s" if len(these) > 1 else ""}{" of frames" if kind == FRAMES else ""}'
                              f'{frames}')
+        if self.converted:
+            n = len(self.converted)
+            parts.append(f'{n} of them with a non-sRGB colour profile, converted to sRGB (the first: '
+                         f'{self.converted[0]})')
         return ', '.join(parts) or 'nothing readable'
 
 
@@ -74,6 +84,9 @@ def find_inputs(path: str, clips: bool) -> Found:
             found.sources.append(_video(path, name))  # a video that cannot be opened: its UserError
         elif is_image_file(path):
             size = read_image_size(path)  # a damaged header: its one line
+            problem = _profile_problem(path, found)
+            if problem:
+                raise UserError(f'--input {path}: {problem}')
             found.sources.append(_frames([path], os.path.splitext(name)[0], (name,), size) if clips
                                  else _image(path, name, size))
         else:
@@ -94,9 +107,15 @@ def find_inputs(path: str, clips: bool) -> Found:
         good = []
         for f in images:
             try:
-                good.append((f, read_image_size(os.path.join(folder, f))))
+                size = read_image_size(os.path.join(folder, f))
             except ImageFileError as e:
                 found.bad.append((e.path, e.problem))
+                continue
+            problem = _profile_problem(os.path.join(folder, f), found)
+            if problem:
+                found.bad.append((os.path.join(folder, f), problem))
+            else:
+                good.append((f, size))
         if clips and good:
             (first, (h, w)), odd = good[0], [(f, size) for f, size in good if size != good[0][1]]
             if odd:
@@ -112,6 +131,18 @@ def find_inputs(path: str, clips: bool) -> Found:
         raise UserError(f'--input {path}: no images ({" ".join(IMG_EXTENSIONS)}) or videos '
                         f'({" ".join(VIDEO_EXTENSIONS)}) in this folder')
     return found
+
+
+def _profile_problem(path: str, found: Found) -> Optional[str]:
+    """Why the image at `path` cannot be read in sRGB (its colour profile is damaged or cannot be converted), or
+    None; one that will be converted from its profile is noted in `found.converted`."""
+    profile = non_srgb_profile(path)
+    if profile is None:
+        return None
+    problem = profile if isinstance(profile, str) else profile.problem(header_bit_depth(path))
+    if problem is None:
+        found.converted.append(path)
+    return problem
 
 
 def _problem_of(e: UserError, path: str) -> str:

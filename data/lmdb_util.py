@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 
 from utils.errors import UserError
+from utils.icc import file_profile
 from utils.image import imread_uint, is_image_file
 from utils.paths import folder_problem
 
@@ -32,16 +33,19 @@ def encode_raw_frame(bgr: np.ndarray) -> bytes:
     return RAW_MAGIC + struct.pack('<III', h, w, c) + np.ascontiguousarray(bgr, dtype=np.uint8).tobytes()
 
 
-def decode_frame(value: bytes, what: str) -> np.ndarray:
+def decode_frame(value: bytes, what: str, icc: str = 'convert') -> np.ndarray:
     """H×W×3 uint8 BGR pixels of an LMDB value: raw (see `encode_raw_frame`) or image file bytes (PNG...).
 
-    `what` names the value in errors, e.g. `datasets.train.dataroot_gt: key 000/00000000 in x.lmdb`.
+    `what` names the value in errors, e.g. `datasets.train.dataroot_gt: key 000/00000000 in x.lmdb`. `icc` is the
+    section's key: file bytes with a non-sRGB colour profile (a folder's files stored as they are, profile and
+    all: `make_lmdb_from_folder`) are converted to sRGB, refused or read as they are (utils/icc.py).
     """
     if value[:len(RAW_MAGIC)] == RAW_MAGIC:
         h, w, c = struct.unpack_from('<III', value, len(RAW_MAGIC))
         if len(value) != RAW_HEADER + h * w * c or c != 3:
             raise UserError(f'{what}: raw frame of {len(value)} bytes does not hold the {h}x{w}x{c} pixels its header names')
         return np.frombuffer(value, np.uint8, h * w * c, RAW_HEADER).reshape(h, w, c)
+    profile = file_profile(value, what, icc)
     try:
         img = cv2.imdecode(np.frombuffer(value, np.uint8), cv2.IMREAD_COLOR)
     except cv2.error as e:
@@ -49,7 +53,7 @@ def decode_frame(value: bytes, what: str) -> np.ndarray:
         raise UserError(f'{what} cannot be decoded: {lines[-1] if lines else "OpenCV error"}') from None
     if img is None:
         raise UserError(f'{what} is not an image')
-    return img
+    return img if profile is None else profile.to_srgb(img, what, bgr=True)
 
 
 def import_lmdb():
@@ -76,7 +80,9 @@ def make_lmdb_from_folder(folder: Union[str, os.PathLike], lmdb_path: Union[str,
                           exts: Iterable[str] = ('.png',), map_size: Optional[int] = None, raw: bool = False) -> int:
     """Store every `<folder>/<clip>/<frame><ext>` as key `clip/frame`; returns the number stored.
 
-    `raw`: images are stored decoded (`encode_raw_frame`); other files (spike streams) as they are.
+    `raw`: images are stored decoded (`encode_raw_frame`), in sRGB (a non-sRGB colour profile converted); other
+    files (spike streams, and images when not `raw`) as they are, an image's colour profile included, which the
+    reading dataset's `icc` key then applies (`decode_frame`).
     """
     lmdb = import_lmdb()
     folder, lmdb_path = Path(folder), Path(lmdb_path)

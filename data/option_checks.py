@@ -1,4 +1,6 @@
-"""Value checks that dataset option keys share, for `Key(default, types, check)` in a dataset's OPTIONS.
+"""Value checks of the datasets' own quantities (noise levels, frame counts, file names, BasicSR's io_backend),
+for `Key(default, types, check)` in a dataset's OPTIONS; the generic ones (`at_least`, `between`, `only`, ...)
+are the options' vocabulary, utils/options/checks.py.
 
 The options validator runs them on every given value before anything is built, so a bad value ends
 the run with one line naming `<file>: datasets.<phase>.<key>`. A dataset then checks only what
@@ -6,31 +8,15 @@ relates several keys or looks at files. A check gets a value of the key's types 
 problem, read after the value (`0 must be >= 1`), or None when the value is fine.
 """
 import json
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from utils.options import rule
+from utils.options import Check, rule
 
-Check = Callable[[Any], Optional[str]]
 NOISE_SCALE = 'noise std on the 0..255 scale'
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def at_least(n: int) -> Check:
-    """At least `n` (null passes: the key's types say whether null is allowed)."""
-    return rule(f'>= {n}', minimum=n)(lambda v: None if v is None or v >= n else f'must be >= {n}')
-
-
-def between(low: float, high: float, what: str) -> Check:
-    """From `low` to `high`, both included; `what` names the quantity."""
-    return rule(f'{what} from {low} to {high}', minimum=low, maximum=high)(
-        lambda v: None if low <= v <= high else f'must be {what} from {low} to {high}')
 
 
 @rule(f'>= 0 ({NOISE_SCALE})', minimum=0)
@@ -48,22 +34,10 @@ def noise_range(v: Any) -> Optional[str]:
     return f'must be [min, max] with 0 <= min <= max ({NOISE_SCALE})'
 
 
-@rule('a non-empty list of integers >= 1', minItems=1, items={'type': 'integer', 'minimum': 1})
-def positive_ints(v: Any) -> Optional[str]:
-    """A non-empty list of integers >= 1 (frame intervals, scale factors)."""
-    return None if v and all(_is_int(x) and x >= 1 for x in v) else 'must be a non-empty list of integers >= 1'
-
-
 def all_or_first(what: str) -> Check:
     """-1 (all frames of each `what`) or a positive number of frames (the first ones)."""
     return rule(f'-1 (whole {what}) or > 0', anyOf=[{'const': -1}, {'exclusiveMinimum': 0}])(
         lambda v: None if v == -1 or v > 0 else f'must be -1 (whole {what}) or a positive integer')
-
-
-def only(value: Any, why: str) -> Check:
-    """The one value a key accepts here (KAIR's files carry the key); `why` says why."""
-    return rule(f'only {json.dumps(value)}: {why}', const=value)(
-        lambda v: None if v == value else f'must be {json.dumps(value)}: {why}')
 
 
 def int_format(example: str) -> Check:

@@ -3,7 +3,7 @@
 Datasets live in `data/datasets/<family>.py` and register themselves with `@DATASETS.register(...)`. Each
 dataset class declares `OPTIONS: dict[str, default]` with the keys it reads (a default of
 `REQUIRED` marks a key the user must give; a `Key(default, types, check)` adds the value's types and
-rules, data/option_checks.py). The options validator uses it, through the entry
+rules, utils/options/checks.py and data/option_checks.py). The options validator uses it, through the entry
 point, to reject unknown keys with a did-you-mean and to fill defaults, so a dataset never sees a
 missing key.
 """
@@ -12,13 +12,13 @@ from typing import Any, Dict, List, Optional
 
 from torch.utils.data import Dataset
 
-from data.option_checks import at_least
-from utils.options import REQUIRED, Key
+from utils.icc import ICC_MODES
+from utils.options import REQUIRED, Key, at_least, one_of
 from utils.registry import Registry
 
 DATASETS = Registry('dataset type', 'data.datasets')
 
-# Keys every dataset section accepts: they configure the loader, not the dataset.
+# Keys every dataset section accepts: they configure the loader, and (icc) how every dataset reads its image files.
 LOADER_OPTIONS: Dict[str, Any] = {
     'name': Key('', (str,), help='the data set\'s name in logs and result folders'),
     'dataset_type': Key(REQUIRED, (str,), help='the dataset class: a dataset of data/datasets/'),
@@ -32,6 +32,10 @@ LOADER_OPTIONS: Dict[str, Any] = {
     # a synthetic data set to generate under the data roots if missing (inside demo_data/ only)
     'generate_demo': Key(None, (str, type(None)), help='a demo data generator that fills missing data roots '
                                                        'inside demo_data/ (null: none)'),
+    # what happens to an image with a non-sRGB colour profile embedded: utils/icc.py, data/checks.py colour_profiles
+    'icc': Key('convert', (str,), one_of(*ICC_MODES), 'images carrying a non-sRGB colour profile (Display P3, '
+               'Adobe RGB): "convert" their pixels to sRGB as they are read, "refuse" them at start-up, or "ignore" '
+               'the profile (the values as they are)'),
 }
 
 
@@ -89,7 +93,7 @@ def training_files(dataset: Dataset) -> Optional[Dict[str, List[str]]]:
     out: Dict[str, List[str]] = {}
     for key, attr in (('dataroot_H', 'paths_H'), ('dataroot_L', 'paths_L')):
         paths = getattr(dataset, attr, None)
-        if paths and opt.get(key):
+        if paths:  # an image dataset listed the folder of option `key`: the option is a path
             root = os.path.join(opt[key], '')  # the listing joined the names to the folder as given: cut it off
             out[key] = [p[len(root):] if p.startswith(root) else os.path.relpath(p, opt[key]) for p in paths]
     if out:

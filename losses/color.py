@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from losses.registry import LOSSES
-from utils.options import Key
+from utils.options import Key, rule
 
 _CBCR = ((-37.797, -74.203, 112.0), (112.0, -93.786, -18.214))  # rows: Cb, Cr weights of R, G, B (0..255 scale)
 # sRGB (linear) -> XYZ, OpenCV's matrix, and the D65 white it is normalised by
@@ -25,6 +25,7 @@ _XYZ = ((0.412453, 0.357580, 0.180423), (0.212671, 0.715160, 0.072169), (0.01933
 _WHITE = (0.950456, 1.0, 1.088754)
 
 
+@rule('"ycbcr" or "lab"', enum=['ycbcr', 'lab'])
 def _color_space(v: Any) -> Optional[str]:
     return None if v in ('ycbcr', 'lab') else 'must be "ycbcr" or "lab"'
 

@@ -20,7 +20,6 @@ poorly conditioned in half precision). Cost: a few elementwise passes and a sepa
 an L1 loss's order, far below a VGG loss.
 """
 import math
-from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +28,7 @@ from torch import nn
 from losses.color import mix_channels, rgb_to_lstar, srgb_to_linear
 from losses.msssim import gaussian_taps
 from losses.registry import LOSSES
-from utils.options import Key, non_negative, rule
+from utils.options import Key, at_least, non_negative
 
 # Ottosson's matrices: linear sRGB -> LMS, and cube-rooted LMS -> L, a, b (only a and b are used here)
 OKLAB_M1 = ((0.4122214708, 0.5363325363, 0.0514459929), (0.2119034982, 0.6806995451, 0.1073969566),
@@ -46,16 +45,11 @@ def rgb_to_oklab(x: torch.Tensor) -> torch.Tensor:
     return mix_channels(lms ** (1.0 / 3.0), OKLAB_M2)
 
 
-@rule('an integer >= 1', minimum=1)
-def _downscale(v: Any) -> Optional[str]:
-    return None if v >= 1 else 'must be >= 1 (1: no pooling)'
-
-
 CONSISTENCY_OPTIONS = {
     'consistency_blur': Key(3.0, (int, float), non_negative, 'sigma of the Gaussian blur before the comparison, in '
                             'pixels (0: none; neosr\'s 3)'),
-    'consistency_downscale': Key(1, (int,), _downscale, 'the blurred planes averaged over this many pixels squared '
-                                 'before the comparison (1: none)'),
+    'consistency_downscale': Key(1, (int,), at_least(1, '1: no pooling'), 'the blurred planes averaged over this many '
+                                 'pixels squared before the comparison (1: none)'),
 }
 
 

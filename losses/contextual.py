@@ -18,27 +18,19 @@ cache file; "random": random weights for tests). Memory: an N x N matrix per ima
 of the feature map: a 96x96 patch has 576 at conv3_2, a 256x256 one 4096, 16.8 M entries). The set
 comparison runs in float32 also under AMP.
 """
-from typing import Any, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from losses.perceptual import RANDOM_VGG, VGGFeatures, default_vgg19_path, vgg_input
+from losses.perceptual import RANDOM_VGG, VGGFeatures, default_vgg19_path, vgg_input, vgg_layers
 from losses.registry import LOSSES
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Key, positive
 
 EPS = 1e-5  # the paper's epsilon of the relative distance
-
-
-def _layers(v: Any) -> Optional[str]:
-    layers = [v] if isinstance(v, int) and not isinstance(v, bool) else v
-    if isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                   for i in layers):
-        return None
-    return 'must be a VGG19 layer index or a list of them in increasing order (e.g. [12, 21]: conv3_2, conv4_2)'
 
 
 def contextual_loss(fx: torch.Tensor, fy: torch.Tensor, band_width: float) -> torch.Tensor:
@@ -53,8 +45,8 @@ def contextual_loss(fx: torch.Tensor, fy: torch.Tensor, band_width: float) -> to
 
 
 @LOSSES.register('contextual', options={
-    'cx_layers': Key([12, 21], (int, list), _layers, 'VGG19 feature layer indices compared (12, 21: conv3_2, '
-                     'conv4_2)'),
+    'cx_layers': Key([12, 21], (int, list), vgg_layers('e.g. [12, 21]: conv3_2, conv4_2'),
+                     'VGG19 feature layer indices compared (12, 21: conv3_2, conv4_2)'),
     'cx_weights': Key(1.0, (int, float, list), help='weight of each layer\'s loss: one number for all, or one per '
                       'layer'),
     'cx_band_width': Key(0.5, (int, float), positive, 'h in exp((1 - d) / h): smaller is sharper matching'),

@@ -16,24 +16,18 @@ orthonormal, as in the authors' implementation: by Parseval, `fft_alpha: 0` (w =
 pixel mean squared error, the plain frequency L2 loss. Computed in float32 also under AMP: half-precision
 spectra lose the small high-frequency differences the loss is about.
 """
-from typing import Any, Optional
-
 import torch
 from torch import nn
 
 from losses.registry import LOSSES
-from utils.options import Key, non_negative, rule
-
-
-@rule('>= 1', minimum=1)
-def _patch_factor(v: Any) -> Optional[str]:
-    return None if v >= 1 else 'must be >= 1 (the image is cut into patch_factor x patch_factor patches)'
+from utils.options import Key, at_least, non_negative
 
 
 @LOSSES.register('fft', options={
     'fft_alpha': Key(1.0, (int, float), non_negative, 'exponent of the spectrum weight |F_pred - F_target|^alpha (0: '
                                                       'frequency L2)'),
-    'fft_patch_factor': Key(1, (int,), _patch_factor, 'cut the image into patch_factor x patch_factor patches'),
+    'fft_patch_factor': Key(1, (int,), at_least(1, 'the image is cut into patch_factor x patch_factor patches'),
+                            'cut the image into patch_factor x patch_factor patches'),
     'fft_ave_spectrum': Key(False, (bool,), help='compare the batch\'s average spectra'),
     'fft_log_matrix': Key(False, (bool,), help='weight by log(1 + |difference|^alpha)'),
     'fft_batch_matrix': Key(False, (bool,), help='scale the weights by the batch\'s maximum (else per image, patch '

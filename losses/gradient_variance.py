@@ -9,21 +9,15 @@ is MSE(var Gx(pred), var Gx(target)) + MSE(var Gy(pred), var Gy(target)). The pa
 image (a mismatch is one line at start-up). Meant beside a pixel loss (`G_extra_losses`); video
 batches (N, T, C, H, W) count each frame; float32 also under AMP (variances of squares).
 """
-from typing import Any, Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from losses.registry import LOSSES
-from utils.options import Key
+from utils.options import Key, at_least
 
 _GRAY = (0.2989, 0.5870, 0.1140)
 _SOBEL_X = ((-1.0, 0.0, 1.0), (-2.0, 0.0, 2.0), (-1.0, 0.0, 1.0))
-
-
-def _patch(v: Any) -> Optional[str]:
-    return None if v >= 2 else 'must be >= 2 (the side of the squares whose gradient variance is compared)'
 
 
 def gradient_variances(x: torch.Tensor, patch: int) -> torch.Tensor:
@@ -43,9 +37,9 @@ def gradient_variances(x: torch.Tensor, patch: int) -> torch.Tensor:
     return squares.var(dim=-1, correction=1)
 
 
-@LOSSES.register('gradient_variance', options={'gv_patch_size': Key(8, (int,), _patch, 'side of the squares whose '
-                                                                     'gradient variances are compared; divides the '
-                                                                     'patch')})
+@LOSSES.register('gradient_variance', options={
+    'gv_patch_size': Key(8, (int,), at_least(2, 'the side of the squares whose gradient variance is compared'),
+                         'side of the squares whose gradient variances are compared; divides the patch')})
 class GradientVarianceLoss(nn.Module):
     """MSE of the per-square gradient variances, x and y summed (see the module docstring)."""
 

@@ -29,15 +29,10 @@ from torch import nn
 
 from losses.color import rgb_to_lab
 from losses.registry import LOSSES
-from utils.options import Key, rule
+from utils.options import Key, at_least, rule
 
 PYRAMID_TAPS = (1.0, 4.0, 6.0, 4.0, 1.0)  # / 16: the authors' 5x5 [1 4 6 4 1]^T [1 4 6 4 1] / 256
 _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (the golden ratio's): seeds of neighbouring (seed, step) apart
-
-
-@rule('an integer >= 1', minimum=1)
-def _at_least_one(v: Any) -> Optional[str]:
-    return None if v >= 1 else 'must be >= 1'
 
 
 @rule('an odd integer >= 1', minimum=1)
@@ -80,8 +75,8 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, directions: torch.Tenso
 
 
 @LOSSES.register('ms_swd', options={
-    'swd_scales': Key(5, (int,), _at_least_one, 'levels of the Gaussian pyramid (the authors\' 5)'),
-    'swd_projections': Key(128, (int,), _at_least_one, 'random directions per level, drawn anew each iteration '
+    'swd_scales': Key(5, (int,), at_least(1), 'levels of the Gaussian pyramid (the authors\' 5)'),
+    'swd_projections': Key(128, (int,), at_least(1), 'random directions per level, drawn anew each iteration '
                            '(the authors\' 128)'),
     'swd_patch_size': Key(11, (int,), _odd, 'side of the patches projected (the authors\' 11; 1: pixel colours '
                           'only, far cheaper)'),

@@ -17,9 +17,10 @@ from torch import nn
 
 from losses.msssim import MSSSIMLoss
 from losses.registry import LOSSES
-from utils.options import Key
+from utils.options import Key, rule
 
 
+@rule('in [0, 1]', minimum=0, maximum=1)
 def _alpha(v: Any) -> Optional[str]:
     return None if 0 <= v <= 1 else 'must be in [0, 1] (the share of 1 - MS-SSIM; 1 - alpha is L1\'s)'
 

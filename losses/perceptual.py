@@ -12,7 +12,7 @@ from torch import nn
 
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
-from utils.options import Key, one_of, rule
+from utils.options import Check, Key, one_of, rule
 from utils.weights import default_path, weights_path
 
 # `F_lossfn_type`: how feature maps are compared (KAIR's two)
@@ -20,14 +20,20 @@ FEATURE_LOSSES = {'l1': nn.L1Loss, 'l2': nn.MSELoss}
 RANDOM_VGG = 'random'  # F_pretrained_path value for a randomly initialised VGG19 (tiny smoke files and tests)
 
 
-@rule('a VGG19 layer index >= 0 or a non-empty list of them',
-      anyOf=[{'type': 'integer', 'minimum': 0}, {'type': 'array', 'minItems': 1, 'items': {'type': 'integer', 'minimum': 0}}])
-def _layers(v: Any) -> Optional[str]:
-    layers = [v] if isinstance(v, int) and not isinstance(v, bool) else v
-    if isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                   for i in layers):
-        return None
-    return 'must be a VGG19 layer index or a list of them (KAIR: 34, or [2, 7, 16, 25, 34])'
+def vgg_layers(example: str) -> Check:
+    """The check of a key naming the VGG19 `features` layers a loss compares (the perceptual and the contextual
+    loss): one index >= 0, or a non-empty list of them in increasing order, each once, as the losses take them;
+    `example` ends the message in brackets."""
+    @rule('a VGG19 layer index >= 0 or a non-empty list of them, increasing',
+          anyOf=[{'type': 'integer', 'minimum': 0},
+                 {'type': 'array', 'minItems': 1, 'uniqueItems': True, 'items': {'type': 'integer', 'minimum': 0}}])
+    def check(v: Any) -> Optional[str]:
+        layers = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+        if isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                       for i in layers) and sorted(set(layers)) == layers:
+            return None
+        return f'must be a VGG19 layer index or a list of them in increasing order ({example})'
+    return check
 
 
 def default_vgg19_path() -> str:
@@ -105,7 +111,8 @@ class PerceptualLoss(nn.Module):
     OPTIONS: Dict[str, Key] = {
         'F_lossfn_type': Key('l1', (str,), one_of(*FEATURE_LOSSES),
                              'distance between the VGG features (KAIR: l1, l2, ...)'),
-        'F_feature_layer': Key(34, (int, list), _layers, 'VGG19 layer index(es) whose features are compared'),
+        'F_feature_layer': Key(34, (int, list), vgg_layers('KAIR: 34, or [2, 7, 16, 25, 34]'),
+                               'VGG19 layer index(es) whose features are compared'),
         'F_weights': Key(1.0, (int, float, list), help='weight of each feature layer (one number: the same for all)'),
         'F_use_input_norm': Key(True, (bool,), help='normalise inputs with ImageNet\'s mean and std'),
         'F_use_range_norm': Key(False, (bool,), help='map inputs from [-1, 1] to [0, 1] first'),

@@ -27,7 +27,7 @@ from losses.perceptual import RANDOM_VGG, VGGFeatures, default_vgg19_path, vgg_i
 from losses.registry import LOSSES
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Key, non_negative, rule
+from utils.options import Key, closed_unit, non_negative, rule
 
 LUMA = (0.299, 0.587, 0.114)
 SOBEL_X = ((-1.0, 0.0, 1.0), (-2.0, 0.0, 2.0), (-1.0, 0.0, 1.0))  # / 4 in the weight, as traiNNer-redux
@@ -49,11 +49,6 @@ def _layer_weights(v: Any) -> Optional[str]:
     return 'must be a list of numbers >= 0, one per G_st_layers entry'
 
 
-@rule('in [0, 1]', minimum=0, maximum=1)
-def _floor(v: Any) -> Optional[str]:
-    return None if 0 <= v <= 1 else 'must be in [0, 1]'
-
-
 def structure_weight(target: torch.Tensor, floor: float) -> torch.Tensor:
     """(B, 1, H, W) w_s in [floor, 1] of (B, C, H, W) targets: their luma's normalised Sobel magnitude."""
     luma = target if target.shape[1] == 1 else torch.einsum(
@@ -72,7 +67,7 @@ def structure_weight(target: torch.Tensor, floor: float) -> torch.Tensor:
     'st_pixel_weight': Key(1.0, (int, float), non_negative, 'weight of the structure (edge-weighted Charbonnier) '
                            'term'),
     'st_perceptual_weight': Key(1.0, (int, float), non_negative, 'weight of the texture (flat-weighted VGG) term'),
-    'st_floor': Key(0.1, (int, float), _floor, 'the smallest structure weight: flat regions keep this share of '
+    'st_floor': Key(0.1, (int, float), closed_unit, 'the smallest structure weight: flat regions keep this share of '
                     'the pixel term'),
     'st_pretrained_path': Key(None, (str, type(None)), help='VGG19 weights file (null: vgg19-dcbb9e9d.pth in '
                               'torchvision\'s cache; "random": random weights, for tests)'),

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from losses.registry import LOSSES
-from utils.options import Key, rule
+from utils.options import Key, at_least, rule
 
 BANDS = ('LL', 'LH', 'HL', 'HH')
 
@@ -45,11 +45,6 @@ def haar(x: torch.Tensor, levels: int) -> List[Tuple[torch.Tensor, ...]]:
     return out
 
 
-@rule('an integer >= 1', minimum=1)
-def _levels(v: Any) -> Optional[str]:
-    return None if v >= 1 else 'must be >= 1'
-
-
 @rule('four numbers >= 0: [LL, LH, HL, HH]', minItems=4, maxItems=4, items={'type': 'number', 'minimum': 0})
 def _weights(v: Sequence[Any]) -> Optional[str]:
     if len(v) == 4 and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in v):
@@ -58,7 +53,7 @@ def _weights(v: Sequence[Any]) -> Optional[str]:
 
 
 @LOSSES.register('wavelet', options={
-    'wavelet_levels': Key(2, (int,), _levels, 'Haar transform levels; each splits the previous level\'s LL'),
+    'wavelet_levels': Key(2, (int,), at_least(1), 'Haar transform levels; each splits the previous level\'s LL'),
     'wavelet_weights': Key([1.0, 1.0, 1.0, 1.0], (list,), _weights, 'weights of the L1 of the sub-bands [LL, LH, HL, '
                            'HH]; LL only of the last level, the detail bands of every level'),
 })

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from losses.registry import build_loss
-from models.restorer import build_eval_network
+from models.network_loading import build_eval_network
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
@@ -130,6 +130,36 @@ def _module(root: nn.Module, name: str, whose: str) -> nn.Module:
     return modules[name]
 
 
+def distillation(train_opt: Dict[str, Any], student: nn.Module, student_type: str, device: torch.device,
+                 channels_last: bool, merge_bn: bool, allow_unsafe_load: bool) -> Optional['Distillation']:
+    """`train.teacher`'s network and losses, or None without a teacher; what cannot be combined with the teacher's
+    feature hooks (`merge_bn`: whether KAIR's merge_bn will fold netG) is refused here."""
+    t = train_opt
+    if t['teacher'] is None:  # an accepted key must do something: say which of the teacher's keys were given
+        given = [f'train.{k}' for k, spec in TEACHER_OPTIONS.items() if k != 'teacher' and t[k] != spec.default]
+        if given and dist.is_main_process():
+            get_logger().warning(f'{", ".join(given)}: ignored: train.teacher is null (no teacher to distil from)')
+        return None
+    if t['T_features'] and t['compile']:
+        raise UserError('train.T_features: the feature hooks cannot be combined with train.compile (a compiled '
+                        'block does not call them); set compile to false or T_features to {}')
+    if t['T_features'] and merge_bn:
+        raise UserError('train.T_features: merge_bn renames netG\'s modules when it folds them; set merge_bn to '
+                        'false or T_features to {}')
+    return Distillation(t, student, student_type, device, channels_last, allow_unsafe_load)
+
+
+def resume_teacher(distill: Optional['Distillation'], training: Dict[str, Any]) -> None:
+    """A checkpoint's distillation state (`training`: its training state) into `distill`, first of all: another
+    teacher is refused before anything is loaded; a checkpoint distilled by a teacher the options no longer name
+    goes on without one, said in the log."""
+    if distill is not None:
+        distill.load_state_dict(training['distill'] if 'distill' in training else None)
+    elif 'distill' in training:
+        get_logger().warning(f'resume: the checkpoint was distilled from {training["distill"]["teacher"]["weights"]}; '
+                             f'train.teacher is null now: training goes on without a teacher')
+
+
 class Distillation:
     """The teacher network, its losses, the feature hooks and adapters (see the module docstring)."""
 
@@ -180,6 +210,12 @@ class Distillation:
             if armed():
                 store[i] = output.clone()
         return hook
+
+    def describe(self) -> str:
+        """The teacher for the start-up log line: its file, network, size and digest, the feature pairs."""
+        size = sum(p.numel() for p in self.net.parameters())
+        pairs = f', {len(self.pairs)} feature pair(s)' if self.pairs else ''
+        return f'distilled from {self.weights} ({self.net_type}, {size:,} parameters, sha256 {self.sha256[:12]}){pairs}'
 
     def names(self) -> List[str]:
         """The log names of the terms `terms` returns, in its order."""

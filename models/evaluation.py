@@ -11,7 +11,7 @@ order on 1 or N processes.
 Scores are the four always computed (`METRICS`: PSNR/SSIM on RGB and Y, as KAIR reports them) and then
 the restorer's `val.metrics` in their order (`Evaluation.names`), each the mean over an item's frames
 and then over the items, with the same crop; a no-reference metric scores the inputs alone too. Inputs
-without targets (`targets=False`: one's own images and videos, models/inference.py) are restored the same
+without targets (`targets=False`: one's own images and videos, models/input_restore.py) are restored the same
 way and scored by the no-reference metrics alone; an item its loader could not read (`Skipped`) is passed
 on, in its place in the order, instead of a batch.
 """
@@ -204,10 +204,13 @@ def input_means(scores: List[List[float]], names: Sequence[str] = METRICS) -> Op
 
 
 def describe_scores(scores: Dict[str, float], names: Sequence[str] = METRICS) -> str:
-    """PSNR/SSIM as KAIR logs them, then each further metric of `names` by its name."""
+    """PSNR/SSIM as KAIR logs them, then each further metric of `names` by its name; scores without targets (no
+    PSNR among `names`: inputs of one's own) are those further metrics alone."""
+    extra = [f'{name} {scores[name]:.4f}' for name in names if name not in METRICS]
+    if METRICS[0] not in names:
+        return ', '.join(extra)
     text = (f'PSNR {scores["psnr"]:.2f} dB, SSIM {scores["ssim"]:.4f}; '
             f'Y: PSNR {scores["psnr_y"]:.2f} dB, SSIM {scores["ssim_y"]:.4f}')
-    extra = [f'{name} {scores[name]:.4f}' for name in names if name not in METRICS]
     return f'{text}; {", ".join(extra)}' if extra else text
 
 

@@ -7,7 +7,7 @@
 - `train.dcn_lr_mul`: the deformable convolutions' parameters (names containing "dcn": each DCN's weights and
   its offset/mask conv) train at G_optimizer_lr × dcn_lr_mul (1 in every released recipe).
 
-The frozen start is models/model_video_recurrent.py's `StagedTraining` (gradients dropped, graph unchanged).
+The frozen start is models/staged_training.py's `StagedTraining` (gradients dropped, graph unchanged).
 Evaluation slides the network's window over whole clips (`SlidingWindowRestorer`): each frame restored from
 the `netG.num_frame` frames around it, the clip's ends padded by `val.padding` (BasicSR's VideoTestDataset
 key: "reflection_circle" for REDS SR, "replicate" for deblurring); scores are per clip, averaged over clips.
@@ -15,10 +15,10 @@ key: "reflection_circle" for REDS SR, "replicate" for deblurring); scores are pe
 from typing import Any, Dict
 
 from models.model_plain import ModelPlain
-from models.model_video_recurrent import StagedTraining
 from models.registry import MODELS
-from models.restorer import PADDINGS, SlidingWindowRestorer
-from utils.options import Key, non_negative, one_of
+from models.staged_training import StagedTraining, staged_keys
+from models.video_restorer import PADDINGS, SlidingWindowRestorer
+from utils.options import Key, one_of
 
 
 @MODELS.register('edvr')
@@ -26,17 +26,16 @@ class ModelEDVR(StagedTraining):
     """EDVR as BasicSR trains it: `tsa_iter`, `dcn_lr_mul`; clips in, each frame restored from its window."""
 
     restorer_class = SlidingWindowRestorer
+    FREEZE_KEY, LR_KEY = 'tsa_iter', 'dcn_lr_mul'
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,
-        'tsa_iter': Key(0, (int,), non_negative, 'iterations 1..N train only the fusion (TSA) module: the other '
-                        'gradients are dropped (0: off)'),
-        'dcn_lr_mul': Key(1.0, (int, float), non_negative, 'the deformable convolutions\' parameters (names with '
-                          '"dcn") train at G_optimizer_lr x this'),
-    }
+        **staged_keys(FREEZE_KEY, 'iterations 1..N train only the fusion (TSA) module: the other gradients are '
+                                  'dropped (0: off)',
+                      LR_KEY, 'the deformable convolutions\' parameters (names with "dcn") train at '
+                              'G_optimizer_lr x this')}
     VAL_OPTIONS: Dict[str, Any] = {'padding': Key('reflection_circle', (str,), one_of(*PADDINGS),
                                                   'how windows reaching past the clip\'s ends get frames '
                                                   '(reflection_circle: REDS SR; replicate: deblurring)')}
-    FREEZE_KEY, LR_KEY = 'tsa_iter', 'dcn_lr_mul'
     FROZEN_WHAT = 'parameters outside the fusion module (names without *fusion*)'
     SCALED_WHAT = 'deformable convolution (parameters named *dcn*)'
 

@@ -30,27 +30,24 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from data.degradations import batch_transforms
 from losses.adversarial import GANLoss
 from losses.ldl import ldl_loss
 from losses.perceptual import RANDOM_VGG, PerceptualLoss, default_vgg19_path
-from models.model_plain import NETWORK_FAILURES, ModelPlain, channels_hint, failure_text, load_resume_weights
+from models.checkpoint_state import load_resume_weights, resume_scaler, resume_schedule
+from models.loss_meter import LossMeter
+from models.model_plain import ModelPlain
+from models.network_loading import build_checked_network, load_weights
 from models.networks.layers.init import init_weights
-from models.optim import (OPTIMIZERS, SCHEDULERS, Averaging, averaging, build_optimizer, build_scheduler, gated_step,
-                          refreshed_group_keys, resume_optimizer)
+from models.optim import OPTIMIZERS, Averaging, averaging, build_optimizer, gated_step
 from models.registry import MODELS
-from models.restorer import build_checked_network, load_weights
+from models.schedules import SCHEDULERS, build_scheduler
+from models.startup_checks import NETWORK_FAILURES, channels_hint, failure_text, probe
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
-from utils.options import Choice, Key, learning_rate, non_negative, rule, unit_interval
-
-
-@rule('>= 1', minimum=1)
-def _at_least_one(v: Any) -> Optional[str]:
-    return None if v >= 1 else 'must be >= 1'
+from utils.options import Choice, Key, at_least, learning_rate, non_negative, unit_interval
 
 
 def downscaled(x: torch.Tensor, times: int) -> torch.Tensor:
@@ -78,7 +75,7 @@ class MultiScaleDiscriminator(nn.Module):
         return out
 
 
-# slots of the loss sums (ModelGAN._parts): pixel, perceptual, adversarial (G steps), D loss, D(real), D(fake),
+# slots of the loss sums (ModelGAN's loss_meter): pixel, perceptual, adversarial (G steps), D loss, D(real), D(fake),
 # G steps, D steps, LDL, D steps skipped by D_adaptive, then each of G_extra_losses
 _ADV, _G_STEPS, _D_STEPS, _D_SKIPPED, _EXTRAS = 2, 6, 7, 9, 10
 
@@ -90,6 +87,11 @@ def _mean(values: List[torch.Tensor]) -> torch.Tensor:
 
 @MODELS.register('gan')
 class ModelGAN(ModelPlain):
+    """KAIR's `gan`: a generator trained with pixel, perceptual and adversarial losses against a discriminator.
+
+    ModelPlain's netG, EMA, distillation and checkpoints, with netD's own optimizer, schedule, GradScaler and
+    loss sums (see the module docstring)."""
+
     # train keys of this model beside ModelPlain's (KAIR's names and defaults), the perceptual and adversarial
     # losses' own (losses/), and those of the optimizer and schedule D_optimizer_type / D_scheduler_type choose
     TRAIN_OPTIONS: Dict[str, Any] = {
@@ -98,7 +100,7 @@ class ModelGAN(ModelPlain):
         'F_lossfn_weight': Key(1.0, (int, float), non_negative, 'weight of the VGG perceptual loss (0: none)'),
         **GANLoss.OPTIONS,
         'D_lossfn_weight': Key(0.1, (int, float), non_negative, 'weight of the adversarial loss in netG\'s total'),
-        'D_update_ratio': Key(1, (int,), _at_least_one, 'netG is updated every this many iterations'),
+        'D_update_ratio': Key(1, (int,), at_least(1), 'netG is updated every this many iterations'),
         'D_init_iters': Key(0, (int,), non_negative, 'iterations that train netD alone first'),
         'D_optimizer_type': Key('adam', (str,), help='netD\'s optimizer: a name of models/optim.py'),
         'D_optimizer_lr': Key(1e-4, (int, float), learning_rate, 'netD\'s learning rate'),
@@ -108,8 +110,8 @@ class ModelGAN(ModelPlain):
         'D_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear warm-up of netD\'s learning rate'),
         'D_param_strict': Key(True, (bool,), help='path.pretrained_netD must match netD key for key'),
         # pix2pixHD's multi-scale discrimination: copies of netD
-        'D_num_scales': Key(1, (int,), _at_least_one, 'copies of netD, copy k judging the image halved k times '
-                                                      '(pix2pixHD)'),
+        'D_num_scales': Key(1, (int,), at_least(1), 'copies of netD, copy k judging the image halved k times '
+                                                     '(pix2pixHD)'),
         # LDL's artifact loss (Liang et al. 2022); 0: off
         'ldl_weight': Key(0.0, (int, float), non_negative, 'weight of LDL\'s artifact loss (needs E_decay > 0); '
                                                            '0: off'),
@@ -118,7 +120,7 @@ class ModelGAN(ModelPlain):
                                                'faster than D_adaptive_threshold (traiNNer-redux\'s adaptive_d)'),
         'D_adaptive_decay': Key(0.999, (int, float), unit_interval, 'smoothing (EMA decay) of netG\'s adversarial '
                                                                     'loss for D_adaptive'),
-        'D_adaptive_threshold': Key(1.02, (int, float), _at_least_one,
+        'D_adaptive_threshold': Key(1.02, (int, float), at_least(1),
                                     'a rise of the smoothed loss by more than this factor in one iteration skips '
                                     'that iteration\'s netD step'),
     }
@@ -158,8 +160,8 @@ class ModelGAN(ModelPlain):
                                      'torchvision\'s vgg19-dcbb9e9d.pth, see docs/training.md)')
         super().__init__(opt, device, allow_unsafe_load)
         self.net_d = net_d.to(device)
-        self.net_D = self._wrap(self.net_d, static_graph=False)  # two backward passes per iteration
-        self.ddp_d = self.net_D if isinstance(self.net_D, DistributedDataParallel) else None
+        self.net_D = dist.wrap_ddp(self.net_d, opt, device, static_graph=False)  # two backward passes per iteration
+        self.ddp_d = dist.ddp_of(self.net_D)
         self.gan_loss = GANLoss(t['gan_type'])
         self.optimizer_d = build_optimizer([p for p in self.net_d.parameters() if p.requires_grad], t, 'D', device)
         self.scheduler_d = build_scheduler(self.optimizer_d, t, 'D')
@@ -169,8 +171,8 @@ class ModelGAN(ModelPlain):
         self._d_loss = torch.zeros((), device=device)
         # sums since the last log over the applied iterations, by the slots above (then the distillation terms)
         self._distill_names = self.distill.names() if self.distill is not None else []
-        self._parts = torch.zeros(_EXTRAS + len(self.extra_losses) + len(self._distill_names), device=device)
-        self._iteration_parts = torch.zeros_like(self._parts)
+        self.loss_meter = LossMeter(_EXTRAS + len(self.extra_losses) + len(self._distill_names), device)
+        self._iteration_parts = torch.zeros_like(self.loss_meter.sums)
         # D_adaptive: [smoothed adversarial loss of G, whether it holds a value yet], on the device
         self._adaptive = torch.zeros(2, device=device)
 
@@ -187,7 +189,7 @@ class ModelGAN(ModelPlain):
             seen = f' average-pooled {k} time(s) to {tuple(x.shape[2:])} (copy {k} of train.D_num_scales ' \
                    f'{len(copies)})' if k else ''
             try:
-                with self.probe(net):
+                with probe([net], self.device, self.amp_dtype):
                     net(x)
             except (*NETWORK_FAILURES, UserError) as e:
                 hint = '' if isinstance(e, UserError) else f' (check netD.in_nc against {channels_hint(where, channels)})'
@@ -195,7 +197,7 @@ class ModelGAN(ModelPlain):
                                 f'for a sample of {where}: {failure_text(e)}{hint}') from None
         if self.perceptual is not None:
             try:
-                with self.probe(self.perceptual):
+                with probe([self.perceptual], self.device, self.amp_dtype):
                     self.perceptual(out, batch['H'])
             except NETWORK_FAILURES as e:
                 hint = (' (VGG19 takes 3 channels: gray images get them from F_use_input_norm true, whose '
@@ -206,12 +208,14 @@ class ModelGAN(ModelPlain):
         return out, batch
 
     def network_info(self) -> str:
+        """ModelPlain's line and the discriminator's kind and size."""
         n_d = sum(p.numel() for p in self.net_d.parameters())
         kind = (f'{len(self.net_d.scales)} x {type(self.net_d.scales[0]).__name__} (train.D_num_scales)'
                 if self.multi_scale else type(self.net_d).__name__)
         return f'{super().network_info()}; discriminator {kind}: {n_d:,} parameters'
 
     def pixel_losses(self) -> List[Tuple[str, nn.Module]]:
+        """ModelPlain's, without G_lossfn_type's when its weight is 0 (the G step does not compute it)."""
         losses = super().pixel_losses()
         return losses if self.train_opt['G_lossfn_weight'] > 0 else losses[1:]  # weight 0: not computed
 
@@ -220,11 +224,12 @@ class ModelGAN(ModelPlain):
         return net(x) if self.multi_scale else [net(x)]
 
     def networks(self) -> List[nn.Module]:
+        """ModelPlain's and netD: every rank's copy must stay the same."""
         return super().networks() + [self.net_d]
 
     def _g_step_due(self) -> bool:
         """KAIR: G is updated on iterations divisible by D_update_ratio, after D_init_iters."""
-        step, t = self._iteration + 1, self.train_opt
+        step, t = self.iteration + 1, self.train_opt
         return step % t['D_update_ratio'] == 0 and step > t['D_init_iters']
 
     def _set_d_trainable(self, trainable: bool) -> None:
@@ -238,11 +243,11 @@ class ModelGAN(ModelPlain):
         self.net_D.train()
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_d.zero_grad(set_to_none=True)
-        self._finalized = False
+        self.gradients_final = False
         n = len(batches)
         total_g = torch.zeros((), device=self.device)
         total_d = torch.zeros((), device=self.device)
-        parts = torch.zeros_like(self._parts)
+        parts = torch.zeros_like(self.loss_meter.sums)
         for i, batch in enumerate(batches):
             batch = self.to_device(batch)
             last = i == n - 1
@@ -353,8 +358,7 @@ class ModelGAN(ModelPlain):
         if self._update_g:
             finite = super().finalize_gradients(step, loss)
         else:
-            self._finalized = True
-            self._grad_norm = None
+            self.gradients_final = True
             finite = torch.isfinite(loss)
         if self.scaler_d is not None:
             self.scaler_d.unscale_(self.optimizer_d)
@@ -366,10 +370,10 @@ class ModelGAN(ModelPlain):
 
     def step(self, step: int, loss: torch.Tensor, applied: Optional[torch.Tensor] = None) -> None:
         """G's step (when due) and D's, both gated by `applied` (see ModelPlain.step); D's also by `D_adaptive`."""
-        if not self._finalized:
+        if not self.gradients_final:
             self.finalize_gradients(step, loss)
         if self._update_g:
-            super().step(step, loss, applied)
+            self.update_generator(step, loss, applied)
         else:  # nothing to apply to G; its schedule and EMA follow the iteration as in KAIR
             self.scheduler.step()
             self.update_ema(step, applied)
@@ -380,8 +384,7 @@ class ModelGAN(ModelPlain):
             host_verdict = True  # a skip decided by D_adaptive must be honoured, whatever nan_policy says
         gated_step(self.optimizer_d, d_applied, self.scaler_d, host_verdict)
         self.scheduler_d.step()
-        parts = self._iteration_parts
-        self._parts += parts if applied is None else torch.where(applied, parts, torch.zeros_like(parts))
+        self.loss_meter.add(self._iteration_parts, applied)
 
     def _adaptive_d_step(self, applied: Optional[torch.Tensor]) -> torch.Tensor:
         """`D_adaptive` (traiNNer-redux's adaptive_d): whether D steps this iteration, a device bool, the same on
@@ -407,6 +410,7 @@ class ModelGAN(ModelPlain):
         return ~skip
 
     def averagings(self) -> List[Averaging]:
+        """G's schedule-free averaging and D's (D_optimizer_type may be schedule-free too)."""
         return super().averagings() + ([self.averaging_d] if self.averaging_d is not None else [])
 
     def iteration_losses(self) -> Tuple[List[Optional[str]], torch.Tensor]:
@@ -420,10 +424,7 @@ class ModelGAN(ModelPlain):
     def log_losses(self) -> Dict[str, float]:
         """KAIR's log: G's losses (means over G steps), D's loss and mean outputs (over D steps); with D_adaptive,
         `D_skipped`: the share of the iterations whose D step it skipped."""
-        t = self._parts.clone()
-        dist.all_reduce_sum(t)
-        self._parts.zero_()
-        pix, percep, adv, d_loss, d_real, d_fake, g_steps, d_steps, ldl, d_skipped, *extras = t.tolist()
+        pix, percep, adv, d_loss, d_real, d_fake, g_steps, d_steps, ldl, d_skipped, *extras = self.loss_meter.take()
         out = {}
         if g_steps:
             out.update(G_loss=(pix + percep + adv + ldl + sum(extras)) / g_steps, l_g_pix=pix / g_steps,
@@ -436,14 +437,14 @@ class ModelGAN(ModelPlain):
             out.update(D_loss=d_loss / d_steps, D_real=d_real / d_steps, D_fake=d_fake / d_steps)
             if self.train_opt['D_adaptive']:
                 out['D_skipped'] = d_skipped / d_steps
-        self._loss_sum.zero_()
-        self._loss_steps.zero_()
         return out
 
     def state_files(self) -> Dict[str, Any]:
+        """ModelPlain's weight files and KAIR's `{iter}_D.pth`."""
         return {**super().state_files(), 'D': self.net_d.state_dict()}
 
     def training_state(self) -> Dict[str, Any]:
+        """ModelPlain's, and netD's optimizer, schedule, GradScaler and D_adaptive's average."""
         state = super().training_state()
         state.update(optimizer_d=self.optimizer_d.state_dict(), scheduler_d=self.scheduler_d.state_dict(),
                      optimizer_d_type=self.train_opt['D_optimizer_type'], adaptive_d=self._adaptive.clone())
@@ -452,23 +453,20 @@ class ModelGAN(ModelPlain):
         return state
 
     def load_state(self, weights: Dict[str, Any], training: Dict[str, Any]) -> None:
+        """ModelPlain's resume, then the discriminator's: its weights, optimizer, schedule, GradScaler and
+        D_adaptive's average. A checkpoint without a discriminator cannot resume a GAN (a fresh netD against a
+        trained netG is another recipe): it is refused."""
         super().load_state(weights, training)
         if 'D' not in weights or 'optimizer_d' not in training:
             raise UserError('resume: the checkpoint has no discriminator (written by a model without netD); '
                             'start a new task, or use --fresh, to train a GAN')
         load_resume_weights(self.net_d, weights['D'], 'D', self.opt['netD']['net_type'])
-        t = self.train_opt
-        notes = resume_optimizer(self.optimizer_d, training['optimizer_d'], t['D_optimizer_reuse'],
-                                 training['optimizer_d_type'], t['D_optimizer_type'], 'D', refreshed_group_keys(t, 'D'))
-        if self.averaging_d is not None and not self.averaging_d.training:
-            self.averaging_d.train()
+        notes = resume_schedule(self.optimizer_d, self.scheduler_d, self.averaging_d, training['optimizer_d'],
+                                training['scheduler_d'], training['optimizer_d_type'], self.train_opt, 'D')
         # checkpoints written before D_adaptive existed lack its average: it starts at the next G step's loss
         if 'adaptive_d' in training:
             self._adaptive.copy_(training['adaptive_d'].to(self._adaptive.device))
-        notes += self.scheduler_d.differences(training['scheduler_d'])
-        self.scheduler_d.load_state_dict(training['scheduler_d'])
         for note in notes:
             get_logger().warning(f'resume: {note}')
-        if self.scaler_d is not None and 'grad_scaler_d' in training:
-            self.scaler_d.load_state_dict(training['grad_scaler_d'])
+        resume_scaler(self.scaler_d, training['grad_scaler_d'] if 'grad_scaler_d' in training else None)
 

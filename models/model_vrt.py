@@ -2,7 +2,7 @@
 
 1. `train.fix_iter` / `fix_keys` / `fix_lr_mul`: the flow network and the deformable offsets start
    frozen, without changing the autograd graph (so DDP's static graph survives the unfreeze).
-2. Validation with VideoRestorer (models/restorer.py): whole clips in temporal chunks and spatial
+2. Validation with VideoRestorer (models/video_restorer.py): whole clips in temporal chunks and spatial
    tiles (options from `val`), and per-clip metrics.
 """
 from typing import Any, Dict, List, Optional
@@ -12,7 +12,8 @@ from torch import nn
 
 from models.model_plain import ModelPlain
 from models.registry import MODELS
-from models.restorer import VideoRestorer
+from models.staged_training import StagedTraining
+from models.video_restorer import VideoRestorer
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Key, non_negative, rule
@@ -24,7 +25,7 @@ def _fix_iter(v: int) -> Optional[str]:
 
 
 @MODELS.register('vrt')
-class ModelVRT(ModelPlain):
+class ModelVRT(StagedTraining):
     """Video restoration: N×T×C×H×W clips in, N×T×C'×H'×W' out.
 
     **Freezing for `fix_iter` iterations.** The reference trainers (KAIR, BasicSR) freeze the
@@ -45,7 +46,8 @@ class ModelVRT(ModelPlain):
     phase, a few percent of an iteration for SpyNet plus the offset convs. KAIR unfreezes at
     iteration == fix_iter, i.e. it freezes fix_iter-1 iterations; here exactly fix_iter.
     A fix_keys entry that matches no parameter is a user error (a typo would otherwise train
-    everything from the start).
+    everything from the start). The mechanism is models/staged_training.py's, with KAIR's grouping
+    (`param_groups`) and log lines.
 
     **Testing** is VideoRestorer's: chunks, tiles, pad_seq/flip_seq/center_frame_only from `val`.
     """
@@ -61,23 +63,31 @@ class ModelVRT(ModelPlain):
                                           '"deform")'),
     }
 
+    FREEZE_KEY, LR_KEY, RELEASED_KEY = 'fix_iter', 'fix_lr_mul', 'fix_released'
+
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False):
-        t = opt['train']
-        self.fix_iter = int(t['fix_iter'])
-        self.fix_keys = list(t['fix_keys'])
-        self.fix_lr_mul = float(t['fix_lr_mul'])
-        self.fix_params: List[nn.Parameter] = []
+        self.fix_keys = list(opt['train']['fix_keys'])
         super().__init__(opt, device, allow_unsafe_load)  # calls self.param_groups(), checks the val options
-        self._frozen = bool(self.fix_params)
+
+    @property
+    def fix_params(self) -> List[nn.Parameter]:
+        """The parameters fix_keys freezes for fix_iter iterations (`frozen_params`, under KAIR's name)."""
+        return self.frozen_params
+
+    def announce_frozen_start(self) -> None:
         log = get_logger()
-        if self.fix_iter == -1:
+        if self.freeze_iters == -1:
             log.info('train.fix_iter: -1: the fix_keys parameters are never frozen (KAIR\'s meaning)')
-        if self.fix_iter > 0 and not self.fix_params:
-            log.warning(f'train.fix_iter: {self.fix_iter} has no effect: train.fix_keys is empty')
-        elif self.fix_params:
-            n = sum(p.numel() for p in self.fix_params)
-            log.info(f'train.fix_keys {self.fix_keys}: {len(self.fix_params)} tensors ({n:,} parameters) '
-                     f'frozen for the first {self.fix_iter} iterations, then trained with lr x {self.fix_lr_mul:g}')
+        if self.freeze_iters > 0 and not self.frozen_params:
+            log.warning(f'train.fix_iter: {self.freeze_iters} has no effect: train.fix_keys is empty')
+        elif self.frozen_params:
+            n = sum(p.numel() for p in self.frozen_params)
+            log.info(f'train.fix_keys {self.fix_keys}: {len(self.frozen_params)} tensors ({n:,} parameters) '
+                     f'frozen for the first {self.freeze_iters} iterations, then trained with lr x {self.lr_mul:g}')
+
+    def release_note(self) -> str:
+        return (f'past train.fix_iter={self.freeze_iters}; the parameters matching fix_keys {self.fix_keys} train '
+                f'from now on (lr x {self.lr_mul:g})')
 
     def param_groups(self) -> List[Dict[str, Any]]:
         """[normal parameters, fix_keys parameters with lr * fix_lr_mul]; one group without fix_iter or fix_keys.
@@ -86,12 +96,13 @@ class ModelVRT(ModelPlain):
         fixed at the start (`fix_iter` > 0); its lower lr then also applies after the release.
         `fix_iter` 0 or -1 (KAIR's "never fix") freezes nothing.
         """
+        named = [(n, p) for n, p in self.net_g.named_parameters() if p.requires_grad]
+        every = [{'params': [p for _, p in named]}]
         if not self.fix_keys:
-            return super().param_groups()
+            return every
         bad = [k for k in self.fix_keys if not isinstance(k, str) or not k]
         if bad:
             raise UserError(f'train.fix_keys: entries must be non-empty strings (parts of parameter names), got {bad}')
-        named = [(n, p) for n, p in self.net_g.named_parameters() if p.requires_grad]
         unmatched = [k for k in self.fix_keys if not any(k in n for n, _ in named)]
         if unmatched:
             raise UserError(f'train.fix_keys: {unmatched} match no parameter name of netG '
@@ -100,31 +111,11 @@ class ModelVRT(ModelPlain):
         normal = [p for n, p in named if not any(k in n for k in self.fix_keys)]
         if not normal:
             raise UserError(f'train.fix_keys: {self.fix_keys} match every parameter of netG')
-        if self.fix_iter <= 0:
-            if self.fix_lr_mul != 1:
-                get_logger().info(f'train.fix_lr_mul: {self.fix_lr_mul:g} has no effect without train.fix_iter > 0 '
+        if self.freeze_iters <= 0:
+            if self.lr_mul != 1:
+                get_logger().info(f'train.fix_lr_mul: {self.lr_mul:g} has no effect without train.fix_iter > 0 '
                                   f'(KAIR applies it only with a fixed flow network): one lr for all parameters')
-            return super().param_groups()
-        self.fix_params = [p for _, p in fixed]
+            return every
+        self.frozen_params = [p for _, p in fixed]
         lr = float(self.train_opt['G_optimizer_lr'])
-        return [{'params': normal}, {'params': self.fix_params, 'lr': lr * self.fix_lr_mul}]
-
-    def after_backward(self, step: int) -> None:
-        """Drop the fix_keys gradients during the fix phase (see the class docstring)."""
-        if step <= self.fix_iter:
-            for p in self.fix_params:
-                p.grad = None
-        elif self._frozen:
-            self._frozen = False
-            get_logger().info(f'iteration {step}: past train.fix_iter={self.fix_iter}; the parameters matching '
-                              f'fix_keys {self.fix_keys} train from now on (lr x {self.fix_lr_mul:g})')
-
-    def training_state(self) -> Dict[str, Any]:
-        return {**super().training_state(), 'fix_released': not self._frozen}
-
-    def load_state(self, weights: Dict[str, Any], training: Dict[str, Any]) -> None:
-        """As ModelPlain; a run resumed after fix_iter does not announce the unfreeze again."""
-        super().load_state(weights, training)
-        # checkpoints written before 'fix_released' was recorded lack it: the release is announced again
-        if 'fix_released' in training and training['fix_released']:
-            self._frozen = False
+        return [{'params': normal}, {'params': self.frozen_params, 'lr': lr * self.lr_mul}]

@@ -16,18 +16,19 @@ The formulas are pytorch-optimizer's (4.1.0: SAM, FriendlySAM, GSAM, LookSAM, th
 these steps against theirs), the implementation is this project's: the library's classes step with a closure
 that zeroes, recomputes and, for GSAM, all-reduces gradients itself, tensor by tensor, and its state (F-SAM's
 average, LookSAM's reused part) would take the values of a non-finite step. Here the model runs the passes
-(with DDP, accumulation, AMP and the non-finite gate, models/model_plain.py), and every operation is one kernel
+(with DDP, accumulation, AMP and the non-finite gate, models/model_plain.py, through `SharpnessAwareStep`), and
+every operation is one kernel
 over all weights: the weights, gradients and state live in flat buffers (views per parameter), copied in and
 out with `torch._foreach` ops; per-tensor norms and products (LookSAM) are multi-tensor reductions. Nothing
 reads the device on the host. The state is kept only when the step is applied (`commit`, decided on the device).
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
 
 from utils.errors import UserError
-from utils.options import Key, non_negative, positive, rule
+from utils.options import Key, closed_unit, non_negative, open_unit, positive
 from utils.registry import Registry
 
 SAM_METHODS = Registry('sharpness-aware method')
@@ -37,16 +38,6 @@ _NUM = (int, float)
 RHO = Key(0.05, _NUM, non_negative, 'radius of the neighbourhood the weights are moved to (SAM\'s rho; with '
                                     'adaptive, ASAM\'s: typically 0.5-2)')
 ADAPTIVE = Key(False, (bool,), help='ASAM: the neighbourhood scaled by the weights\' magnitudes (scale-invariant)')
-
-
-@rule('in [0, 1]', minimum=0, maximum=1)
-def _closed_unit(v: Any) -> Optional[str]:
-    return None if 0 <= v <= 1 else 'must be in [0, 1]'
-
-
-@rule('in (0, 1)', exclusiveMinimum=0, exclusiveMaximum=1)
-def _open_unit(v: Any) -> Optional[str]:
-    return None if 0 < v < 1 else 'must be in (0, 1)'
 
 
 class SAM:
@@ -190,7 +181,7 @@ class FriendlySAM(SAM):
 
     OPTIONS = {'rho': RHO, 'sigma': Key(1.0, _NUM, non_negative, 'how much of the gradients\' moving average is '
                                                                    'taken out of the ascent direction'),
-               'lmbda': Key(0.9, _NUM, _closed_unit, 'decay of the gradients\' moving average'),
+               'lmbda': Key(0.9, _NUM, closed_unit, 'decay of the gradients\' moving average'),
                'adaptive': ADAPTIVE}
     STATE = ('momentum', 'started')
 
@@ -224,7 +215,7 @@ class GSAM(SAM):
                'rho_min': Key(None, (int, float, type(None)), non_negative,
                               'the radius at a learning rate of 0: rho follows the lr linearly from rho down to this '
                               '(null: rho, constant)'),
-               'alpha': Key(0.4, _NUM, _closed_unit, 'weight of the surrogate gap\'s gradient (the first gradient\'s '
+               'alpha': Key(0.4, _NUM, closed_unit, 'weight of the surrogate gap\'s gradient (the first gradient\'s '
                                                      'part orthogonal to the second)'),
                'adaptive': ADAPTIVE}
 
@@ -259,7 +250,7 @@ class LookSAM(SAM):
 
     OPTIONS = {'rho': Key(0.1, _NUM, non_negative, 'radius of the neighbourhood (LookSAM\'s default 0.1)'),
                'k': Key(10, (int,), positive, 'the two passes every this many iterations (the first, then every k-th)'),
-               'alpha': Key(0.7, _NUM, _open_unit, 'weight of the reused sharpness part on the one-pass iterations'),
+               'alpha': Key(0.7, _NUM, open_unit, 'weight of the reused sharpness part on the one-pass iterations'),
                'adaptive': ADAPTIVE}
     STATE = ('gv',)
 
@@ -310,3 +301,114 @@ def trained_parameters(param_groups: Sequence[Dict[str, Any]]) -> List[nn.Parame
     """The parameters an optimizer's groups train, in its order (what a sharpness-aware step perturbs)."""
     return [p for g in param_groups for p in g['params'] if p.requires_grad]
 
+
+
+class _FirstPass:
+    """netG's optimizer under another name for the GradScaler: `unscale_` of the sharpness-aware step's first pass
+    (the second is the optimizer's own) records that pass's overflow, which backs the scale off at the update."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.param_groups = optimizer.param_groups
+
+
+class SharpnessAwareStep:
+    """A sharpness-aware method as the model's step runs it: which iterations take the two passes, the weights moved
+    between them and back, the gradient edits, both passes in the step's finiteness verdict, the method's state
+    kept only for applied steps, and that state in checkpoints. The model keeps its own passes (`backward`)."""
+
+    def __init__(self, method: SAM, name: str, optimizer: torch.optim.Optimizer):
+        self.method = method
+        self.name = name
+        self.first_pass = _FirstPass(optimizer)
+        self.ran = False  # whether this iteration took the two passes
+        self.second_loss: Optional[torch.Tensor] = None
+
+    @classmethod
+    def build(cls, train_opt: Dict[str, Any], optimizer: torch.optim.Optimizer,
+              net: nn.Module) -> Optional['SharpnessAwareStep']:
+        """`train.G_optimizer_sam` around the optimizer's parameters (again after merge_bn rebuilt it), None when
+        null; the second pass must leave `net`'s buffers (BatchNorm statistics) as the first one left them."""
+        name = train_opt['G_optimizer_sam']
+        method = build_sam(name, train_opt, trained_parameters(optimizer.param_groups), list(net.buffers()))
+        return None if method is None else cls(method, name, optimizer)
+
+    def begin(self, step: int) -> bool:
+        """Whether iteration `step` takes the two passes (LookSAM: every k-th)."""
+        self.ran = self.method.due(step)
+        return self.ran
+
+    def perturb(self, optimizer: torch.optim.Optimizer, scaler: Optional[torch.amp.GradScaler],
+                after_backward: Callable[[], None]) -> None:
+        """Between the passes: the first pass's gradients unscaled (the perturbation is taken from true gradients;
+        an fp16 overflow is recorded for the scaler) and edited by the model (`after_backward`), the weights moved
+        (the radius at the current lr's ratio to the base lr, for GSAM), the gradients cleared for the second."""
+        if scaler is not None:
+            scaler.unscale_(self.first_pass)
+        after_backward()
+        group = optimizer.param_groups[0]
+        self.method.perturb(group['lr'] / group['initial_lr'] if group.get('initial_lr') else 1.0)
+        optimizer.zero_grad(set_to_none=True)
+
+    def restore(self, second_loss: torch.Tensor) -> None:
+        """After the second pass (its mean loss `second_loss`): the weights of the step's start."""
+        self.second_loss = second_loss
+        self.method.restore()
+
+    def edit_gradients(self, step: int) -> None:
+        """The applied gradient from the final, unscaled one (GSAM's decomposition, LookSAM's reuse)."""
+        self.method.edit_gradients(step, self.ran)
+
+    def finite(self, finite: torch.Tensor) -> torch.Tensor:
+        """The step's finiteness verdict (device bool) with both passes': the first pass's gradient and the second
+        pass's loss (nothing more on a one-pass iteration)."""
+        if not self.ran:
+            return finite
+        return finite & self.method.first_pass_finite & torch.isfinite(self.second_loss)
+
+    @property
+    def needs_grad_norm(self) -> bool:
+        """Whether `commit` needs the step's total gradient norm (a method with a state)."""
+        return bool(self.method.STATE)
+
+    def commit(self, grad_norm: Optional[torch.Tensor], applied: Optional[torch.Tensor]) -> None:
+        """The method's state of this step (F-SAM's average, LookSAM's reused part) is kept only where the step
+        was applied and both passes were finite (an fp16 overflow the GradScaler skipped included): on the device."""
+        ok: Optional[torch.Tensor] = None
+        if self.method.STATE:
+            ok = torch.isfinite(grad_norm)
+            if self.ran:
+                ok = ok & self.method.first_pass_finite
+            if applied is not None:
+                ok = ok & applied
+        self.method.commit(ok)
+
+    def describe(self) -> str:
+        """The method for the start-up log line."""
+        return (f'sharpness-aware steps {self.name} ({type(self.method).__name__}, rho {self.method.rho:g}): two '
+                f'forward-backward passes per step')
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The method's name and its state, for the checkpoint (a resume with another method starts afresh)."""
+        return {'method': self.name, 'state': self.method.state_dict()}
+
+    def load_state_dict(self, saved: Optional[Dict[str, Any]]) -> List[str]:
+        """A checkpoint's `state_dict` (None: it had none); notes where it cannot be used."""
+        if not self.method.STATE:
+            return []
+        if saved is None or saved['method'] != self.name:
+            was = 'none' if saved is None else saved['method']
+            return [f'train.G_optimizer_sam: checkpoint {was}, options {self.name}: its state starts afresh']
+        note = self.method.load_state_dict(saved['state'])
+        return [note] if note else []
+
+
+def resume_sharpness_aware(sam_step: Optional[SharpnessAwareStep], saved: Optional[Dict[str, Any]],
+                           optimizer_type: str) -> List[str]:
+    """A checkpoint's sharpness-aware state (`saved`, None when it had none) into `sam_step` (None: the options
+    have none, `optimizer_type` steps alone); notes where it cannot be used."""
+    if sam_step is not None:
+        return sam_step.load_state_dict(saved)
+    if saved is None:
+        return []
+    return [f'train.G_optimizer_sam: checkpoint {saved["method"]}, options null: plain {optimizer_type} steps from '
+            f'here']

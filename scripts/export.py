@@ -1,7 +1,9 @@
-"""Export a trained netG to ONNX (fp32, optionally fp16) and safetensors, checked with onnxruntime.
+"""Export a trained netG to ONNX (fp32, optionally fp16) and safetensors, checked with onnxruntime; or, with
+`--format spandrel`, to the weights file chaiNNer and ComfyUI open, checked with spandrel.
 
     python scripts/export.py --opt options/train_dncnn_demo.json [--weights W.pth|W.safetensors]
                              [--set KEY.PATH=VALUE] [--out DIR] [--fp16] [--opset 18] [--no-check] [--size HxW]
+    python scripts/export.py --opt X.json --format spandrel [--weights W] [--set K=V] [--out DIR] [--no-check]
 
 main_test.py's conventions: the option file the model was trained with (`--set` overrides), and
 without `--weights` the newest checkpoint of the run (its EMA weights when present). The network is
@@ -24,6 +26,11 @@ side and at a size other than the trace size (the dynamic height and width are w
 `--size`, at that size, with another batch size than the trace's unless the graph takes batch 1 only), and
 `max|diff|` against PyTorch is printed; above 1e-4 (fp32) or 1e-2 (fp16) nothing is written and the
 exit code is 2. Files are written atomically, and a failure removes the ones this run wrote.
+
+`--format spandrel` writes `<name>_spandrel.safetensors` alone: the weights in the layout spandrel detects (renamed
+where the network declares another, models/spandrel_file.py) with metadata `trained_as` (our netG, JSON) and
+`source`. spandrel reads it before it is written, and its model must give our network's output on the check
+input (--no-check: it is only read); a network spandrel does not know, or reads otherwise, is one line (exit 2).
 Exit codes: 0 done, 2 a problem (one line on stderr), 5 a write failed for lack of space.
 """
 import argparse
@@ -46,10 +53,13 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from data.registry import build_dataset  # noqa: E402
+from models.network_loading import build_eval_network  # noqa: E402
 from models.registry import MODELS  # noqa: E402
-from models.restorer import ImageRestorer, build_eval_network  # noqa: E402
+from models.restorer import ImageRestorer  # noqa: E402
+from models.spandrel_file import TOLERANCE as SPANDREL_TOLERANCE  # noqa: E402
+from models.spandrel_file import spandrel_difference, spandrel_file, spandrel_size  # noqa: E402
 from option_rules import read_options  # noqa: E402
-from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights  # noqa: E402
+from utils.checkpoint import UNSAFE_FLAG, atomic_write_bytes, newest_weights, safetensors_data  # noqa: E402
 from utils.diskspace import NoSpaceLeft  # noqa: E402
 from utils.errors import UserError, first_line  # noqa: E402
 from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED  # noqa: E402
@@ -64,6 +74,8 @@ TRACE_SIDES = (64, 32)  # the trace input's side: the first whose square is not 
 RANDOM_CHECK = (48, 80)  # the check size without a test image: multiples of 16, not square
 MIN_SIDE = 16           # the exported graph is for inputs at least this high and wide (see min_side)
 REQUIREMENT = 'pip install onnx onnxruntime onnxscript (pinned in requirements.txt)'
+DEFAULT_OPSET = 18
+ONNX_ONLY = ('--fp16', '--opset', '--size')  # options of the ONNX graph: refused with --format spandrel
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -73,14 +85,24 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help='a _G.pth/_E.pth or .safetensors file (default: newest of the run)')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE')
     p.add_argument('--out', default=None, help='output folder (default: <root>/<task>/export)')
+    p.add_argument('--format', choices=('onnx', 'spandrel'), default='onnx',
+                   help='onnx (default): <name>.onnx and <name>.safetensors; spandrel: <name>_spandrel.safetensors, '
+                        'the weights chaiNNer and ComfyUI open')
     p.add_argument('--fp16', action='store_true', help='also write <name>_fp16.onnx')
-    p.add_argument('--opset', type=int, default=18, help='ONNX opset (default 18)')
-    p.add_argument('--no-check', action='store_true', help='write without running onnxruntime')
+    p.add_argument('--opset', type=int, default=None, help=f'ONNX opset (default {DEFAULT_OPSET})')
+    p.add_argument('--no-check', action='store_true',
+                   help='write without running onnxruntime (spandrel: without comparing its output with ours)')
     p.add_argument('--size', type=fixed_size, default=None, metavar='HxW',
                    help='fix the input height and width (the batch stays dynamic where the network allows it, '
                         'else it is 1), e.g. 256x256: for networks whose forward depends on the input size')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true')
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    given = [flag for flag, value in zip(ONNX_ONLY, (args.fp16, args.opset, args.size)) if value not in (False, None)]
+    if args.format == 'spandrel' and given:
+        p.error(f'{given[0]} is an option of the ONNX graph; --format spandrel writes weights only')
+    if args.opset is None:
+        args.opset = DEFAULT_OPSET
+    return args
 
 
 def fixed_size(text: str) -> Tuple[int, int]:
@@ -330,18 +352,11 @@ def compare(name: str, out: np.ndarray, ref: torch.Tensor, tolerance: float, x: 
 
 def safetensors_bytes(net: nn.Module, netG: Dict[str, Any], source: str) -> bytes:
     """The state_dict as safetensors, with metadata saying what network it is (all strings, as the format
-    requires). Tensors are copied: safetensors refuses tensors that share memory."""
-    from safetensors.torch import save
-    state = net.state_dict()
-    odd = [k for k, v in state.items() if not torch.is_tensor(v)]
-    if odd:
-        raise UserError(f'netG ({netG["net_type"]}): state_dict entry {odd[0]} is not a tensor; safetensors holds '
-                        f'tensors only')
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
+    requires): `net_type` and `netG`, which main_test and path.pretrained_netG read."""
     kwargs = {k: v for k, v in netG.items() if not k.startswith('_')}
-    metadata = {'format': 'pt', 'net_type': str(netG['net_type']), 'netG': json.dumps(kwargs, sort_keys=True),
+    metadata = {'net_type': str(netG['net_type']), 'netG': json.dumps(kwargs, sort_keys=True),
                 'source': os.path.basename(source)}
-    return save(tensors, metadata=metadata)
+    return safetensors_data(net.state_dict(), metadata, f'netG ({netG["net_type"]})')
 
 
 def write_all(files: List[Tuple[str, bytes]]) -> None:
@@ -360,18 +375,28 @@ def write_all(files: List[Tuple[str, bytes]]) -> None:
 def run_export(opt: Dict[str, Any], args: argparse.Namespace, say: Optional[Callable[[str], None]] = None) -> List[str]:
     """Build, export, check, write; returns the paths written. Progress: a bar of these steps on a terminal
     (utils/progress.py `Steps`), and the lines given to `say` (default: printed above the bar)."""
+    if args.format == 'spandrel':
+        with Steps(3, 'export', enabled=say is None) as steps:
+            return spandrel_steps(opt, args, say or steps.say, steps)
     with Steps(3 + args.fp16 + (not args.no_check), 'export', enabled=say is None) as steps:
         return export_steps(opt, args, say or steps.say, steps)
 
 
-def export_steps(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str], None], steps: Steps) -> List[str]:
-    import_onnx_tools(not args.no_check, args.fp16)
+def load_network(opt: Dict[str, Any], args: argparse.Namespace, steps: Steps) -> Tuple[str, nn.Module]:
+    """(the weights file, netG built from it as main_test builds it), for a model that feeds netG one image; starts
+    the step `steps` shows while it builds."""
     check_model_type(opt)
     weights = args.weights or newest_weights(opt['path']['models'])
-    net_type = opt['netG']['net_type']
-    steps.start(f'building {net_type}')
+    steps.start(f'building {opt["netG"]["net_type"]}')
     net = build_eval_network(opt['netG'], weights, torch.device('cpu'), '--weights', args.allow_unsafe_load,
                              opt['merge_bn'])
+    return weights, net
+
+
+def export_steps(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str], None], steps: Steps) -> List[str]:
+    import_onnx_tools(not args.no_check, args.fp16)
+    net_type = opt['netG']['net_type']
+    weights, net = load_network(opt, args, steps)
     x, what = check_input(opt, net, args.size)
     steps.done()
     if args.size is not None:
@@ -414,6 +439,35 @@ def export_steps(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[s
     for path, data in files:
         say(f'wrote {path} ({len(data) / 1e6:.2f} MB)')
     return [path for path, _ in files]
+
+
+def spandrel_steps(opt: Dict[str, Any], args: argparse.Namespace, say: Callable[[str], None],
+                   steps: Steps) -> List[str]:
+    """--format spandrel: the weights in the layout spandrel detects, read back from the file's bytes as chaiNNer
+    and ComfyUI read them, checked against netG (unless --no-check), written."""
+    net_type = opt['netG']['net_type']
+    weights, net = load_network(opt, args, steps)
+    steps.done()
+    steps.start('reading it with spandrel')
+    data, descriptor = spandrel_file(net, opt['netG'], weights)
+    arch = descriptor.architecture.id
+    say(f'spandrel reads {net_type} from {weights} as {arch} (scale {descriptor.scale})')
+    if not args.no_check:
+        x, what = check_input(opt, net)
+        size = spandrel_size(descriptor, *x.shape[-2:])
+        if size != tuple(x.shape[-2:]):  # of a size spandrel's model takes without padding
+            x, what = check_input(opt, net, size)
+        diff = spandrel_difference(torch_output(net, x, net_type), descriptor, x, net_type)
+        say(f'spandrel\'s {arch}: max|diff| = {diff:.3g} against {net_type} (tolerance {SPANDREL_TOLERANCE:g}) on '
+            f'{what}')
+    steps.done()
+    steps.start('writing')
+    name = os.path.splitext(os.path.basename(weights))[0]
+    path = os.path.join(args.out or os.path.join(opt['path']['task'], 'export'), f'{name}_spandrel.safetensors')
+    write_all([(path, data)])
+    steps.done()
+    say(f'wrote {path} ({len(data) / 1e6:.2f} MB): chaiNNer and ComfyUI (models/upscale_models) open it')
+    return [path]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -22,7 +22,10 @@ must be multiples of every SCALE; tile positions are computed on the part of the
 scale divides (at most SCALE-1 pixels off its bottom/right edge are left out).
 
 Sub-images are PNG (lossless, whatever the input format; `--compression` 0-9, BasicSR's default 3), with the
-input's bit depth and channels (read unchanged). Work is spread over `--workers` processes (default: the CPUs
+input's bit depth and channels (read unchanged), and in sRGB: an image with a non-sRGB colour profile embedded
+(Display P3, Adobe RGB) has its sub-images converted to sRGB at its own bit depth (`--icc convert`, the datasets'
+default; PNGs written here carry no profile, so they hold the converted pixels), or is refused (`--icc refuse`), or
+cropped as its values are (`--icc ignore`); see utils/icc.py. Work is spread over `--workers` processes (default: the CPUs
 this process may use) with a progress bar on a terminal (lines of progress elsewhere). Everything is written
 into `<output>.tmp-<pid>` folders renamed into place at the end, so an interrupted or failed run leaves no
 output folder that looks complete.
@@ -46,6 +49,7 @@ import numpy as np  # noqa: E402
 
 from utils.cores import usable_cores  # noqa: E402
 from utils.errors import UserError  # noqa: E402
+from utils.icc import ICC_MODES, file_profile  # noqa: E402
 from utils.paths import folder_problem  # noqa: E402
 from utils.progress import progress  # noqa: E402
 
@@ -78,6 +82,7 @@ class Settings:
     compression: int
     outputs: Tuple[str, ...]    # the HR output first, then one per LowRes (temporary folders while writing)
     scales: Tuple[int, ...]     # 1 for HR, then each LowRes's
+    icc: str = 'convert'        # images with a non-sRGB colour profile: utils/icc.py ICC_MODES
 
 
 def tile_starts(size: int, crop: int, step: int, thresh: int) -> List[int]:
@@ -140,22 +145,32 @@ def plan(input_dir: str, lows: Sequence[LowRes]) -> List[Task]:
             for stem, f in stems.items()]
 
 
-def read(path: str) -> np.ndarray:
-    img = cv2.imread(path, cv2.IMREAD_UNCHANGED)
+def read(path: str, icc: str) -> Tuple[np.ndarray, bool]:
+    """The image at `path` with its bit depth and channels, in sRGB as `icc` says; and whether it was converted
+    from its colour profile."""
+    try:
+        with open(path, 'rb') as f:
+            raw = f.read()
+    except OSError as e:
+        raise UserError(f'{path}: cannot be read: {e.strerror or e}') from None
+    img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_UNCHANGED) if raw else None
     if img is None:
         raise UserError(f'{path}: cannot be read as an image')
-    return img
+    profile = file_profile(raw, path, icc)
+    return (img, False) if profile is None else (profile.to_srgb(img, path, bgr=True), True)
 
 
-def crop_task(task: Task, s: Settings) -> Tuple[str, int]:
-    """Crop one HR image (and its LR images) into the output folders; returns (name, tiles written)."""
-    hr = read(task.hr)
+def crop_task(task: Task, s: Settings) -> Tuple[str, int, int]:
+    """Crop one HR image (and its LR images) into the output folders; returns (name, tiles written, how many of
+    its images were converted from a colour profile)."""
+    hr, converted = read(task.hr, s.icc)
     h, w = hr.shape[:2]
     grid = math.lcm(*s.scales)
     usable_h, usable_w = h - h % grid, w - w % grid
     lrs = []
     for path, scale in zip(task.lrs, s.scales[1:]):
-        lr = read(path)
+        lr, lr_converted = read(path, s.icc)
+        converted += lr_converted
         if lr.shape[:2] != (h // scale, w // scale):
             raise UserError(f'{path}: {lr.shape[1]}x{lr.shape[0]} is not its HR image {task.hr} ({w}x{h}) / {scale} '
                             f'= {w // scale}x{h // scale}')
@@ -173,14 +188,14 @@ def crop_task(task: Task, s: Settings) -> Tuple[str, int]:
                 tile = np.ascontiguousarray(img[y:y + c, x:x + c])
                 if not cv2.imwrite(os.path.join(out, name), tile, params):
                     raise UserError(f'{os.path.join(out, name)}: cannot be written')
-    return task.name, index
+    return task.name, index, converted
 
 
 def _worker_init() -> None:
     cv2.setNumThreads(1)  # the processes are the parallelism
 
 
-def _run(args: Tuple[Task, Settings]) -> Tuple[str, int]:
+def _run(args: Tuple[Task, Settings]) -> Tuple[str, int, int]:
     return crop_task(*args)
 
 
@@ -221,15 +236,17 @@ def check_outputs(input_dir: str, lows: Sequence[LowRes], output: str) -> None:
 
 def extract(input_dir: str, output: str, lows: Sequence[LowRes] = (), crop: int = CROP_SIZE, step: int = STEP,
             thresh: int = THRESH_SIZE, compression: int = COMPRESSION, workers: int = 1,
-            say=None) -> Tuple[int, int, List[str]]:
+            say=None, icc: str = 'convert') -> Tuple[int, int, List[str]]:
     """Write the sub-images; returns (images, sub-images per output folder, names of the images too small
-    for one tile)."""
+    for one tile). `say` also tells how many images were converted from their colour profile (`icc`)."""
     check_settings(crop, step, thresh, compression, lows)
+    if icc not in ICC_MODES:
+        raise UserError(f'--icc: must be one of {", ".join(ICC_MODES)}, got {icc!r}')
     check_outputs(input_dir, lows, output)
     tasks = plan(input_dir, lows)
     finals = [output] + [low.output for low in lows]
     temps = [f'{os.path.abspath(out).rstrip(os.sep)}.tmp-{os.getpid()}' for out in finals]
-    settings = Settings(crop, step, thresh, compression, tuple(temps), (1, *(low.scale for low in lows)))
+    settings = Settings(crop, step, thresh, compression, tuple(temps), (1, *(low.scale for low in lows)), icc)
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
     done = False
     try:
@@ -254,8 +271,12 @@ def extract(input_dir: str, output: str, lows: Sequence[LowRes] = (), crop: int 
         if not done:
             for tmp in temps:
                 shutil.rmtree(tmp, ignore_errors=True)
-    small = sorted(name for name, n in results if n == 0)
-    return len(tasks), sum(n for _, n in results), small
+    small = sorted(name for name, n, _ in results if n == 0)
+    converted = sum(c for _, _, c in results)
+    if converted:
+        say(f'{converted} of the images carr{"y" if converted > 1 else "ies"} a non-sRGB colour profile: '
+            f'{"their" if converted > 1 else "its"} sub-images are converted to sRGB (--icc convert)')
+    return len(tasks), sum(n for _, n, _ in results), small
 
 
 def lr_argument(values: List[str]) -> LowRes:
@@ -279,13 +300,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         f'(default {THRESH_SIZE}: always cover the image)')
     p.add_argument('--compression', type=int, default=COMPRESSION, help=f'PNG compression 0-9 (default {COMPRESSION})')
     p.add_argument('--workers', type=int, default=usable_cores(), help='processes (default: the usable CPUs)')
+    p.add_argument('--icc', choices=ICC_MODES, default='convert',
+                   help='images with a non-sRGB colour profile: convert their sub-images to sRGB (default), refuse '
+                        'them, or ignore the profile (the values as they are)')
     args = p.parse_args(argv)
     try:
         if args.workers < 1:
             raise UserError(f'--workers: must be >= 1, got {args.workers}')
         lows = [lr_argument(v) for v in args.lr]
         n, tiles, small = extract(args.input, args.output, lows, args.crop_size, args.step, args.thresh_size,
-                                  args.compression, args.workers)
+                                  args.compression, args.workers, icc=args.icc)
     except UserError as e:
         print(f'extract_subimages: {e}', file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Build an LMDB of video frames in BasicSR's key/meta format, for `io_backend: {"type": "lmdb"}`.
 
     python scripts/make_lmdb.py --input <folder> --output <x.lmdb> [--layout vimeo|reds] [--compress none|fast]
-                                [--meta-info <meta_info_file>]
+                                [--meta-info <meta_info_file>] [--icc convert|refuse|ignore]
         --compress raw: decoded uint8 frames (no PNG), about 3x larger, nothing to decode when training
 
 Layouts (the key of a frame is its path below --input without the extension, as BasicSR's create_lmdb):
@@ -15,6 +15,9 @@ row filters and inflate either way), or `raw`: the decoded pixels themselves (da
 (see bench/bench_loader.py). `<output>/meta_info.txt` has one line per frame, `<key>.png (h,w,c)
 <compress level>` as BasicSR's (`<key>.raw (h,w,c) raw` for raw frames).
 `--meta-info` keeps only the clips/sequences named by the first field of that file's lines.
+Frames with a non-sRGB colour profile embedded (Display P3, Adobe RGB) are stored converted to sRGB, as the
+datasets read such files by default (`--icc convert`; the PNGs stored carry no profile), or refused before anything
+is written (`--icc refuse`), or stored as their values are (`--icc ignore`); see utils/icc.py.
 
 The LMDB is written into `<output>.tmp-<pid>` and renamed into place, so an interrupted run leaves
 no LMDB that looks complete. Progress: a tqdm bar on a terminal, else a line per 10% (no bar redraws in
@@ -35,8 +38,10 @@ if ROOT not in sys.path:
 
 import cv2  # noqa: E402
 
+from data.checks import colour_profiles  # noqa: E402
 from data.lmdb_util import encode_raw_frame, import_lmdb  # noqa: E402
 from utils.errors import UserError  # noqa: E402
+from utils.icc import ICC_MODES  # noqa: E402
 from utils.image import imread_uint, is_image_file  # noqa: E402
 from utils.paths import folder_problem  # noqa: E402
 from utils.progress import progress as show_progress  # noqa: E402
@@ -92,10 +97,10 @@ def progress(items: Sequence[T], desc: str) -> Iterator[T]:
     yield from show_progress(items, len(items), desc, every=0.1, say=say, unit='frame')
 
 
-def encode_frame(path: Path, level: Optional[int]) -> Tuple[bytes, Tuple[int, int, int]]:
+def encode_frame(path: Path, level: Optional[int], icc: str = 'convert') -> Tuple[bytes, Tuple[int, int, int]]:
     """PNG bytes (BGR, as cv2.imdecode reads them back to the same RGB), or raw pixels for level None,
-    and (h, w, c) of one frame."""
-    bgr = imread_uint(str(path), 3, bgr=True)
+    and (h, w, c) of one frame; in sRGB as `icc` says (utils/icc.py)."""
+    bgr = imread_uint(str(path), 3, bgr=True, icc=icc)
     if level is None:
         return encode_raw_frame(bgr), bgr.shape
     ok, buf = cv2.imencode('.png', bgr, [cv2.IMWRITE_PNG_COMPRESSION, level])
@@ -106,7 +111,7 @@ def encode_frame(path: Path, level: Optional[int]) -> Tuple[bytes, Tuple[int, in
 
 def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compress: str = 'fast',
                           selection: Optional[Set[str]] = None,
-                          show: Callable[[Sequence[T], str], Iterable[T]] = progress) -> int:
+                          show: Callable[[Sequence[T], str], Iterable[T]] = progress, icc: str = 'convert') -> int:
     """Write the LMDB and its meta_info.txt (see the module docstring); returns the number of frames."""
     lmdb = import_lmdb()
     src, out = Path(folder), Path(output)
@@ -114,6 +119,8 @@ def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compre
         raise UserError(f'--layout: must be one of {", ".join(LAYOUT_DEPTH)}, got {layout!r}')
     if compress not in COMPRESS_LEVEL:
         raise UserError(f'--compress: must be one of {", ".join(COMPRESS_LEVEL)}, got {compress!r}')
+    if icc not in ICC_MODES:
+        raise UserError(f'--icc: must be one of {", ".join(ICC_MODES)}, got {icc!r}')
     problem = folder_problem(str(src))
     if problem:
         raise UserError(f'--input: {problem}')
@@ -124,12 +131,14 @@ def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compre
         shape = '<clip>/<seq>/im1.png' if layout == 'vimeo' else '<clip>/<frame>.png'
         raise UserError(f'--input: no frames {shape} in {src}' + (' listed in --meta-info' if selection else '')
                         + f' (--layout {layout})')
+    colour_profiles([str(p) for _, p in frames], icc, '--input', '--icc',
+                    lambda line: print(f'make_lmdb: {line}', file=sys.stderr, flush=True))
     level = COMPRESS_LEVEL[compress]
     tmp = Path(f'{out}.tmp-{os.getpid()}')
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        first, _ = encode_frame(frames[0][1], level)
+        first, _ = encode_frame(frames[0][1], level, icc)
         env = lmdb.open(str(tmp), map_size=max(4 * len(first) * len(frames), 1 << 24))
         meta: List[str] = []
         batch: List[Tuple[bytes, bytes]] = []
@@ -146,7 +155,7 @@ def make_lmdb_from_frames(folder: str, output: str, layout: str = 'reds', compre
             batch.clear()
 
         for key, path in show(frames, f'{src.name} -> {out.name}'):
-            data, (h, w, c) = encode_frame(path, level)
+            data, (h, w, c) = encode_frame(path, level, icc)
             batch.append((key.encode('utf-8'), data))
             meta.append(f'{key}.png ({h},{w},{c}) {level}\n' if level is not None else f'{key}.raw ({h},{w},{c}) raw\n')
             if len(batch) >= BATCH:
@@ -170,10 +179,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='stored frames: PNG with fast (level 1) or none (level 0) compression, or raw '
                              'decoded pixels (about 3x larger, no decoding when training)')
     parser.add_argument('--meta-info', default=None, help='only the clips/sequences listed in this file')
+    parser.add_argument('--icc', choices=ICC_MODES, default='convert',
+                        help='frames with a non-sRGB colour profile: stored converted to sRGB (default), refused, or '
+                             'as their values are (ignore)')
     args = parser.parse_args(argv)
     try:
         selection = read_selection(args.meta_info) if args.meta_info else None
-        n = make_lmdb_from_frames(args.input, args.output, args.layout, args.compress, selection)
+        n = make_lmdb_from_frames(args.input, args.output, args.layout, args.compress, selection, icc=args.icc)
     except UserError as e:
         print(f'make_lmdb: {e}', file=sys.stderr)
         return 2

@@ -4,9 +4,9 @@ options' rules, or check that both are up to date.
     python scripts/option_reference.py           # (re)write both files
     python scripts/option_reference.py --check   # exit 1 when either differs from what the rules give
 
-Both are generated from option_catalog.py, which reads the `Key`s that utils/options.py, the models,
-networks (constructor signatures), datasets, losses, optimizers, schedulers and metrics declare: never edit
-them by hand; add a key where it is read and run this script. The output is deterministic (sorted names,
+Both are generated from option_catalog.py (the schema by option_schema.py), which reads the `Key`s that
+utils/options/schema.py, the models, networks (constructor signatures), datasets, losses, optimizers,
+schedulers and metrics declare: never edit them by hand; add a key where it is read and run this script. The output is deterministic (sorted names,
 no dates), so `--check` in the test suite catches a key added without regenerating.
 Exit codes: 0 written / up to date, 1 stale (--check), 2 a file cannot be written.
 """
@@ -20,7 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from option_catalog import NO_HELP, Catalog, KeyInfo, Member, catalog, json_schema  # noqa: E402
+from option_catalog import NO_HELP, Catalog, KeyInfo, Member, catalog  # noqa: E402
+from option_schema import json_schema  # noqa: E402
 from models.registry import KAIR_SHARED_D_KEYS, KAIR_SHARED_KEYS, MODELS  # noqa: E402
 from data.registry import TRAIN_ONLY_OPTIONS  # noqa: E402
 from utils.options import GIVEN_INHERITED, INHERITED, SCHEMA_POINTER  # noqa: E402
@@ -129,7 +130,7 @@ def reference(cat: Catalog) -> str:
         '--check). -->',
         '',
         'Every key an option file may hold, generated from the `Key`s the code declares where the key is read (the '
-        'training loop\'s in `utils/options.py`, the models\', and each network\'s, dataset\'s, loss\'s, optimizer\'s, '
+        'training loop\'s in `utils/options/schema.py`, the models\', and each network\'s, dataset\'s, loss\'s, optimizer\'s, '
         'scheduler\'s and metric\'s own), so it never disagrees with the loader. '
         '`python main_train.py --describe <name>` prints one member\'s part of it; `options/schema.json` is the same '
         'rules as a JSON Schema for editors (see [Data preparation and tools]'

@@ -108,6 +108,15 @@ EXPECTED: Dict[str, Expected] = {
             *[rf'SAM {m} / adam alone' for m in ('sam', 'fsam', 'gsam', 'looksam')], r'teacher \(distillation\) on / off',
             r'batch augment \(use_moa\) on / off')
     ], slow=False),
+    'bench_peers.py': Expected([
+        r'^== bench_peers.py \(quick\): ',
+        r'^BasicSR: absent \(not installed in .*; --quick never installs\): only ours is timed$',
+        r'^our JSON of every network validates: msrresnet, edsr_m, rrdb6, swinir_light, rcan$',
+        r'^ran with:$',
+        *[rf'^  {cell}: .*; BasicSR -; ours .*\d+ torch threads?' for cell in ('2cores', '1core', 'busy')],
+        r'^network +cell +BasicSR s/it +ours s/it +ours/BasicSR$',
+        *[rf'^msrresnet +{cell} +- +-?{NUM} +-$' for cell in ('2cores', '1core', 'busy')],
+    ], slow=True),
     'bench_resume.py': Expected([
         rf'^  fresh : first step done after {NUM} s', rf'^  resume: first step done after {NUM} s',
         rf'^time to first step, resume / fresh start +ratio +{NUM}',

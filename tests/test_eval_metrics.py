@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from models.evaluation import METRICS, describe_input, evaluate
-from models.restorer import ImageRestorer, build_metrics
+from models.restorer import ImageRestorer
+from models.scoring import build_metrics
 from option_rules import option_rules
 from tests.conftest import free_port, noisy_batches, run_main, tiny_options, write_options
 from tests.extra_metrics import Brightness, MeanAbsError  # registered: main_train / main_test (run_main) score them

@@ -1,6 +1,7 @@
 """scripts/export.py: a run's checkpoint becomes ONNX (dynamic N/H/W, fp32 and fp16) and safetensors, and the
 ONNX graph gives PyTorch's output in onnxruntime at sizes it was not traced at. Safetensors files load
-wherever weights are read (main_test --weights, path.pretrained_netG)."""
+wherever weights are read (main_test --weights, path.pretrained_netG). With --format spandrel it becomes the file
+chaiNNer and ComfyUI open, which spandrel reads with our output (tests/test_spandrel_loads_ours.py: every network)."""
 import csv
 import json
 import os
@@ -14,7 +15,7 @@ from torch import nn
 
 from conftest import need_module, need_spandrel, run, run_main, tiny_options, write_options
 from models.model_plain import ModelPlain
-from models.restorer import build_eval_network, load_weights
+from models.network_loading import build_eval_network, load_weights
 from option_rules import read_options
 from scripts import export
 from utils.checkpoint import CheckpointDir, load
@@ -43,7 +44,7 @@ def make_run(tmp_path, demo_images, netG=None, test_set=True, scale=1):
     path = write_options(str(tmp_path / 'o.json'), raw)
     opt = read_options(path)
     ckpt = CheckpointDir(opt['path']['models'])
-    from models.restorer import build_checked_network
+    from models.network_loading import build_checked_network
     for step in (4, 8):
         files = {}
         for kind in ('G', 'E'):
@@ -322,3 +323,52 @@ def test_a_safetensors_file_loads_as_a_state_dict_and_a_mismatch_is_one_line(tmp
     other = DnCNN(in_nc=3, out_nc=3, nc=16, nb=3, act_mode='R')
     with pytest.raises(UserError, match=r'^path\.pretrained_netG: .*w\.st does not fit netG'):
         load_weights(other, str(tmp_path / 'w.st'), True, 'params', 'path.pretrained_netG')
+
+
+def test_format_spandrel_writes_the_file_chainner_and_comfyui_open_with_our_output(tmp_path, demo_images, capsys,
+                                                                                  one_thread):
+    """KAIR's RRDB, whose layout spandrel cannot load as it is: renamed, read back by spandrel's ModelLoader (what
+    chaiNNer and ComfyUI call), its model gives the run's network's output. No ONNX tools are needed."""
+    spandrel = need_spandrel()
+    netG = {'net_type': 'rrdb', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 1, 'gc': 32}
+    opt_path, opt = make_run(tmp_path, demo_images, netG, test_set=False, scale=2)
+    code, out, err = export_run(capsys, '--opt', opt_path, '--format', 'spandrel')
+    assert code == 0, err
+    folder = os.path.join(opt['path']['task'], 'export')
+    assert os.listdir(folder) == ['8_E_spandrel.safetensors']                 # the newest save's EMA weights, alone
+    assert 'spandrel reads rrdb from' in out and 'as ESRGAN (scale 2)' in out
+    assert re.search(r"spandrel's ESRGAN: max\|diff\| = \S+ against rrdb \(tolerance 0\.0001\) on a random 48x80 "
+                     r"image", out)
+    path = os.path.join(folder, '8_E_spandrel.safetensors')
+    descriptor = spandrel.ModelLoader().load_from_file(path)
+    ours = build_eval_network(opt['netG'], os.path.join(opt['path']['models'], '8_E.pth'), torch.device('cpu'), 'w')
+    x = torch.rand(1, 3, 20, 28)
+    with torch.no_grad():
+        assert torch.allclose(descriptor.model.eval()(x), ours(x), rtol=0, atol=1e-6)
+    from safetensors import safe_open
+    with safe_open(path, 'pt') as f:
+        meta = f.metadata()
+    assert 'net_type' not in meta and meta['source'] == '8_E.pth'         # not read by our tools as our layout
+    assert json.loads(meta['trained_as'])['net_type'] == 'rrdb'
+    code, out, err = export_run(capsys, '--opt', opt_path, '--format', 'spandrel', '--no-check',
+                                '--out', tmp_path / 'n')
+    assert code == 0 and 'as ESRGAN (scale 2)' in out and 'max|diff|' not in out         # read by spandrel, not run
+    unchecked, checked = load(str(tmp_path / 'n' / '8_E_spandrel.safetensors')), load(path)
+    assert unchecked.keys() == checked.keys() and all(torch.equal(unchecked[k], v) for k, v in checked.items())
+
+
+def test_format_spandrel_refuses_a_network_spandrel_does_not_recognise_and_onnx_options_in_one_line(
+        tmp_path, demo_images, capsys):
+    need_spandrel()
+    netG = {'net_type': 'edsr', 'num_feat': 8, 'num_block': 1, 'upscale': 2}
+    opt_path, opt = make_run(tmp_path, demo_images, netG, test_set=False, scale=2)
+    code, out, err = export_run(capsys, '--opt', opt_path, '--format', 'spandrel', '--out', tmp_path / 'x')
+    assert code == 2 and err.count('\n') == 1 and not os.path.exists(tmp_path / 'x')
+    assert err.startswith('error: netG (edsr): spandrel 0.4.2 recognises none of its architectures in these weights, '
+                          'so chaiNNer and ComfyUI cannot open them; export it to ONNX instead')
+    for flag in (['--fp16'], ['--size', '32x32'], ['--opset', '17']):
+        with pytest.raises(SystemExit):
+            export.parse_args(['--opt', opt_path, '--format', 'spandrel', *flag])
+        assert f'{flag[0]} is an option of the ONNX graph; --format spandrel writes weights only' in \
+            capsys.readouterr().err
+    assert export.parse_args(['--opt', opt_path]).opset == 18

@@ -238,6 +238,16 @@ def test_each_recipe_loss_is_a_registered_name_with_its_own_prefixed_keys():
             _train(G_extra_losses={'color': 1, 'msssim_l1': 1, 'gradient_variance': 1, 'contextual': 1}, **bad)
 
 
+def test_vgg_layers_out_of_order_are_refused_when_the_options_are_read_not_when_the_loss_is_built():
+    """The contextual and the perceptual loss take their VGG19 layers in increasing order, each once: one labelled
+    check of both (losses/perceptual.py `vgg_layers`) says so before anything is built."""
+    for layers in ([21, 12], [12, 12]):
+        with pytest.raises(OptionsError, match=r'train\.G_cx_layers: \[.*\] must be a VGG19 layer index or a list of '
+                                               r'them in increasing order \(e\.g\. \[12, 21\]: conv3_2, conv4_2\)$'):
+            _train(G_extra_losses={'contextual': 1}, G_cx_layers=layers)
+    assert _train(G_extra_losses={'contextual': 1}, G_cx_layers=21)['G_cx_layers'] == 21
+
+
 def test_a_plain_model_trains_with_every_recipe_loss_and_logs_each_term(tmp_path, demo_images):
     torch.manual_seed(0)
     extra = {name: 0.5 for name in RECIPE_LOSSES if name != 'msssim_l1'}  # MS-SSIM needs 161x161 patches

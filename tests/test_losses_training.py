@@ -234,7 +234,7 @@ def test_d_num_scales_copies_of_netd_each_judge_the_image_pooled_once_more(tmp_p
     model._update_g = False
     with torch.no_grad():
         E = model.net_g(batch['L'])
-    model._discriminator_backward(E, batch['H'], 1, True, torch.zeros_like(model._parts))
+    model._discriminator_backward(E, batch['H'], 1, True, torch.zeros_like(model.loss_meter.sums))
     real = batch['H'].double().numpy()
     for k in range(3):
         assert all(p.grad is not None for p in copies[k].parameters()), k

@@ -49,7 +49,7 @@ def _video(path, frames, size=(32, 32), rate=Fraction(30000, 1001)):
 
 def _restored_by_hand(weights, opt_path, path, bits):
     """What the run's network makes of one image, applied directly (no main_test)."""
-    from models.restorer import build_eval_network
+    from models.network_loading import build_eval_network
     from option_rules import read_options
     from utils.image import imread_uint, tensor2uint, uint8_tensor, to_float_image
     opt = read_options(opt_path)
@@ -112,7 +112,7 @@ def test_two_ranks_write_exactly_the_files_one_writes_images_and_a_video_restore
 
 
 def test_the_network_is_found_in_exported_metadata_or_by_auto_and_opt_wins(tmp_path, tiny_run, demo_images):
-    from models.restorer import build_eval_network
+    from models.network_loading import build_eval_network
     from option_rules import read_options
     from scripts.export import safetensors_bytes
     image = os.path.join(demo_images, 'test', '0003.png')
@@ -141,7 +141,7 @@ def test_the_network_is_found_in_exported_metadata_or_by_auto_and_opt_wins(tmp_p
     assert not (tmp_path / 'none').exists()
 
     need_spandrel()
-    from models.restorer import build_checked_network
+    from models.network_loading import build_checked_network
     esrgan = read_options(os.path.join(ROOT, 'options', 'archs', 'train_esrgan_tiny.json'),
                           [f'path.root={tmp_path}', 'netG.num_grow_ch=32'])  # spandrel reads ESRGAN's growth 32
     torch.save({'params_ema': build_checked_network(esrgan['netG']).state_dict()}, tmp_path / 'esrgan.pth')
@@ -155,7 +155,7 @@ def test_the_network_is_found_in_exported_metadata_or_by_auto_and_opt_wins(tmp_p
 @pytest.fixture(scope='module')
 def edvr_weights(tmp_path_factory):
     """Random weights of options/edvr/train_EDVR_tiny.json's netG (x4 SR from 5-frame windows)."""
-    from models.restorer import build_checked_network
+    from models.network_loading import build_checked_network
     from option_rules import read_options
     folder = tmp_path_factory.mktemp('edvr')
     opt = read_options(EDVR, [f'path.root={folder}'])
@@ -255,7 +255,8 @@ def test_an_output_folder_that_cannot_be_written_or_is_the_input_folder_stops_be
 # --- the pieces ------------------------------------------------------------------------------------------------------
 
 def test_video_windows_tile_the_video_and_a_sliding_window_network_streams_exactly_as_on_the_whole_clip():
-    from models.restorer import SlidingWindowRestorer, VideoRestorer, Window
+    from models.restorer import Window
+    from models.video_restorer import SlidingWindowRestorer, VideoRestorer
     val = {'num_frame_testing': 6, 'num_frame_overlapping': 2, 'size_patch_testing': 0, 'pad_seq': False,
            'flip_seq': False, 'center_frame_only': False, 'padding': 'replicate'}
     windows = VideoRestorer(torch.nn.Identity(), torch.device('cpu'), val, (2, 8, 8), 0).stream_windows(15)
@@ -367,8 +368,9 @@ def test_the_page_shows_an_sr_input_upscaled_by_bicubic_to_its_output_and_a_wind
     MATLAB's bicubic to the output's size (the baseline the test-set page shows), for a video window the input
     frames it keeps."""
     from data.inputs import find_inputs
-    from models.inference import restore_inputs
-    from models.restorer import ImageRestorer, VideoRestorer
+    from models.input_restore import restore_inputs
+    from models.restorer import ImageRestorer
+    from models.video_restorer import VideoRestorer
     from utils.image import imread_uint, imresize_bicubic, tensor2uint
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)

@@ -132,7 +132,7 @@ def test_the_frame_cache_is_refused_under_the_jobs_limit_naming_it(tmp_path, job
 
 
 def test_the_network_size_check_uses_the_jobs_limit(job_of_64_mib):
-    from models.restorer import build_checked_network
+    from models.network_loading import build_checked_network
     netG = {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 512, 'nb': 20, 'act_mode': 'R'}  # 0.17 GB of weights
     with pytest.raises(UserError, match=r"^netG \(dncnn\): [\d,]+ parameters, 0\.2 GB of float32 weights alone, "
                                         r"more than this job's memory limit leaves 0\.0 GB \(0\.06 GiB in "

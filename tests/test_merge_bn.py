@@ -95,7 +95,7 @@ def test_a_folded_checkpoint_is_not_resumed_with_merge_bn_turned_off(tmp_path, d
 
 
 def test_with_merge_bn_testing_loads_weights_saved_before_or_after_the_fold(tmp_path):
-    from models.restorer import build_eval_network
+    from models.network_loading import build_eval_network
     netG = {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 4, 'act_mode': 'BR'}
     net = _trained_bn_dncnn()
     x = torch.rand(1, 3, 24, 24)

@@ -10,7 +10,7 @@ from torch import nn
 
 from models.model_edvr import ModelEDVR
 from models.model_video_recurrent import ModelVideoRecurrent
-from models.restorer import SlidingWindowRestorer, VideoRestorer, window_indices
+from models.video_restorer import SlidingWindowRestorer, VideoRestorer, window_indices
 from option_rules import option_rules
 from utils.errors import UserError
 from utils.options import derive_paths, validate

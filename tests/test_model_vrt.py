@@ -15,7 +15,8 @@ from data.synthetic.gopro import make_gopro_spike
 from models.evaluation import evaluate
 from models.model_vrt import ModelVRT
 from models.registry import build_network
-from models.restorer import VideoRestorer, item_metrics
+from models.scoring import item_metrics
+from models.video_restorer import VideoRestorer
 from tests.conftest import ROOT, run, tiny_options, write_options
 from option_rules import option_rules, read_options
 from utils.errors import OptionsError, UserError

@@ -195,7 +195,7 @@ def test_edvr_refuses_frames_the_pyramid_cannot_halve_twice_and_other_window_len
 
 
 def test_the_networks_say_which_frame_sizes_they_take():
-    """VideoRestorer pads frames only to this multiple (models/restorer.py)."""
+    """VideoRestorer pads frames only to this multiple (models/video_restorer.py)."""
     assert BasicVSR.size_multiple == IconVSR.size_multiple == 1
     assert small('basicvsrpp').size_multiple == 1 and small('basicvsrpp', is_low_res_input=False).size_multiple == 4
     assert small('edvr').size_multiple == 4 and small('edvr', hr_in=True, with_predeblur=True).size_multiple == 16

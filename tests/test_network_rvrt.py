@@ -302,7 +302,7 @@ def test_with_zero_residues_the_attention_is_local_window_attention_around_the_f
 
 
 def test_whole_clip_testing_pads_time_to_a_multiple_of_both_window_and_clip_size():
-    from models.restorer import VideoRestorer
+    from models.video_restorer import VideoRestorer
     opt = {'netG': {'net_type': 'rvrt', 'window_size': [2, 8, 8], 'clip_size': 3},
            'val': {'tile': 0, 'self_ensemble': False, 'num_frame_testing': 0, 'num_frame_overlapping': 2,
                    'size_patch_testing': 0, 'pad_seq': False, 'flip_seq': False, 'center_frame_only': False,

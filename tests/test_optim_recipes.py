@@ -10,7 +10,8 @@ import torch
 from conftest import tiny_options, train_options
 from models.ema import ModelEMA
 from models.model_plain import ModelPlain
-from models.optim import OPTIMIZERS, averaging, build_optimizer, build_scheduler, gated_step
+from models.optim import OPTIMIZERS, averaging, build_optimizer, gated_step
+from models.schedules import build_scheduler
 from option_rules import option_rules
 from utils.errors import OptionsError, UserError
 from utils.options import validate

@@ -17,8 +17,9 @@ from data.synthetic.demo import DEMO_DATA
 from losses.registry import LOSSES
 from metrics.registry import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
-from models.optim import OPTIMIZERS, SCHEDULERS
+from models.optim import OPTIMIZERS
 from models.registry import KAIR_SHARED_KEYS, MODELS, NETWORKS, network_options
+from models.schedules import SCHEDULERS
 from option_rules import option_rules
 from utils.errors import OptionsError
 from utils.options import IGNORED, parse_json_file, validate
@@ -85,11 +86,22 @@ def test_check_exits_1_naming_the_stale_files_and_writing_rewrites_them(tmp_path
     assert sorted(os.listdir(tmp_path / 'options')) == ['schema.json']  # no temporary file left
 
 
+def test_every_check_says_what_it_allows(cat):
+    """Every declared key's check carries its `rule` label (utils/options/keys.py), so docs/options.md and
+    `--describe` state what a value may be and options/schema.json can check it, instead of "checked when
+    loaded"."""
+    keys = [*cat.top, *(k for section in cat.sections.values() for k in section), *cat.loader, *cat.network_common,
+            *(k for member in cat.all_members() for k in member.keys)]
+    unlabelled = sorted({f'{k.check.__module__}: {k.key}' for k in keys if k.check is not None
+                         and not getattr(k.check, 'allowed', None)})
+    assert unlabelled == []
+
+
 def test_the_generated_files_are_deterministic_and_the_reference_covers_every_member(cat):
     script = load_script('option_reference')
     first, again = script.reference(cat), script.reference(cat)
     assert first == again
-    from option_catalog import json_schema
+    from option_schema import json_schema
     assert json.dumps(json_schema(cat)) == json.dumps(json_schema(cat))
     for name in NETWORKS.names() + DATASETS.names() + LOSSES.names() + METRICS.names():
         assert f'`{name}`' in first, name

@@ -343,7 +343,7 @@ def test_values_that_cannot_train_are_refused_by_the_options(tmp_path, key, valu
     ('netG', {'in_nc': 1000000000}, r'netG \(dncnn\): [\d,]+ parameters'),
 ])
 def test_network_sizes_that_cannot_be_built_are_one_line_naming_the_key_or_the_size(net, changes, message):
-    from models.restorer import build_checked_network
+    from models.network_loading import build_checked_network
     from utils.errors import UserError
     section = {'net_type': 'dncnn', 'in_nc': 3, 'out_nc': 3, 'nc': 8, 'nb': 3, 'act_mode': 'R', **changes}
     with pytest.raises(UserError, match=message):

@@ -7,7 +7,10 @@ from torch import nn
 from option_rules import option_rules, read_options
 from models.model_plain import ModelPlain
 from models.evaluation import describe_input, evaluate
-from models.restorer import ImageRestorer, VideoRestorer, build_eval_network, item_metrics
+from models.network_loading import build_eval_network
+from models.restorer import ImageRestorer
+from models.scoring import item_metrics
+from models.video_restorer import VideoRestorer
 from tests.conftest import noisy_batches, tiny_options, write_options
 from utils.errors import UserError
 from utils.image import imresize_bicubic, tensor2uint

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from conftest import run_main, tiny_options, write_options
-from models.model_plain import ModelPlain, amp_setup
+from models.model_plain import ModelPlain
+from models.precision import amp_setup
 from option_rules import option_rules
 from training.batches import micro_batches
 from utils.errors import OptionsError, UserError

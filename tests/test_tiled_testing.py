@@ -7,7 +7,8 @@ from torch import nn
 
 from conftest import run_main, tiny_options
 from option_rules import option_rules
-from models.restorer import ConditionedRestorer, ImageRestorer, VideoRestorer
+from models.restorer import ConditionedRestorer, ImageRestorer
+from models.video_restorer import VideoRestorer
 from utils.errors import UserError
 from utils.options import validate
 

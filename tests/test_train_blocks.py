@@ -12,8 +12,9 @@ from losses.pixel import CharbonnierLoss
 from losses.registry import build_loss
 from metrics.fidelity import calculate_ssim
 from models.ema import ModelEMA
-from models.optim import build_optimizer, build_scheduler
+from models.optim import build_optimizer
 from models.regularizers import apply_regularizers, regularize_clip, regularize_orth
+from models.schedules import build_scheduler
 from utils.errors import OptionsError, UserError
 
 def t(given):
@@ -336,7 +337,7 @@ def test_adam_is_fused_on_cuda_by_default_and_as_asked_elsewhere():
 
 
 def test_tf32_is_a_cuda_setting_and_silent_elsewhere():
-    from models.model_plain import tf32_setup
+    from models.precision import tf32_setup
     assert tf32_setup(None, torch.device('cpu')) is None and tf32_setup(True, torch.device('cpu')) is None
 
 

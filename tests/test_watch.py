@@ -194,7 +194,7 @@ def test_watch_tests_each_complete_checkpoint_once_and_skips_pruned_vanishing_an
     weights damaged), 20 (fine), a half-written 24 (no state file) and a temporary file; while 4 is tested the job
     prunes 8. Two test sets: a row per checkpoint and set. The watch ends after the job's last checkpoint (the run's
     saved options say train.total_iter 8) and a second watch tests nothing again."""
-    import models.testing as testing
+    import models.watch_runs as testing
     run = copy_run(tiny_run, str(tmp_path))
     models = run.models
     for step in (12, 16, 20):

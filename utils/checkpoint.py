@@ -131,6 +131,18 @@ def safetensors_metadata(path: str) -> Dict[str, str]:
         raise UserError(f'{path}: damaged safetensors file ({first_line(e)[:200]})') from None
 
 
+def safetensors_data(state: Dict[str, Any], metadata: Dict[str, str], what: str) -> bytes:
+    """`state` as the bytes of a safetensors file with `metadata` (strings, as the format requires); an entry that
+    is not a tensor is one line naming `what` holds it. Tensors are copied: safetensors refuses tensors that share
+    memory."""
+    from safetensors.torch import save
+    odd = [k for k, v in state.items() if not torch.is_tensor(v)]
+    if odd:
+        raise UserError(f'{what}: state_dict entry {odd[0]} is not a tensor; safetensors holds tensors only')
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
+    return save(tensors, metadata={'format': 'pt', **metadata})
+
+
 def load(path: str, allow_unsafe: bool = False) -> Any:
     """torch.load with `weights_only=True`; code-carrying pickles need an explicit opt-in. A
     `.safetensors` file (recognised by its content) is read with the safetensors package.

@@ -3,7 +3,8 @@
 Conventions: numpy images are HWC uint8 RGB (C=1 for gray), or uint16 for 16-bit files read with
 `keep_16bit` (PNG, TIFF, PNM of 16 bits per sample: their full precision, 0..65535); tensors are float32 CHW
 in [0, 1] (the sample value over its type's peak, 255 or 65535). Files are decoded with cv2 (BGR) and
-converted, so every reader in the project sees RGB. Restored images go back to the bit depth of their
+converted, so every reader in the project sees RGB, and in sRGB: a file with a non-sRGB colour profile embedded
+is converted as it is read (`imread_uint`'s `icc`, utils/icc.py). Restored images go back to the bit depth of their
 data (`tensor2uint(..., bits=16)`) and are written as 16-bit PNGs then.
 """
 import math
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from utils.errors import UserError
+from utils.icc import file_profile
 from utils.image_header import decode_limit_problem, header_size
 
 IMG_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.ppm', '.pgm', '.tif', '.tiff', '.webp')
@@ -58,43 +60,59 @@ def _sample_type(img: np.ndarray, path: str, keep_16bit: bool) -> np.ndarray:
     raise UserError(f'cannot use image {path}: {img.dtype} samples are not supported (8- or 16-bit images only)')
 
 
-def imread_uint(path: str, n_channels: int = 3, bgr: bool = False, keep_16bit: bool = False) -> np.ndarray:
+def imread_uint(path: str, n_channels: int = 3, bgr: bool = False, keep_16bit: bool = False,
+                icc: str = 'convert') -> np.ndarray:
     """Read an image as HWC uint8: RGB for n_channels=3, gray (C=1) for n_channels=1.
 
     `bgr=True` leaves colour in the decoder's BGR order: a caller that crops first then reverses only
     the crop's channels (`bgr_to_rgb`), the same pixels as converting the whole image, for less work.
     `keep_16bit=True` returns a file of 16 bits per sample as uint16 (its full precision) instead of
-    mapping it to uint8; 8-bit files stay uint8 either way.
+    mapping it to uint8; 8-bit files stay uint8 either way. `icc` says what happens to a file with a
+    non-sRGB colour profile embedded (utils/icc.py): "convert" its pixels to sRGB (at their own bit depth,
+    before anything else), "refuse" it (UserError), or "ignore" the profile (its values as they are).
     """
     if n_channels not in (1, 3):
         raise UserError(f'n_channels: must be 1 or 3, got {n_channels!r}')
     try:
-        data = np.fromfile(path, dtype=np.uint8)  # fromfile + imdecode also handles non-ASCII paths
+        with open(path, 'rb') as f:  # open + imdecode also handles non-ASCII paths
+            raw = f.read()
     except OSError as e:
         raise UserError(f'cannot read image {path}: {e.strerror or e}') from None
-    # Gray is OpenCV's own grayscale decode, as KAIR reads it: for colour PNGs it differs by ±1 from
-    # converting the decoded RGB (libpng's own integer conversion), on half the demo images' pixels.
-    # EXIF orientation is ignored in both modes (IMREAD_UNCHANGED ignores it), so gray and colour
-    # reads of a file agree in size with each other and with the header checks (data/checks.py).
-    flag = cv2.IMREAD_GRAYSCALE | cv2.IMREAD_IGNORE_ORIENTATION if n_channels == 1 else cv2.IMREAD_UNCHANGED
-    if n_channels == 1 and keep_16bit:
-        flag |= cv2.IMREAD_ANYDEPTH  # gray of a 16-bit file at 16 bits (IMREAD_GRAYSCALE alone gives 8)
-    try:
-        img = cv2.imdecode(data, flag) if data.size else None
-    except cv2.error as e:  # e.g. the size limits (validateInputImageSize): a traceback is no help
-        raise UserError(f'cannot decode image {path}: {_cv2_problem(e, path)}') from None
-    if img is None:
-        raise UserError(f'cannot decode image {path} (corrupt or not an image)')
+    data = np.frombuffer(raw, dtype=np.uint8)
+    profile = file_profile(raw, path, icc)
+    if profile is not None:  # every channel at every bit: converted before anything is dropped
+        img = profile.to_srgb(_sample_type(_decode(data, cv2.IMREAD_UNCHANGED, path), path, True), path, bgr=True)
+    else:
+        # Gray is OpenCV's own grayscale decode, as KAIR reads it: for colour PNGs it differs by ±1 from
+        # converting the decoded RGB (libpng's own integer conversion), on half the demo images' pixels.
+        # EXIF orientation is ignored in both modes (IMREAD_UNCHANGED ignores it), so gray and colour
+        # reads of a file agree in size with each other and with the header checks (data/checks.py).
+        flag = cv2.IMREAD_GRAYSCALE | cv2.IMREAD_IGNORE_ORIENTATION if n_channels == 1 else cv2.IMREAD_UNCHANGED
+        if n_channels == 1 and keep_16bit:
+            flag |= cv2.IMREAD_ANYDEPTH  # gray of a 16-bit file at 16 bits (IMREAD_GRAYSCALE alone gives 8)
+        img = _decode(data, flag, path)
     img = _sample_type(img, path, keep_16bit)
     if img.ndim == 2:
         img = img[:, :, None]
     if img.shape[2] == 4:
         img = img[:, :, :3]  # drop alpha: BGRA -> BGR
     if n_channels == 1:
+        if img.shape[2] == 3:  # a converted colour image: the gray of its sRGB colours
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)[:, :, None]
         return np.ascontiguousarray(img)
     if img.shape[2] == 1:
         return np.ascontiguousarray(np.repeat(img, 3, axis=2))
     return img if bgr else cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def _decode(data: np.ndarray, flag: int, path: str) -> np.ndarray:
+    try:
+        img = cv2.imdecode(data, flag) if data.size else None
+    except cv2.error as e:  # e.g. the size limits (validateInputImageSize): a traceback is no help
+        raise UserError(f'cannot decode image {path}: {_cv2_problem(e, path)}') from None
+    if img is None:
+        raise UserError(f'cannot decode image {path} (corrupt or not an image)')
+    return img
 
 
 def bgr_to_rgb(img: np.ndarray) -> np.ndarray:

@@ -3,12 +3,14 @@
 Decoding thousands of images would take minutes, so these readers parse only the header of each
 format the datasets list (PNG, JPEG, BMP, PNM, TIFF, WebP), plus, for PNG and JPEG, the end marker
 that OpenCV insists on (a truncated copy fails there). An image whose body is damaged behind a
-valid header and end marker is still found only when it is read.
+valid header and end marker is still found only when it is read. The embedded ICC colour profile, where a
+format carries one, is found the same way (`embedded_icc`, for utils/icc.py).
 """
 import os
 import re
 import struct
-from typing import BinaryIO, Optional, Tuple
+import zlib
+from typing import BinaryIO, Iterator, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -54,9 +56,11 @@ def _png_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
     return height, width
 
 
-def _jpeg_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
+def _jpeg_segments(f: BinaryIO) -> Iterator[Tuple[int, int]]:
+    """(marker, length of its data) of every segment after SOI, the file positioned at the segment's data; the
+    scan (SOS) or end of image (EOI) comes with length 0 and ends the walk."""
     f.seek(2)
-    while True:  # segments up to the frame header (SOFn), which holds the size
+    while True:
         byte = f.read(1)
         if not byte:
             raise _Bad('truncated JPEG: no frame header (SOF)')
@@ -71,13 +75,23 @@ def _jpeg_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
         if m == 0x01 or 0xD0 <= m <= 0xD7:  # standalone markers
             continue
         if m in (0xD9, 0xDA):
-            raise _Bad('damaged JPEG: scan data or end of image before the frame header (SOF)')
+            yield m, 0
+            return
         length = f.read(2)
         if len(length) < 2:
             raise _Bad('truncated JPEG header')
         n = struct.unpack('>H', length)[0]
         if n < 2:
             raise _Bad(f'damaged JPEG: segment length {n}')
+        start = f.tell()
+        yield m, n - 2
+        f.seek(start + n - 2)
+
+
+def _jpeg_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
+    for m, _ in _jpeg_segments(f):  # segments up to the frame header (SOFn), which holds the size
+        if m in (0xD9, 0xDA):
+            raise _Bad('damaged JPEG: scan data or end of image before the frame header (SOF)')
         if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC):
             sof = f.read(5)
             if len(sof) < 5:
@@ -88,7 +102,7 @@ def _jpeg_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
             if not _ends_with(f, file_size, b'\xff\xd9'):
                 raise _Bad('truncated JPEG: no end-of-image marker')
             return height, width
-        f.seek(n - 2, os.SEEK_CUR)
+    raise _Bad('truncated JPEG: no frame header (SOF)')
 
 
 def _bmp_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
@@ -109,26 +123,33 @@ def _pnm_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
     return int(fields[1]), int(fields[0])
 
 
-def _tiff_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
+def _tiff_entries(f: BinaryIO, head: bytes) -> Iterator[Tuple[int, int, int, bytes, str]]:
+    """(tag, type, count, the 4-byte value field, byte order) of every entry of a TIFF's first image directory."""
     order = '<' if head[:2] == b'II' else '>'
-    if struct.unpack(order + 'H', head[2:4])[0] != 42:
-        raise _Unknown  # BigTIFF: left to OpenCV
     f.seek(struct.unpack(order + 'I', head[4:8])[0])
     count = f.read(2)
     if len(count) < 2:
         raise _Bad('truncated TIFF: no image directory')
     entries = f.read(12 * struct.unpack(order + 'H', count)[0])
-    tags = {}  # tag -> first value (SHORT or LONG)
     for i in range(0, len(entries) - 11, 12):
         tag, kind, n = struct.unpack(order + 'HHI', entries[i:i + 8])
-        if kind not in (3, 4) or n < 1:
-            continue
-        fmt, size = (order + 'H', 2) if kind == 3 else (order + 'I', 4)
-        value = entries[i + 8:i + 12]
-        if n * size > 4:  # the values are elsewhere: the field holds their offset
-            f.seek(struct.unpack(order + 'I', value)[0])
-            value = f.read(size)
-        tags[tag] = struct.unpack(fmt, value[:size])[0]
+        yield tag, kind, n, entries[i + 8:i + 12], order
+
+
+def _tiff_value(f: BinaryIO, kind: int, n: int, value: bytes, order: str) -> int:
+    """The first value of a SHORT (3) or LONG (4) entry."""
+    fmt, size = (order + 'H', 2) if kind == 3 else (order + 'I', 4)
+    if n * size > 4:  # the values are elsewhere: the field holds their offset
+        f.seek(struct.unpack(order + 'I', value)[0])
+        value = f.read(size)
+    return struct.unpack(fmt, value[:size])[0]
+
+
+def _tiff_size(f: BinaryIO, head: bytes, file_size: int) -> Tuple[int, int]:
+    if struct.unpack(('<' if head[:2] == b'II' else '>') + 'H', head[2:4])[0] != 42:
+        raise _Unknown  # BigTIFF: left to OpenCV
+    tags = {tag: _tiff_value(f, kind, n, value, order)  # tag -> first value (SHORT or LONG)
+            for tag, kind, n, value, order in list(_tiff_entries(f, head)) if kind in (3, 4) and n >= 1}
     if 256 not in tags or 257 not in tags:
         raise _Bad('damaged TIFF: no image width/length in the first directory')
     if tags.get(339, 1) == 3:  # SampleFormat: IEEE float
@@ -210,26 +231,116 @@ def header_bit_depth(path: str) -> int:
             if len(head) >= 2 and head[0:1] == b'P' and head[1:2] in b'2356':  # PNM with a maxval
                 fields = re.sub(rb'#[^\n]*', b' ', head[2:]).split()
                 return 16 if len(fields) >= 3 and fields[2].isdigit() and int(fields[2]) > 255 else 8
-    except (OSError, struct.error, ValueError):
+    except (OSError, struct.error, ValueError, _Bad):
         return 8
     return 8
 
 
 def _tiff_bits(f: BinaryIO, head: bytes) -> int:
     """BitsPerSample (tag 258, of the first sample) of a TIFF's first image directory; 8 when absent."""
-    order = '<' if head[:2] == b'II' else '>'
-    f.seek(struct.unpack(order + 'I', head[4:8])[0])
-    count = struct.unpack(order + 'H', f.read(2))[0]
-    entries = f.read(12 * count)
-    for i in range(0, len(entries) - 11, 12):
-        tag, kind, n = struct.unpack(order + 'HHI', entries[i:i + 8])
+    for tag, kind, n, value, order in list(_tiff_entries(f, head)):
         if tag == 258 and kind == 3:
-            value = entries[i + 8:i + 12]
-            if n * 2 > 4:  # the values are elsewhere: the field holds their offset
-                f.seek(struct.unpack(order + 'I', value)[0])
-                value = f.read(2)
-            return struct.unpack(order + 'H', value[:2])[0]
+            return _tiff_value(f, kind, n, value, order)
     return 8
+
+
+class _BadProfile(Exception):
+    pass
+
+
+def embedded_icc(f: BinaryIO, what: str) -> Optional[bytes]:
+    """The ICC colour profile embedded in the image file `f` (named `what` in errors), read from its header
+    without decoding: a PNG's iCCP chunk, a JPEG's APP2 segments, a TIFF's tag 34675 or a WebP's ICCP chunk.
+
+    None when the file has none (BMP and PNM carry none here) or its header cannot be walked (`header_size`
+    reports that); ImageFileError when the profile's own chunk is damaged."""
+    f.seek(0)
+    head = f.read(512)
+    try:
+        if head.startswith(_PNG_SIGNATURE):
+            return _png_icc(f)
+        if head.startswith(b'\xff\xd8\xff'):
+            return _jpeg_icc(f)
+        if head[:4] in (b'II*\x00', b'MM\x00*'):
+            return _tiff_icc(f, head)
+        if head[:4] == b'RIFF' and head[8:12] == b'WEBP':
+            return _webp_icc(f)
+    except _BadProfile as e:
+        raise ImageFileError(what, f'damaged colour profile: {e}') from None
+    except (_Bad, struct.error, OverflowError, ValueError):
+        return None
+    return None
+
+
+def header_icc(path: str) -> Optional[bytes]:
+    """`embedded_icc` of the file at `path`; None also when it cannot be opened (`read_image_size`'s problem)."""
+    try:
+        with open(path, 'rb') as f:
+            return embedded_icc(f, path)
+    except OSError:
+        return None
+
+
+def _png_icc(f: BinaryIO) -> Optional[bytes]:
+    f.seek(8)
+    while True:  # chunks up to the image data, which the iCCP chunk must precede
+        head = f.read(8)
+        if len(head) < 8:
+            return None
+        n, kind = struct.unpack('>I4s', head)
+        if kind in (b'IDAT', b'IEND'):
+            return None
+        if kind == b'iCCP':
+            data = f.read(n)
+            name_end = data.find(b'\x00', 0, 80)
+            if len(data) < n or name_end < 0:
+                raise _BadProfile('truncated iCCP chunk')
+            try:
+                return zlib.decompress(data[name_end + 2:])
+            except zlib.error:
+                raise _BadProfile('the iCCP chunk does not inflate') from None
+        f.seek(n + 4, os.SEEK_CUR)
+
+
+def _jpeg_icc(f: BinaryIO) -> Optional[bytes]:
+    parts = {}  # sequence number -> bytes: a profile over 64 KiB spans several APP2 segments
+    for m, n in _jpeg_segments(f):
+        if m in (0xD9, 0xDA):
+            break
+        if m == 0xE2 and n > 14:
+            data = f.read(n)
+            if data[:12] == b'ICC_PROFILE\x00':
+                parts[data[12]] = data[14:]
+    return b''.join(parts[k] for k in sorted(parts)) or None
+
+
+def _tiff_icc(f: BinaryIO, head: bytes) -> Optional[bytes]:
+    for tag, kind, n, value, order in list(_tiff_entries(f, head)):
+        if tag == 34675 and kind in (1, 7) and n > 4:  # InterColorProfile, BYTE or UNDEFINED
+            f.seek(struct.unpack(order + 'I', value)[0])
+            data = f.read(n)
+            if len(data) < n:
+                raise _BadProfile('truncated TIFF tag 34675 (InterColorProfile)')
+            return data
+    return None
+
+
+def _webp_icc(f: BinaryIO) -> Optional[bytes]:
+    f.seek(12)
+    for _ in range(2):  # the ICCP chunk follows the VP8X chunk, which comes first
+        head = f.read(8)
+        if len(head) < 8:
+            return None
+        kind, n = head[:4], struct.unpack('<I', head[4:])[0]
+        if kind == b'ICCP':
+            data = f.read(n)
+            if len(data) < n:
+                raise _BadProfile('truncated ICCP chunk')
+            return data
+        if kind != b'VP8X':
+            return None
+        f.seek(n + n % 2, os.SEEK_CUR)
+    return None
 
 
 def read_image_size(path: str) -> Tuple[int, int]:

@@ -99,3 +99,14 @@ class Registry:
         """Every registered name, importing all member modules first."""
         self._import_all()
         return sorted(self._members)
+
+
+def declared(section: Mapping[str, Any], key: str, absent: Any) -> Any:
+    """`section[key]` where the section has `key`, else `absent`: for the one kind of key a validated section may lack.
+
+    After validation a section holds every key its member declares (a network's constructor parameters, a dataset
+    type's OPTIONS), each filled with its default, and no other key. A key that only some members declare (a
+    network's `window_size`, a dataset's `scale`), or a `datasets` phase the option file leaves out, is the one a
+    reader may find missing, and `absent` is what its absence means there; every other key is read directly.
+    """
+    return section[key] if key in section else absent

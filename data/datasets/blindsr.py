@@ -18,10 +18,9 @@ import torch
 from data.checks import Size, fmt, ssim_problem
 from data.datasets.image import IMAGE_OPTIONS, ImageDataset, patch_size, scale
 from data.degradations.bsrgan import DEGRADATIONS, degrade
-from data.option_checks import at_least, between, only
 from data.registry import DATASETS
 from utils.errors import UserError
-from utils.options import Key, one_of
+from utils.options import Key, at_least, between, one_of, only
 
 
 @DATASETS.register('blindsr')

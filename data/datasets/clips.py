@@ -18,14 +18,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.checks import FileProblems, fmt, image_sizes, parallel_map, scale_mismatch, spike_header, ssim_problem
+from data.checks import (FileProblems, colour_profiles, fmt, image_sizes, parallel_map, scale_mismatch, spike_header,
+                         ssim_problem)
 from data.datasets.spike import SpikeSource
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
-from data.option_checks import at_least, extension, int_format, io_backend, noise_level, positive_ints
+from data.option_checks import extension, int_format, io_backend, noise_level
 from data.sampler import parse_key
 from utils.errors import UserError
 from utils.image import imread_uint
-from utils.options import Key
+from utils.options import Key, at_least, positive_ints, rule
 from utils.paths import folder_problem
 
 Size = Tuple[int, int]
@@ -48,6 +49,7 @@ def window_length(default: int) -> Key:
     """`num_frame` of a training set that crops random windows from long clips (GoPro, REDS, DAVIS): a length
     >= 1. KAIR's and BasicSR's -1 ("all frames") belongs to Vimeo's septuplets and to test sets; here it
     would stack a whole clip of ~100 frames, which KAIR's and BasicSR's own training sets cannot do either."""
+    @rule('>= 1', minimum=1)
     def check(v: int) -> Optional[str]:
         if v >= 1:
             return None
@@ -86,10 +88,11 @@ def check_folder(path: Optional[str], key: str) -> Path:
 
 class FrameStore:
     """RGB frames by key (`<clip>/<seq>/im4`, `<clip>/00000012`: the path without extension) from
-    one folder or LMDB per name ('gt', 'lq'); LMDBs are opened lazily, per process."""
+    one folder or LMDB per name ('gt', 'lq'); LMDBs are opened lazily, per process. `icc`: the section's key, what
+    happens to a frame with a non-sRGB colour profile (utils/icc.py)."""
 
-    def __init__(self, prefix: str, roots: Dict[str, Any], backend: str, ext: str):
-        self.prefix, self.backend, self.ext = prefix, backend, ext
+    def __init__(self, prefix: str, roots: Dict[str, Any], backend: str, ext: str, icc: str):
+        self.prefix, self.backend, self.ext, self.icc = prefix, backend, ext, icc
         self.roots: Dict[str, Path] = {}
         for name, path in roots.items():
             key = f'{prefix}.dataroot_{name}'
@@ -110,8 +113,8 @@ class FrameStore:
             path = self.path(name, key)
             if not os.path.isfile(path):
                 raise UserError(f'{where}: frame {key} not found: {path}')
-            return imread_uint(path, 3)
-        img = decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}')
+            return imread_uint(path, 3, icc=self.icc)
+        img = decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}', self.icc)
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
@@ -161,8 +164,9 @@ def parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[S
 
 
 def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str]]], scale: Optional[int],
-                 gt_size: Optional[int], spike: Optional[SpikeSource]) -> Dict[str, Tuple[int, int]]:
-    """Header checks of video frames `(clip, gt_path, lq_path, spike_path)`; one UserError line per bad file.
+                 gt_size: Optional[int], spike: Optional[SpikeSource], icc: str) -> Dict[str, Tuple[int, int]]:
+    """Header checks of video frames `(clip, gt_path, lq_path, spike_path)`; one UserError line per bad file, then
+    what the section's `icc` says of frames with a non-sRGB colour profile (`colour_profiles`).
     Returns the (h, w) of every GT and LQ frame, read once here (`cache_data` sizes its buffer from them).
 
     Training (`gt_size` given): GT frames exactly `scale` x the LQ frames and at least gt_size.
@@ -230,6 +234,7 @@ def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str
                 problems.add(keys['spike'], sp, f'{count} spike planes, but spike_repr "{spike.repr}" with '
                                                 f'{describe_params(spike.params)} needs at least {spike.min_planes}')
     problems.raise_if_any()
+    colour_profiles([path for f in frames for path in f[1:3]], icc, prefix)
     return {path: size for f, gs, ls in zip(frames, gt_sizes, lq_sizes) for path, size in ((f[1], gs), (f[2], ls))}
 
 

@@ -14,11 +14,10 @@ added to its float copy), so its type tells evaluation the item's bit depth, at 
 is scored and written (models/restorer.py). Datasets whose own work is 8-bit (JPEG round trips, the
 kernel and BSRGAN degradations) read 16-bit files mapped to 8 bits, as before (`reads_16bit = False`).
 
-The options check each value alone (the `Key`s in OPTIONS, data/option_checks.py); a dataset checks
-what relates several keys and the header of every file when it is built (data/checks.py), so a bad
-value or file ends the run at start-up with one line per problem.
+The options check each value alone (the `Key`s in OPTIONS, utils/options/checks.py, data/option_checks.py); a
+dataset checks what relates several keys and the header of every file when it is built (data/checks.py), so a
+bad value or file ends the run at start-up with one line per problem.
 """
-import os
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,17 +25,18 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.checks import FileProblems, Size, fmt, image_depths, image_sizes, scale_mismatch, ssim_problem
+from data.checks import (FileProblems, Size, colour_profiles, fmt, image_depths, image_sizes, scale_mismatch,
+                         ssim_problem)
 from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
-from data.option_checks import at_least, noise_level
+from data.option_checks import noise_level
 from data.registry import DATASETS
 from data.sampler import parse_key
 from metrics.fidelity import metric_border
 from utils.errors import UserError
 from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, image_peak, imread_uint, imresize_bicubic, list_images,
                          to_float_image, uint8_tensor)
-from utils.options import REQUIRED, Key, one_of
+from utils.options import REQUIRED, Key, at_least, one_of
 from utils.paths import folder_problem
 
 ItemKey = Any  # int (evaluation) or (index, seed) tuple (training)
@@ -114,6 +114,7 @@ class ImageDataset(Dataset):
         self.files_checked_for_training = False
         self.check_files()
         paths = self.paths_H + (self.paths_L or [])
+        colour_profiles(paths, opt['icc'], self.where)
         depths = image_depths(paths) if self.reads_16bit and opt['cache_data'] else {}
         self.cache: Optional[FrameCache] = cache_frames(
             opt['cache_data'], frame_shapes(paths, self.header_sizes, self.n_channels), self._decode, self.where,
@@ -123,7 +124,8 @@ class ImageDataset(Dataset):
         """What relates several option values, at construction (the options check each value alone)."""
         opt, where = self.opt, self.where
         self.n_channels = self._channels()
-        self.scale = opt['scale'] if 'scale' in opt else 1
+        # a dataset type with a `scale` key has it after validation; one without pairs images of one size
+        self.scale = opt['scale'] if 'scale' in self.OPTIONS else 1
         for key in ('metric_border', 'metric_round_y'):
             if self.train and opt[key] is not None:
                 raise UserError(f'{where}.{key}: scoring options belong in the evaluation section '
@@ -241,7 +243,7 @@ class ImageDataset(Dataset):
         return ('H', problem) if problem else None
 
     def _decode(self, path: str) -> np.ndarray:
-        return imread_uint(path, self.n_channels, bgr=True, keep_16bit=self.reads_16bit)
+        return imread_uint(path, self.n_channels, bgr=True, keep_16bit=self.reads_16bit, icc=self.opt['icc'])
 
     def _read_bgr(self, path: str) -> np.ndarray:
         """HWC uint8 with colour in BGR order (`bgr_to_rgb` after cropping), from the cache if there is one."""

@@ -14,10 +14,9 @@ import numpy as np
 
 from data.datasets.image import IMAGE_OPTIONS, ImageDataset, patch_size
 from data.degradations.jpeg import jpeg_roundtrip
-from data.option_checks import between
 from data.registry import DATASETS
 from metrics.fidelity import rgb2y
-from utils.options import Key
+from utils.options import Key, between
 
 QUALITY = Key(40, (int,), between(1, 100, 'a JPEG quality'))
 

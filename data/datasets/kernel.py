@@ -26,12 +26,11 @@ import torch
 from data.datasets.image import CHANNELS, IMAGE_OPTIONS, ImageDataset, patch_size, scale
 from data.datasets.noise_level import noise_levels, noise_options
 from data.degradations.kernels import anisotropic_gaussian, isotropic_gaussian, motion_kernel, shifted_anisotropic_gaussian
-from data.option_checks import at_least, positive_ints
 from data.registry import DATASETS
 from data.sampler import key_step_seed, parse_key
 from utils.errors import UserError
 from utils.image import imresize_bicubic, uint2tensor
-from utils.options import IGNORED, Key
+from utils.options import IGNORED, Key, at_least, positive_ints
 
 USRNET_KERNEL_SIZE = 25  # KAIR's USRNet kernels (motion and gaussian) are 25x25
 MOTION_PROB = 0.5        # KAIR: motion blur for 4 of the 8 values of randint(0, 7)

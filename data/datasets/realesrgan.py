@@ -30,11 +30,10 @@ from data.datasets.transforms import random_crop
 from data.degradations.batch_transforms import TRANSFORM_KEY
 from data.degradations.realesrgan import (KERNEL_KEYS, KERNEL_KINDS, MIN_KERNEL_SIZE, PLAN_KEY, USM_RADIUS,
                                           degrade_batch, draw_plan)
-from data.option_checks import Check, at_least, between, only
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, uint8_tensor
-from utils.options import Key, rule
+from utils.options import Check, Key, at_least, between, only, rule
 
 PROBABILITY = between(0, 1, 'a probability')
 

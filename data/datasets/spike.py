@@ -31,7 +31,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from utils.errors import UserError
-from utils.options import Key, one_of
+from utils.options import Key, one_of, rule
 from utils.suggest import did_you_mean
 
 # kind -> {param: default}; the defaults are what `representation_channels` assumes when omitted.
@@ -195,6 +195,7 @@ def spike_to_representation(planes: np.ndarray, kind: str, **params: Any) -> np.
     return np.ascontiguousarray(out.transpose(1, 2, 0), dtype=np.float32)
 
 
+@rule('[H, W] with positive integers, or null', minItems=2, maxItems=2, items={'type': 'integer', 'exclusiveMinimum': 0})
 def _plane_size(v: Optional[list]) -> Optional[str]:
     if v is None or (len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)):
         return None

@@ -31,7 +31,7 @@ from data.option_checks import all_or_first
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, imread_uint, list_images
-from utils.options import REQUIRED, Key, one_of
+from utils.options import REQUIRED, Key, one_of, rule
 
 REDS_VAL_PARTITIONS = {
     'REDS4': ['000', '011', '015', '020'],
@@ -81,7 +81,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         roots = {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}
         if self.spike:
             roots['spike'] = opt['dataroot_spike']
-        store = FrameStore(p, roots, self.backend, self.ext)
+        store = FrameStore(p, roots, self.backend, self.ext, opt['icc'])
         self.roots, self.lmdb = store.roots, store.lmdb
 
         clips = self._select_clips(parse_meta_info(opt['meta_info_file'], f'{p}.meta_info_file'))
@@ -112,7 +112,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
             frames.append((clip, str(self.roots['gt'] / clip / f'{frame}.{self.ext}'),
                            str(self.roots['lq'] / clip / f'{frame}.{self.ext}'),
                            str(self.roots['spike'] / clip / self.spike.filename(frame)) if self.spike else None))
-        self.header_sizes = check_frames(self.prefix, frames, self.scale, self.gt_size, self.spike)
+        self.header_sizes = check_frames(self.prefix, frames, self.scale, self.gt_size, self.spike, self.opt['icc'])
 
     def _select_clips(self, clips: List[tuple]) -> List[tuple]:
         """Drop REDS's validation clips (keep only them in test_mode), as KAIR does for every data set.
@@ -160,13 +160,14 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         where = f'{self.prefix}.dataroot_{name}'
         if self.lmdb is not None:
             key = f'{clip}/{frame}'
-            return decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}')
+            return decode_frame(self.lmdb.get(name, key, where), f'{where}: key {key} in {self.roots[name]}',
+                                self.opt['icc'])
         path = self._frame_path(name, clip, frame)
         if self.cache is not None:
             return self.cache.get(path)
         if not os.path.isfile(path):
             raise UserError(f'{where}: frame {clip}/{frame} not found: {path}')
-        return imread_uint(path, 3, bgr=True)
+        return imread_uint(path, 3, bgr=True, icc=self.opt['icc'])
 
     def _fill_cache(self) -> Optional[FrameCache]:
         """`cache_data`: every listed GT and LQ frame decoded into RAM, one copy per node (spike streams are read
@@ -181,7 +182,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
                             f'decoding them')
         paths = [self._frame_path(name, clip, f'{i:{self.tmpl}}') for name in ('gt', 'lq') for clip, i in self.keys]
         return cache_frames(self.opt['cache_data'], frame_shapes(paths, self.header_sizes, 3),
-                            lambda path: imread_uint(path, 3, bgr=True), self.prefix)
+                            lambda path: imread_uint(path, 3, bgr=True, icc=self.opt['icc']), self.prefix)
 
     def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int], window: Tuple[int, int, int]) -> np.ndarray:
         if self.lmdb is not None:
@@ -241,11 +242,13 @@ class REDSDataset(VideoRecurrentTrainDataset):
 
     OPTIONS: Dict[str, Any] = {
         **VideoRecurrentTrainDataset.OPTIONS,
-        'num_frame': Key(5, (int,), lambda v: None if v >= 1 and v % 2 else 'must be odd (a centre frame and as many '
-                                                                           'neighbours on each side), e.g. 5'),
-        'dataroot_flow': Key(None, (str, type(None)), lambda v: None if v is None else
-                             'is not supported: EDVR aligns the frames itself (BasicSR reads no flows for it either); '
-                             'set it to null', 'BasicSR\'s key, accepted only as null: EDVR reads no optical flow'),
+        'num_frame': Key(5, (int,), rule('an odd number >= 1', minimum=1, **{'not': {'multipleOf': 2}})(
+            lambda v: None if v >= 1 and v % 2 else 'must be odd (a centre frame and as many neighbours on each side), '
+                                                    'e.g. 5')),
+        'dataroot_flow': Key(None, (str, type(None)), rule('null only', const=None)(
+            lambda v: None if v is None else 'is not supported: EDVR aligns the frames itself (BasicSR reads no flows '
+                                             'for it either); set it to null'),
+            'BasicSR\'s key, accepted only as null: EDVR reads no optical flow'),
     }
 
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, Any]:
@@ -326,17 +329,17 @@ class VideoRecurrentTestDataset(WholeClips):
         # with sigma the LQ folder is never read (noise is added to the GT frames): only GT frames are cached
         cached = [path for _, lqs, gts, _ in self.clips for path in (gts if self.sigma is not None else gts + lqs)]
         self.cache = cache_frames(opt['cache_data'], frame_shapes(cached, self.header_sizes, 3),
-                                  lambda path: imread_uint(path, 3), p)
+                                  lambda path: imread_uint(path, 3, icc=opt['icc']), p)
 
     def check_files(self) -> None:
         """Header and size of every frame and spike file of every clip (see check_frames)."""
         frames = [(clip, gt, lq, spikes[i] if spikes else None)
                   for clip, lqs, gts, spikes in self.clips for i, (lq, gt) in enumerate(zip(lqs, gts))]
-        self.header_sizes = check_frames(self.prefix, frames, None, None, self.spike)
+        self.header_sizes = check_frames(self.prefix, frames, None, None, self.spike, self.opt['icc'])
 
     def _read(self, path: str) -> np.ndarray:
         """One frame, float32 RGB in [0, 1]: from the cache, else decoded from its file."""
-        return to_float(self.cache.get(path) if self.cache is not None else imread_uint(path, 3))
+        return to_float(self.cache.get(path) if self.cache is not None else imread_uint(path, 3, icc=self.opt['icc']))
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         clip, lq_paths, gt_paths, spike_paths = self.clip(index)

@@ -22,11 +22,11 @@ from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameSt
                         sample_neighbors, stack_tensor, to_float)
 from data.datasets.transforms import augment, random_crop
 from data.frame_cache import CACHE_DATA, cache_frames, frame_shapes
-from data.option_checks import all_or_first, noise_level, only
+from data.option_checks import all_or_first, noise_level
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import imread_uint, is_image_file
-from utils.options import IGNORED, REQUIRED, Key
+from utils.options import IGNORED, REQUIRED, Key, only
 
 SIGMA = Key(REQUIRED, (int, float), noise_level)
 
@@ -63,7 +63,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
             raise UserError(f'{p}.sigma_min: {opt["sigma_min"]} is larger than sigma_max {opt["sigma_max"]}')
         self.tmpl = opt['filename_tmpl']
         backend = opt['io_backend']['type']
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt']}, backend, opt['filename_ext'])
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt']}, backend, opt['filename_ext'], opt['icc'])
 
         clips = parse_meta_info(opt['meta_info_file'], f'{p}.meta_info_file')
         span = (self.num_frame - 1) * max(self.interval_list) + 1
@@ -87,7 +87,8 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
         if self.store.backend != 'disk':
             return
         paths = [(clip, self.store.path('gt', f'{clip}/{i:{self.tmpl}}')) for clip, i in self.keys]
-        check_frames(self.prefix, [(clip, path, path, None) for clip, path in paths], 1, self.gt_size, None)
+        check_frames(self.prefix, [(clip, path, path, None) for clip, path in paths], 1, self.gt_size, None,
+                     self.opt['icc'])
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -138,13 +139,13 @@ class VideoRecurrentTestNonblindDenoisingDataset(WholeClips):
         if not self.clips:
             raise UserError(f'{p}.dataroot_gt: no clip folders with images in {root}')
         sizes = check_frames(p, [(clip, path, path, None) for clip, paths in self.clips for path in paths], 1, None,
-                             None)
+                             None, opt['icc'])
         self.cache = cache_frames(opt['cache_data'], frame_shapes([q for _, paths in self.clips for q in paths], sizes, 3),
-                                  lambda path: imread_uint(path, 3), p)
+                                  lambda path: imread_uint(path, 3, icc=opt['icc']), p)
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         clip, paths = self.clip(index)
-        H = stack_tensor([to_float(self.cache.get(path) if self.cache is not None else imread_uint(path, 3))
-                          for path in paths])
+        H = stack_tensor([to_float(self.cache.get(path) if self.cache is not None
+                                   else imread_uint(path, 3, icc=self.opt['icc'])) for path in paths])
         return {'L': add_noise(H, self.sigma, int(index)), 'H': H, 'folder': clip,
                 'lq_path': list(paths), 'gt_path': list(paths)}

@@ -39,13 +39,13 @@ import torch
 from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, check_frames,
                         frame_name_keys, item_rng, positive, read_meta_info, size_field, stack_tensor, to_float)
 from data.datasets.transforms import augment, color_jitter, paired_random_crop
-from data.option_checks import all_or_first, at_least, only
+from data.option_checks import all_or_first
 from data.registry import DATASETS
 from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.logger import get_logger
-from utils.options import REQUIRED, Key
+from utils.options import REQUIRED, Key, at_least, only, rule
 
 Size = Tuple[int, int]
 VIMEO_FRAMES = 7
@@ -96,8 +96,13 @@ def _pad_in_time(clip: torch.Tensor, pad: bool, mirror: bool) -> torch.Tensor:
     return clip
 
 
+@rule('1 (restoration) or 2 (frame interpolation)', enum=[1, 2])
+def _temporal_scale(v: int) -> Optional[str]:
+    return None if v in (1, 2) else 'must be 1 (restoration) or 2 (frame interpolation)'
+
+
 # `temporal_scale` of the SR types: 1 restores every frame, 2 interpolates the centre one from every second frame
-TEMPORAL_SCALE = Key(1, (int,), lambda v: None if v in (1, 2) else 'must be 1 (restoration) or 2 (frame interpolation)')
+TEMPORAL_SCALE = Key(1, (int,), _temporal_scale)
 
 
 def _check_vfi_num_frame(num_frame: int, prefix: str, key: str = 'num_frame') -> None:
@@ -177,7 +182,8 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
             raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
         self.tmpl = opt['filename_tmpl']
         backend = opt['io_backend']['type']
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'])
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'],
+                                opt['icc'])
 
         span = (self.num_frame - 1) * max(self.interval_list) + 1
         for seq, num, _ in seqs:
@@ -223,7 +229,7 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
                 pairs.update(zip([targets[0]] * len(inputs), inputs) if self.vfi else zip(targets, inputs))
             jobs += [(seq, self.store.path('gt', self.frame_key(seq, g)), self.store.path('lq', self.frame_key(seq, q)),
                       None) for g, q in sorted(pairs)]
-        check_frames(self.prefix, jobs, self.scale, self.gt_size, None)
+        check_frames(self.prefix, jobs, self.scale, self.gt_size, None, self.opt['icc'])
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -256,8 +262,9 @@ class Vimeo90KRecurrentDataset(VideoRecurrentTrainVimeoDataset):
     OPTIONS: Dict[str, Any] = {
         **{k: v for k, v in VideoRecurrentTrainVimeoDataset.OPTIONS.items()
            if k not in ('num_frame', 'mirror_sequence', 'pad_sequence', 'temporal_scale')},
-        'num_frame': Key(-1, (int,), lambda v: None if v in (-1, VIMEO_FRAMES) else
-                         f'must be -1 (every frame of the septuplet, as BasicSR) or {VIMEO_FRAMES}'),
+        'num_frame': Key(-1, (int,), rule(f'-1 (every frame) or {VIMEO_FRAMES}', enum=[-1, VIMEO_FRAMES])(
+            lambda v: None if v in (-1, VIMEO_FRAMES) else
+            f'must be -1 (every frame of the septuplet, as BasicSR) or {VIMEO_FRAMES}')),
         'flip_sequence': Key(False, (bool,), help='the septuplet followed by its reversal (7 -> 14 frames), as '
                              'BasicSR trains BasicVSR on Vimeo-90K'),
     }
@@ -336,7 +343,8 @@ class VideoTestVimeo90KDataset(WholeClips):
         if self.vfi and num_frame != -1:
             _check_vfi_num_frame(num_frame, p)
         tmpl = opt['filename_tmpl']
-        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', opt['filename_ext'])
+        self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, 'disk', opt['filename_ext'],
+                                opt['icc'])
         self.clips: List[Tuple[str, List[str], List[str]]] = []
         for seq, num, _ in parse_vimeo_meta(opt['meta_info_file'], f'{p}.meta_info_file'):
             count = num if num_frame == -1 else num_frame
@@ -356,7 +364,7 @@ class VideoTestVimeo90KDataset(WholeClips):
         """Header and size of every frame (see check_frames): scale 1 for interpolation, a whole factor for SR."""
         jobs = [(seq, gts[0] if self.vfi else gts[i], lq, None)
                 for seq, lqs, gts in self.clips for i, lq in enumerate(lqs)]
-        check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None)
+        check_frames(self.prefix, jobs, 1 if self.vfi else None, None, None, self.opt['icc'])
 
     @property
     def train_type(self) -> str:  # type: ignore[override]
@@ -364,8 +372,8 @@ class VideoTestVimeo90KDataset(WholeClips):
 
     def __getitem__(self, index: int) -> Dict[str, Any]:
         seq, lq_paths, gt_paths = self.clip(index)
-        L = stack_tensor([to_float(imread_uint(path, 3)) for path in lq_paths])
-        H = stack_tensor([to_float(imread_uint(path, 3)) for path in gt_paths])
+        L = stack_tensor([to_float(imread_uint(path, 3, icc=self.opt['icc'])) for path in lq_paths])
+        H = stack_tensor([to_float(imread_uint(path, 3, icc=self.opt['icc'])) for path in gt_paths])
         return {'L': _pad_in_time(L, self.pad, self.mirror), 'H': _pad_in_time(H, self.pad, self.mirror),
                 'folder': seq, 'lq_path': list(lq_paths), 'gt_path': list(gt_paths)}
 

@@ -15,9 +15,8 @@ from typing import Any, Dict
 
 import numpy as np
 
-from data.synthetic.demo import DEMO_DATA, dataset_key, write_atomically
-from data.synthetic.vimeo import expect_one_of, moving_window
-from utils.errors import UserError
+from data.synthetic.demo import DEMO_DATA, demo_dataroot, expect_one_of, write_atomically
+from data.synthetic.vimeo import moving_window
 from utils.image import imwrite
 
 SEED = 20270
@@ -50,9 +49,6 @@ def make_davis(root: str, seed: int = SEED, where: str = 'make_davis') -> str:
 def generate_davis(dataset_opt: Dict[str, Any]) -> None:
     """Generator for sections whose dataroot_gt is `<root>/train` or `<root>/test`."""
     where = dataset_opt['_where']
-    gt = dataset_key(dataset_opt, 'dataroot_gt', 'davis')
-    if not isinstance(gt, str) or os.path.basename(os.path.normpath(gt)) not in CLIPS:
-        raise UserError(f'{where}.dataroot_gt: generate_demo "davis" needs a path ending in train or test, got {gt!r}')
-    root = os.path.dirname(os.path.abspath(gt))
+    root = os.path.dirname(demo_dataroot(dataset_opt, 'davis', tuple(CLIPS)))
     expect_one_of(dataset_opt, 'meta_info_file', (os.path.join(root, 'meta_info_DAVIS_train_GT.txt'),), 'davis', where)
     make_davis(root, where=f'{where}.dataroot_gt')

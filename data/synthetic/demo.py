@@ -20,7 +20,7 @@ from a different seed (validation).
 import os
 import shutil
 import uuid
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Sequence
 
 import cv2
 import numpy as np
@@ -70,6 +70,26 @@ def dataset_key(dataset_opt: Dict[str, Any], key: str, demo: str) -> Any:
         raise UserError(f'{dataset_opt["_where"]}.generate_demo: "{demo}" writes {key}, which dataset type '
                         f'"{dataset_opt["dataset_type"]}" does not have')
     return dataset_opt[key]
+
+
+def demo_dataroot(dataset_opt: Dict[str, Any], demo: str, endings: Sequence[str]) -> str:
+    """The section's `dataroot_gt` as an absolute path, when it ends in one of the folders the generator `demo`
+    writes (`endings`: "train", "REDS4/GT", ...), the generator's root lying above it; else a one-line error
+    naming them."""
+    gt = dataset_key(dataset_opt, 'dataroot_gt', demo)
+    parts = os.path.normpath(gt).split(os.sep) if isinstance(gt, str) else []
+    if not any(parts[-len(ending.split('/')):] == ending.split('/') for ending in endings):
+        raise UserError(f'{dataset_opt["_where"]}.dataroot_gt: generate_demo "{demo}" needs a path ending in '
+                        f'{" or ".join(endings)}, got {gt!r}')
+    return os.path.abspath(gt)
+
+
+def expect_one_of(opt: Dict[str, Any], key: str, allowed: Sequence[str], demo: str, where: str) -> None:
+    """A one-line error when `opt[key]` is set to a path the generator does not write (a key the section's
+    dataset type does not have, such as a test type's meta_info_file, is not looked at)."""
+    value = opt[key] if key in opt else None
+    if value and os.path.abspath(value) not in {os.path.abspath(a) for a in allowed}:
+        raise UserError(f'{where}.{key}: generate_demo "{demo}" writes {" or ".join(allowed)}, but {key} is {value}')
 
 
 def is_complete(folder: str) -> bool:

@@ -22,7 +22,8 @@ import cv2
 import numpy as np
 
 from data.datasets.spike import encode_spike_dat
-from data.synthetic.demo import DEMO_DATA, dataset_key, synthetic_image, write_atomically
+from data.synthetic.demo import (DEMO_DATA, dataset_key, demo_dataroot, expect_one_of, synthetic_image,
+                                 write_atomically)
 from utils.errors import UserError
 from utils.image import imwrite
 
@@ -136,23 +137,13 @@ def make_gopro_spike(root: str, train_clips: int = 4, train_frames: int = 12, te
     return root
 
 
-def _expect(opt: Dict[str, Any], key: str, expected: str, where: str) -> None:
-    value = opt[key] if key in opt else None  # the test dataset type has no meta_info_file
-    if value and os.path.abspath(value) != os.path.abspath(expected):
-        raise UserError(f'{where}.{key}: generate_demo "gopro_spike" writes {expected}, but {key} is {value}')
-
-
 @DEMO_DATA.register('gopro_spike')
 def generate_gopro_spike(dataset_opt: Dict[str, Any]) -> None:
     """Generator for sections whose dataroot_gt is `<root>/train_GT` or `<root>/test_GT`."""
     where = dataset_opt['_where']
-    gt = dataset_key(dataset_opt, 'dataroot_gt', 'gopro_spike')
-    if not isinstance(gt, str) or os.path.basename(os.path.normpath(gt)) not in ('train_GT', 'test_GT'):
-        raise UserError(f'{where}.dataroot_gt: generate_demo "gopro_spike" needs a path ending in '
-                        f'train_GT or test_GT, got {gt!r}')
-    root = os.path.dirname(os.path.abspath(gt))
-    split = os.path.basename(os.path.normpath(gt))[:-len('_GT')]
-    _expect(dataset_opt, 'dataroot_lq', os.path.join(root, f'{split}_GT_blurred'), where)
-    _expect(dataset_opt, 'dataroot_spike', os.path.join(root, f'{split}_spike'), where)
-    _expect(dataset_opt, 'meta_info_file', os.path.join(root, f'meta_info_GoPro_{split}_GT.txt'), where)
+    gt = demo_dataroot(dataset_opt, 'gopro_spike', ('train_GT', 'test_GT'))
+    root, split = os.path.dirname(gt), os.path.basename(gt)[:-len('_GT')]
+    for key, written in (('dataroot_lq', f'{split}_GT_blurred'), ('dataroot_spike', f'{split}_spike'),
+                         ('meta_info_file', f'meta_info_GoPro_{split}_GT.txt')):  # a test type has no meta_info_file
+        expect_one_of(dataset_opt, key, (os.path.join(root, written),), 'gopro_spike', where)
     make_gopro_spike(root, spike_format=dataset_key(dataset_opt, 'spike_format', 'gopro_spike'), where=f'{where}.dataroot_gt')

@@ -19,8 +19,8 @@ from typing import Any, Dict
 
 import numpy as np
 
-from data.synthetic.demo import DEMO_DATA, dataset_key, write_atomically
-from data.synthetic.vimeo import expect_one_of, moving_window
+from data.synthetic.demo import DEMO_DATA, demo_dataroot, expect_one_of, write_atomically
+from data.synthetic.vimeo import moving_window
 from utils.errors import UserError
 from utils.image import imresize_bicubic, imwrite
 
@@ -70,12 +70,7 @@ def make_reds(root: str, size: int = SIZE, seed: int = SEED, where: str = 'make_
 def generate_reds(dataset_opt: Dict[str, Any]) -> None:
     """Generator for sections whose dataroot_gt is `<root>/train_sharp` or `<root>/REDS4/GT`."""
     where = dataset_opt['_where']
-    gt = dataset_key(dataset_opt, 'dataroot_gt', 'reds')
-    gt = os.path.abspath(gt) if isinstance(gt, str) else gt
-    if not isinstance(gt, str) or not (os.path.basename(gt) == 'train_sharp'
-                                       or gt.endswith(os.path.join('REDS4', 'GT'))):
-        raise UserError(f'{where}.dataroot_gt: generate_demo "reds" needs a path ending in train_sharp or REDS4/GT, '
-                        f'got {dataset_opt["dataroot_gt"]!r}')
+    gt = demo_dataroot(dataset_opt, 'reds', ('train_sharp', 'REDS4/GT'))
     test = os.path.basename(gt) == 'GT'
     root = os.path.dirname(os.path.dirname(gt)) if test else os.path.dirname(gt)
     base = os.path.dirname(gt)

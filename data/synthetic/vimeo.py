@@ -14,12 +14,12 @@ Options: dataroot_gt <root>/sequences, dataroot_lq <root>/sequences_BIx4 (or _BD
 interpolation <root>/sequences or nothing), meta_info_file one of the two meta files.
 """
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import cv2
 import numpy as np
 
-from data.synthetic.demo import DEMO_DATA, dataset_key, synthetic_image, write_atomically
+from data.synthetic.demo import DEMO_DATA, demo_dataroot, expect_one_of, synthetic_image, write_atomically
 from utils.errors import UserError
 from utils.image import imresize_bicubic, imwrite
 
@@ -80,21 +80,11 @@ def make_vimeo(root: str, size: int = SIZE, seed: int = SEED, where: str = 'make
     return root
 
 
-def expect_one_of(opt: Dict[str, Any], key: str, allowed: Tuple[str, ...], demo: str, where: str) -> None:
-    """A one-line error when `opt[key]` is set to a path the generator does not write."""
-    value = opt[key] if key in opt else None
-    if value and os.path.abspath(value) not in {os.path.abspath(a) for a in allowed}:
-        raise UserError(f'{where}.{key}: generate_demo "{demo}" writes {" or ".join(allowed)}, but {key} is {value}')
-
-
 @DEMO_DATA.register('vimeo')
 def generate_vimeo(dataset_opt: Dict[str, Any]) -> None:
     """Generator for sections whose dataroot_gt is `<root>/sequences`."""
     where = dataset_opt['_where']
-    gt = dataset_key(dataset_opt, 'dataroot_gt', 'vimeo')
-    if not isinstance(gt, str) or os.path.basename(os.path.normpath(gt)) != 'sequences':
-        raise UserError(f'{where}.dataroot_gt: generate_demo "vimeo" needs a path ending in sequences, got {gt!r}')
-    root = os.path.dirname(os.path.abspath(gt))
+    root = os.path.dirname(demo_dataroot(dataset_opt, 'vimeo', ('sequences',)))
     expect_one_of(dataset_opt, 'dataroot_lq', tuple(os.path.join(root, f) for f in ('sequences',) + LQ_FOLDERS),
                   'vimeo', where)
     expect_one_of(dataset_opt, 'meta_info_file',

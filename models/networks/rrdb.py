@@ -4,12 +4,21 @@ Residual-in-residual dense blocks replace SRResNet's residual blocks and batch n
 the small residual scaling (0.2) keeps the deep trunk stable. KAIR's layout: one flat
 `nn.Sequential` `model` (`model.1.sub.K.RDB1.conv1.0` …), so KAIR checkpoints load unchanged.
 (KAIR's newer `rrdbnet` net_type is the BasicSR-named variant of the same network.)
+
+KAIR's layout is the original ESRGAN code's (which spandrel, hence chaiNNer and ComfyUI, reads) but for one name:
+KAIR's `sequential` unwraps a one-layer block, so each dense block's last conv is `conv5`, not `conv5.0`
+(`spandrel_state_dict`).
 """
+from typing import Dict
+
 import torch
 from torch import nn
 
 from models.networks.layers.kair import conv, srresnet_layout
+from models.networks.layers.rename import renamed
 from models.registry import NETWORKS
+
+ORIGINAL_ESRGAN_NAMES = ((r'(.*\.conv5)\.(weight|bias)$', r'\1.0.\2'),)  # ours → the original ESRGAN code's
 
 
 class ResidualDenseBlock(nn.Module):
@@ -60,3 +69,8 @@ class RRDB(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
+
+    def spandrel_state_dict(self) -> Dict[str, torch.Tensor]:
+        """The weights in the original ESRGAN code's layout, the one spandrel detects as ESRGAN (scripts/export.py
+        --format spandrel)."""
+        return renamed(self.state_dict(), ORIGINAL_ESRGAN_NAMES)

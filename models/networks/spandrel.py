@@ -171,10 +171,12 @@ def nafnet_tlc(model: nn.Module, *, tlc: Any = None, **_: Any) -> nn.Module:
     evaluation (models/networks/layers/tlc.py), with the window NAFNetLocal fixes for it: its level's feature
     size for a zero-padded training crop, x 1.5. Level l (encoder l, the middle blocks at the bottom, decoder j
     at level depth-1-j) sees the padded crop halved l times. Nothing is allocated: it works on the meta
-    device, and the state_dict is unchanged."""
+    device, and the state_dict is unchanged. spandrel (chaiNNer, ComfyUI) builds NAFNet without TLC, so the model
+    declares that its weights have no file for spandrel that computes what it does (`spandrel_state_dict`)."""
     size = tlc_train_size(tlc)
     if size is None:
         return model
+    model.spandrel_state_dict = no_tlc_in_spandrel
     from models.networks.layers.tlc import LocalAvgPool, tlc_kernel
     depth = len(model.encoders)
     pad = model.padder_size
@@ -186,6 +188,12 @@ def nafnet_tlc(model: nn.Module, *, tlc: Any = None, **_: Any) -> nn.Module:
         for block in stage:
             block.sca[0] = LocalAvgPool(kernel)
     return model
+
+
+def no_tlc_in_spandrel() -> Dict[str, Any]:
+    """A NAFNet with `tlc` has no spandrel layout: spandrel's NAFNet pools globally."""
+    raise UserError('netG.tlc: spandrel builds NAFNet without the test-time local converter, so chaiNNer and ComfyUI '
+                    'would pool globally; to write these weights for that, export with --set netG.tlc=false')
 
 
 REALCUGAN_SCALES = (2, 3, 4)

@@ -2,14 +2,16 @@
 
 Callers use `from utils import dist; dist.detect()` etc.; the work is split by job:
 `detect` (where this process sits, from the environment), `group` (the process group's life),
-`collectives` (rank queries and collectives that are the identity in a plain process) and
-`banner` (the start-up log lines). Tests that monkeypatch a name must patch it in the module
-that uses it (e.g. `utils.dist.collectives.is_initialized`), not in this package.
+`collectives` (rank queries and collectives that are the identity in a plain process), `banner`
+(the start-up log lines) and `ddp` (a trained network in DistributedDataParallel). Tests that
+monkeypatch a name must patch it in the module that uses it (e.g.
+`utils.dist.collectives.is_initialized`), not in this package.
 """
 from utils.dist.banner import banner, environment
 from utils.dist.collectives import (agree_any, all_reduce_max, all_reduce_min, all_reduce_sum, barrier,
                                     broadcast_object, broadcast_tensors, gather_objects, get_rank, get_world_size,
                                     is_main_process, main_process_outcome, main_process_write)
+from utils.dist.ddp import ddp_of, wrap_ddp
 from utils.dist.detect import DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus
 from utils.dist.group import (INIT_GRACE_S, cleanup, control_group, exit_if_stuck, exit_now, init,
                               is_initialized, set_cpu_threads, wait_for_master)
@@ -21,5 +23,5 @@ __all__ = [
     'is_initialized', 'get_rank', 'get_world_size', 'is_main_process', 'barrier', 'all_reduce_sum',
     'all_reduce_max', 'all_reduce_min', 'broadcast_object', 'broadcast_tensors', 'gather_objects', 'agree_any',
     'main_process_outcome', 'main_process_write',
-    'banner', 'environment',
+    'banner', 'environment', 'wrap_ddp', 'ddp_of',
 ]

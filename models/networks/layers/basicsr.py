@@ -5,7 +5,7 @@ its video networks (EDVR, BasicVSR, IconVSR, BasicVSR++).
 Written from the papers; the layout (names, order) is BasicSR's so that its released checkpoints load.
 """
 import math
-from typing import Callable, Sequence
+from typing import Callable, Dict, Sequence
 
 import torch
 from torch import nn
@@ -43,6 +43,15 @@ class MeanRange(nn.Module):
 
     def restore(self, y: torch.Tensor) -> torch.Tensor:
         return y / self.img_range + self.mean.to(y)
+
+    def mean_shift(self, rgb_range: float) -> Dict[str, torch.Tensor]:
+        """This normalisation as the original EDSR/RCAN code's `sub_mean` and `add_mean` 1x1 convolutions, which
+        it applies after multiplying the input by its `rgb_range` and before dividing the output by it."""
+        c = self.mean.shape[1]
+        eye = torch.eye(c).view(c, c, 1, 1)
+        mean = self.mean.flatten()
+        return {'sub_mean.weight': eye * (self.img_range / rgb_range), 'sub_mean.bias': -mean * self.img_range,
+                'add_mean.weight': eye * (rgb_range / self.img_range), 'add_mean.bias': mean * rgb_range}
 
 
 class ResidualSR(nn.Module):

@@ -1,44 +1,34 @@
-"""What main_test.py does with a network, below the entry point: its test sets one after the other, the tables
-they leave, and `--watch`, which tests each new checkpoint of a running job.
+"""What main_test.py does with a network on its test sets, below the entry point: the sets one after the other,
+and the tables they leave.
 
-Several test sets (`datasets.test` a list, or BasicSR's `test_1`, `test_2`, ...; utils/options.py) run one after
-the other with one network load, each scored with its own conventions (`metric_border`, `metric_round_y`) and
+Several test sets (`datasets.test` a list, or BasicSR's `test_1`, `test_2`, ...; utils/options/datasets.py) run one
+after the other with one network load, each scored with its own conventions (`metric_border`, `metric_round_y`) and
 through the one evaluation loop (models/evaluation.py). Each set keeps its `results.csv` (a row per item), and
 `results.md` holds the paper-style table: a row per set. With one set its folder is the output folder (as
-before); with several, each set has `<out>/<set name>/` and `results.md` sits in `<out>`.
-
-`watch` follows a job's `models/` folder (utils/watch.py says what counts as complete, and how the folder is
-only ever read): rank 0 looks, every rank hears what to do next (test a checkpoint, wait, or end) in one small
-broadcast per look, so a long wait for the next checkpoint never holds a collective open longer than one poll.
+before); with several, each set has `<out>/<set name>/` and `results.md` sits in `<out>`. `write_set_results`
+writes a set's table and comparison page, for the test sets and for `--input` alike; `--watch` runs the same
+sets for each new checkpoint of a job (models/watch_runs.py).
 """
 import csv
 import datetime
 import io
 import os
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from torch import nn
 from torch.utils.data import DataLoader
 
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
 from data.synthetic.demo import ensure_demo_data
-from models.evaluation import METRICS, Evaluation, describe_input, describe_scores, evaluate
+from models.evaluation import Evaluation, describe_input, describe_scores, evaluate
 from models.restorer import ImageRestorer
 from utils import dist
-from utils.checkpoint import atomic_write_bytes, atomic_write_text, load as load_checkpoint
+from utils.checkpoint import atomic_write_bytes, atomic_write_text
 from utils.compare_page import frame_files, write_page
-from utils.errors import UserError, first_line
+from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import all_test_sets
-from utils.runlock import is_held, lock_path
-from utils.watch import RESULTS_BY_ITER, TEST_CURVES, Checkpoint, Follower, IterTable, job_total_iter, lock_line
-
-POLL_S = 2.0  # how often --watch looks at the job's models folder while nothing is waiting
 
 
 @dataclass
@@ -50,14 +40,17 @@ class TestSet:
 
     @property
     def name(self) -> str:
+        """The set's name (`test` when its section gives none): its folder and its rows are named by it."""
         return self.section['name'] or 'test'
 
     @property
     def where(self) -> str:
+        """Its section's place in the options (`datasets.test`, ...), for messages."""
         return self.section['_where']
 
     @property
     def items(self) -> int:
+        """How many items the whole set has (the ranks' loaders share them)."""
         return len(self.loader.dataset)
 
 
@@ -137,12 +130,14 @@ class ItemWriter:
         self.files: Dict[str, Dict[str, List[str]]] = {}
 
     def write_item(self, name: str, frames: List[bytes], kind: str = 'output') -> None:
+        """Write one item's frames (PNG bytes) as `kind` ('output', 'input' or 'target'), keeping their paths."""
         paths = frame_files(name, len(frames), kind)
         for path, data in zip(paths, frames):
             atomic_write_bytes(os.path.join(self.where, path), lambda f, data=data: f.write(data), size=len(data))
         self.files.setdefault(name, {})[kind] = paths
 
     def write_sources(self, name: str, inputs: Optional[List[bytes]], targets: List[bytes]) -> None:
+        """Write what an item was restored from (its input, None when not comparable) and compared with."""
         if inputs is not None:
             self.write_item(name, inputs, 'input')
         self.write_item(name, targets, 'target')
@@ -159,25 +154,39 @@ def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, w
 
     def done(result: SetResult) -> None:
         res, test_set = result.evaluation, result.test_set
-        if res.write_error is not None:
-            raise res.write_error
-        table = os.path.join(set_folder(root, sets, test_set), 'results.csv')
-        write_table(table, res.names, [[row.name, *row.scores] for row in res.rows], res.means)
-        label = '' if len(sets) == 1 else f'{test_set.name}: '
-        log.info(f'{label}{res.means["count"]} items: {describe_scores(res.means, res.names)}; table: {table}')
-        log.info(f'{label}input: {describe_input(res.input, res.names)}')
-        if images and page:
-            path = write_page(set_folder(root, sets, test_set), res.names, res.higher_is_better,
-                              [(row.name, row.scores) for row in res.rows], res.means, result.files,
-                              notes=[f'{weights} on {test_set.name}', f'input: {describe_input(res.input, res.names)}'])
-            log.info(f'{label}comparison page: {path} (open it in a browser)')
+        notes = [f'{weights} on {test_set.name}', f'input: {describe_input(res.input, res.names)}']
+        write_set_results(set_folder(root, sets, test_set), res, result.files, notes if images and page else None,
+                          label='' if len(sets) == 1 else f'{test_set.name}: ', inputs_scored=True)
     results = evaluate_sets(restorer, sets, score_input=True, sources=images and page,
                             folder=(lambda s: set_folder(root, sets, s)) if images else None, done=done)
+
     def write_markdown() -> None:
         path = os.path.join(root, 'results.md')
         atomic_write_text(path, results_markdown(results, weights))
         log.info(f'results.md: {path}')
     dist.main_process_write(write_markdown, root)
+
+
+def write_set_results(folder: str, res: Evaluation, files: Dict[str, Dict[str, List[str]]],
+                      page_notes: Optional[List[str]], label: str = '', inputs_scored: bool = False) -> None:
+    """Rank 0, after a set's evaluation: its results.csv (when anything was scored) and its log line, with
+    `inputs_scored` the line of the inputs' own scores, and with `page_notes` its index.html comparison page of
+    `files` (what was written of each item). One writer for main_test's test sets and its `--input`, so that a
+    table and a page mean the same whichever wrote them; a write that failed during the evaluation raises here.
+    `label` starts each line (a set's name when there are several)."""
+    log = get_logger()
+    if res.write_error is not None:
+        raise res.write_error
+    if res.names:
+        table = os.path.join(folder, 'results.csv')
+        write_table(table, res.names, [[row.name, *row.scores] for row in res.rows], res.means)
+        log.info(f'{label}{res.means["count"]} items: {describe_scores(res.means, res.names)}; table: {table}')
+    if inputs_scored:
+        log.info(f'{label}input: {describe_input(res.input, res.names)}')
+    if page_notes is not None:
+        path = write_page(folder, res.names, res.higher_is_better, [(row.name, row.scores) for row in res.rows],
+                          res.means, files, notes=page_notes)
+        log.info(f'{label}comparison page: {path} (open it in a browser)')
 
 
 def write_table(path: str, names: Sequence[str], rows: List[List[Any]], means: Dict[str, float]) -> None:
@@ -227,121 +236,3 @@ def results_markdown(results: Sequence[SetResult], weights: str) -> str:
         text += ['', '## The inputs themselves', '', 'The score of doing nothing (an SR paper\'s "Bicubic" row):', '',
                  *table(rows, [*header[:-1], 'compared'])]
     return '\n'.join(text) + '\n'
-
-
-# ------------------------------------------------------------------------------------------------------- --watch
-
-def watch(restorer: ImageRestorer, sets: Sequence[TestSet], build_net: Callable[[str], nn.Module], models: str,
-          root: str, default_total: int, follow: bool, allow_unsafe: bool = False) -> int:
-    """Test every complete checkpoint of the job's `models` folder once, oldest first, on every set, as they come;
-    rows to `<root>/results_by_iter.csv` and the plot `<root>/test_curves.png` (rank 0). Returns how many were
-    tested. Ends after the job's checkpoint at its train.total_iter (`default_total` until the job saved its
-    options), or never with `follow`. A collective: every rank calls it; `build_net(path)` loads weights."""
-    log = get_logger()
-    main = dist.is_main_process()
-    run_dir = os.path.dirname(os.path.abspath(models))
-    names = (*METRICS, *restorer.metrics)
-    set_names = [s.name for s in sets]
-    tested = 0
-    tables: List[IterTable] = []
-    error = dist.main_process_outcome(lambda: tables.append(IterTable(os.path.join(root, RESULTS_BY_ITER), names)),
-                                      lambda e: str(e) if isinstance(e, UserError) else None)
-    if error is not None:  # on every rank: none is left waiting for rank 0's first look
-        raise UserError(error)
-    if main:
-        table = tables[0]
-        done_sets = table.tested()
-        follower = Follower(models, [k for k, have in done_sets.items() if set(set_names) <= have])
-        total = job_total_iter(run_dir, default_total)
-        ends = 'never ends (--follow; Ctrl-C stops it)' if follow else \
-            f'ends after the job\'s checkpoint of iteration {total} (its train.total_iter)'
-        log.info(f'--watch {models}: every new complete checkpoint is tested once on {", ".join(set_names)}; rows in '
-                 f'{table.path}; {ends}')
-        if follower.handled:
-            log.info(f'--watch: {len(follower.handled)} checkpoint(s) tested before ({RESULTS_BY_ITER}): not again')
-        lock_state: List[Optional[bool]] = [None]
-
-    def next_action() -> Tuple[str, Any]:
-        """Rank 0: ('test', checkpoint, indices of the sets to test it on), ('wait', None) or ('end', line)."""
-        pending, vanished = follower.poll()
-        for c in vanished:
-            log.warning(f'--watch: iteration {c.step}: removed by the job before it was tested (its '
-                        f'train.checkpoint_keep_last pruning, or a resume setting it aside): skipped')
-        if pending:
-            c = pending[0]
-            have = done_sets.get(c.key, set())
-            return 'test', c, [i for i, name in enumerate(set_names) if name not in have]
-        total_now = job_total_iter(run_dir, default_total)
-        if not follow and follower.reached(total_now):
-            return 'end', (f'--watch: the job\'s last checkpoint (iteration {total_now}) is tested; {tested} '
-                           f'checkpoint(s) tested in this run; rows in {table.path}')
-        held = is_held(run_dir)
-        line = lock_line(held, lock_state[0], lock_path(run_dir))
-        if line:
-            log.info(f'--watch: {line}')
-        lock_state[0] = held
-        return 'wait', None
-
-    while True:
-        action = dist.broadcast_object(next_action() if main else None)
-        if action[0] == 'end':
-            log.info(action[1])
-            return tested
-        if action[0] == 'wait':
-            if main:
-                time.sleep(POLL_S)
-            continue
-        ckpt, which = action[1], [sets[i] for i in action[2]]
-        net, problem = load_copy(ckpt, build_net, allow_unsafe)
-        problems = [p for p in dist.gather_objects(problem) if p is not None]
-        if problems:
-            if main:
-                gone = any(p == 'gone' for p in problems) or not os.path.exists(ckpt.state_file)
-                why = 'deleted by the job while being loaded (pruned)' if gone else problems[0]
-                log.warning(f'--watch: iteration {ckpt.step}: {why}: skipped')
-                follower.done(ckpt)
-            continue
-        restorer.net = net
-        results = evaluate_sets(restorer, which, score_input=False, lines=False)  # one line per set and checkpoint
-        tested += 1
-
-        def record(ckpt: Checkpoint = ckpt, results: List[SetResult] = results) -> None:
-            table.append(ckpt, [(r.test_set.name, r.evaluation.means['count'], [r.evaluation.means[n] for n in names])
-                                for r in results])
-            for r in results:
-                log.info(f'--watch: iteration {ckpt.step} ({os.path.basename(ckpt.weights)}), {r.test_set.name}: '
-                         f'{describe_scores(r.evaluation.means, names)}')
-            follower.done(ckpt)
-            done_sets.setdefault(ckpt.key, set()).update(r.test_set.name for r in results)
-            draw_curves(table, names, os.path.join(root, TEST_CURVES), os.path.basename(run_dir))
-        dist.main_process_write(record, root)  # a failed row: every rank stops, none waits for the next look
-
-
-def load_copy(ckpt: Checkpoint, build_net: Callable[[str], nn.Module],
-              allow_unsafe: bool = False) -> Tuple[Optional[nn.Module], Optional[str]]:
-    """(network, None) with the checkpoint's weights, read from a private copy (the job may delete its file at any
-    moment: once copied, it is ours); (None, why) when it cannot be tested: 'gone' (deleted before or while it was
-    copied) or why its file is damaged. Weights that do not fit netG are the caller's mistake: a UserError."""
-    with tempfile.TemporaryDirectory(prefix='watch_') as tmp:
-        copy = os.path.join(tmp, os.path.basename(ckpt.weights))  # the name says _E or _G (params_ema or params)
-        try:
-            shutil.copyfile(ckpt.weights, copy)
-        except FileNotFoundError:
-            return None, 'gone'
-        except OSError as e:  # a file removed on a network file system while read (ESTALE), and the like
-            return None, 'gone' if not os.path.exists(ckpt.weights) else f'cannot be read ({first_line(e)})'
-        try:
-            load_checkpoint(copy, allow_unsafe)
-        except UserError as e:
-            return None, f'{ckpt.weights}: {str(e).split(": ", 1)[-1]}'
-        return build_net(copy), None
-
-
-def draw_curves(table: IterTable, names: Sequence[str], out: str, title: str) -> None:
-    """test_curves.png from the table's rows (matplotlib, imported only here); a failure is one logged line, the
-    watch goes on (the rows are the results)."""
-    from utils.plot import save_figure, watch_curves_figure
-    try:
-        save_figure(watch_curves_figure(table.records(), names, title), out)
-    except OSError as e:
-        get_logger().error(f'--watch: {out}: {first_line(e)}; the rows are in {table.path}')

@@ -25,8 +25,9 @@ import torch
 
 from data.inputs import FRAMES, IMAGE, VIDEO, FrameSource, Found, Source
 from models.evaluation import Encode, Evaluation, Skipped, evaluate
-from models.model_plain import NETWORK_FAILURES, failure_text
-from models.restorer import ImageRestorer, VideoRestorer, Window
+from models.restorer import ImageRestorer, Window
+from models.startup_checks import NETWORK_FAILURES, failure_text
+from models.video_restorer import VideoRestorer
 from utils import dist
 from utils.checkpoint import atomic_write_bytes
 from utils.compare_page import shown_in_browsers
@@ -140,6 +141,7 @@ class OutputWriter:
         self.files: Dict[str, Dict[str, List[str]]] = {}
 
     def write(self, name: str, frames: List[Any]) -> None:
+        """Rank 0: one restored item's frames (as `encoder` made them) into its image files or its video."""
         item = self.by_name[name]
         s, w = item.source, item.window
         names = output_names(item)
