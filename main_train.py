@@ -43,7 +43,8 @@ from training import resume_plan
 from training.batches import next_batches, one_line, step_batches
 from training.launcher import maybe_relaunch, settle_launch
 from training.replicas import check_replicas
-from training.resume_plan import is_better, resume_position, resumed_best, steps_in_epoch, training_set_change
+from training.resume_plan import (epoch_layout, is_better, resume_position, resumed_best, steps_in_epoch,
+                                  training_set_change)
 from training.run_folder import prepare_run_dir, tidy_checkpoints
 from training.status import (Timing, compilation_note, data_wait_hint, peak_memory_line, schedule_row, status_line,
                              window_perf)
@@ -135,18 +136,10 @@ class Trainer:
             self.val_loader = build_val_loader(val_set, self.state.world_size, self.state.rank,
                                                **val_loader_options(opt['datasets']['test']))
         self.accum = t['accumulate_steps']
-        self.steps_per_epoch = len(self.train_loader) // self.accum
-        if self.steps_per_epoch < 1:
-            batches = self.sampler.num_samples // train_opt_ds['dataloader_batch_size']
-            raise UserError(f'train.accumulate_steps: {self.accum} exceeds the {batches} batch'
-                            f'{"es" if batches != 1 else ""} of {train_opt_ds["dataloader_batch_size"]} per epoch of '
-                            f'each process ({self.sampler.num_samples} of the {len(self.train_set)} training samples '
-                            f'on each of {self.state.world_size} process(es))')
-        per_proc = train_opt_ds['dataloader_batch_size']
-        self.effective_batch = per_proc * self.state.world_size * self.accum
-        self.log.info(f'training samples {len(self.train_set)}, {self.steps_per_epoch} iterations per epoch; '
-                      f'batch {per_proc} per process x {self.state.world_size} processes x {self.accum} '
-                      f'accumulation = effective batch {self.effective_batch}')
+        self.steps_per_epoch, self.effective_batch, line = epoch_layout(
+            len(self.train_loader), self.accum, train_opt_ds['dataloader_batch_size'], self.state.world_size,
+            self.sampler.num_samples, len(self.train_set))
+        self.log.info(line)
 
         self.model: TrainingModel = MODELS.get(opt['model'], 'model')(opt, self.device, self.args.allow_unsafe_load)
         self.log.info(self.model.network_info())

@@ -1,11 +1,12 @@
 """Where a resumed run goes on: the arithmetic of a checkpoint's saved state against this start's layout.
 
-A resume may change the number of processes, the batch per process, the accumulation, the seed or the
-training files. The data order is a function of (seed, epoch, global sample position) (data/sampler.py), so
-each of these decides whether the epoch goes on at the sample where the run stopped or the next epoch
-starts afresh. Kept here as functions of plain values (the saved `training` record, the new layout), so
-that every case is testable without a model, a loader or a process group; main_train.Trainer applies the
-result and logs the lines these functions return.
+An epoch is counted in optimizer steps of the effective batch (`epoch_layout`). A resume may change the
+number of processes, the batch per process, the accumulation, the seed or the training files. The data
+order is a function of (seed, epoch, global sample position) (data/sampler.py), so each of these decides
+whether the epoch goes on at the sample where the run stopped or the next epoch starts afresh. Kept here as
+functions of plain values (the saved `training` record, the new layout), so that every case is testable
+without a model, a loader or a process group; main_train.Trainer applies the result and logs the lines
+these functions return.
 """
 import logging
 import math
@@ -57,6 +58,25 @@ def choose_seed(manual_seed: Optional[int], point: Optional[ResumePoint]) -> Tup
                                  f'{manual_seed}; the options win (data order and augmentation change from here)')
         return manual_seed, ''
     return (point.training['seed'] if point is not None else None), ''
+
+
+def epoch_layout(loader_batches: int, accum: int, batch: int, world_size: int, samples: int,
+                 training_samples: int) -> Tuple[int, int, str]:
+    """(optimizer steps per epoch, effective batch, the log line that says both) of this start's layout: what
+    every position above is counted in. `loader_batches`: the batches of `batch` of one process's epoch, of its
+    `samples` (its share of the `training_samples`); an accumulation longer than an epoch is a UserError."""
+    steps_per_epoch = loader_batches // accum
+    if steps_per_epoch < 1:
+        batches = samples // batch
+        raise UserError(f'train.accumulate_steps: {accum} exceeds the {batches} batch'
+                        f'{"es" if batches != 1 else ""} of {batch} per epoch of '
+                        f'each process ({samples} of the {training_samples} training samples '
+                        f'on each of {world_size} process(es))')
+    effective_batch = batch * world_size * accum
+    return steps_per_epoch, effective_batch, (
+        f'training samples {training_samples}, {steps_per_epoch} iterations per epoch; '
+        f'batch {batch} per process x {world_size} processes x {accum} '
+        f'accumulation = effective batch {effective_batch}')
 
 
 def continue_epoch(epoch: int, position: int, steps_per_epoch: int, effective_batch: int) -> Position:
