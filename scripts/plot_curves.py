@@ -15,9 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from utils.exit_codes import EXIT_USER_ERROR  # noqa: E402
-from utils.history import HISTORY_FILE  # noqa: E402
-from utils.plot import CURVES_FILE, plot_run  # noqa: E402
+from utils.plot import CURVES_FILE, draw_run  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -25,18 +23,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description='Draw <run folder>/curves.png from its history.jsonl.')
     p.add_argument('folder', help='a run folder, <path.root>/<task>')
     args = p.parse_args(argv)
-    if not os.path.isfile(os.path.join(args.folder, HISTORY_FILE)):
-        print(f'error: {args.folder}: no {HISTORY_FILE} (not a run folder, or a run from before the history '
-              f'file existed)', file=sys.stderr)
-        return EXIT_USER_ERROR
-    try:
-        print(plot_run(args.folder))
-    except OSError as e:  # a full disk: one line (this runs beside training, on its stderr), not a traceback
-        from utils.diskspace import describe_write_error
-        print(f'error: {os.path.join(args.folder, CURVES_FILE)}: {describe_write_error(e, args.folder)}',
-              file=sys.stderr)
-        return 1
-    return 0
+    code = draw_run(args.folder)
+    if code == 0:
+        print(os.path.join(args.folder, CURVES_FILE))
+    return code
 
 
 if __name__ == '__main__':

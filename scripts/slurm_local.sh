@@ -114,7 +114,7 @@ start() {
   munge -n -S "$sock" | unmunge -S "$sock" >/dev/null || { log "munged did not answer"; false; }
 
   local cpus mem_mb ctld_port d_port
-  cpus=$(nproc)
+  cpus=$(env -u OMP_NUM_THREADS nproc)  # nproc obeys OMP_NUM_THREADS; the cores are what counts
   mem_mb=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
   ctld_port=$(free_port 6817)
   d_port=$(free_port 6818)

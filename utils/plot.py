@@ -1,9 +1,9 @@
 """curves.png of a run: losses and lr, and validation PSNR/SSIM against the iteration, drawn from
 history.jsonl alone, so any run folder can be plotted again without TensorBoard (the command:
-scripts/plot_curves.py <root>/<task>).
+scripts/plot_curves.py <root>/<task>, which calls `draw_run`).
 
-During training rank 0 redraws it after every validation in a child process running that same
-command (matplotlib's object API with the Agg canvas; no pyplot, no display), so the training loop
+During training rank 0 redraws it after every validation in a child process running `draw_run` too
+(matplotlib's object API with the Agg canvas; no pyplot, no display), so the training loop
 only pays for starting it (bench/bench_curves.py measures both). `main_test.py --watch` draws its
 test_curves.png (scores of each test set against the checkpoint's iteration) with `watch_curves_figure`.
 """
@@ -14,12 +14,14 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from utils.diskspace import describe_write_error
+from utils.exit_codes import EXIT_USER_ERROR
 from utils.history import HISTORY_FILE, read_history
 
 CURVES_FILE = 'curves.png'
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the command that draws a run folder's curves, run by `BackgroundPlotter` in a child process
-PLOT_COMMAND = os.path.join(_ROOT, 'scripts', 'plot_curves.py')
+# what `BackgroundPlotter`'s child process runs: `draw_run` of the folder given as its argument
+CHILD_CODE = 'import sys; from utils.plot import draw_run; sys.exit(draw_run(sys.argv[1]))'
 _NOT_LOSSES = {'kind', 'iter', 'epoch', 'lr', 'iter_time', 'data_time', 'samples_per_sec', 'time', 'D_skipped'}
 
 
@@ -182,8 +184,23 @@ def plot_run(folder: str) -> str:
     return out
 
 
+def draw_run(folder: str) -> int:
+    """`plot_run` as a process ends: 0 drawn, 2 a folder without history.jsonl, 1 a failed write, the problem in
+    one line on stderr (the child runs beside training, on its stderr; the command line prints the same)."""
+    if not os.path.isfile(os.path.join(folder, HISTORY_FILE)):
+        sys.stderr.write(f'error: {folder}: no {HISTORY_FILE} (not a run folder, or a run from before the history '
+                         f'file existed)\n')
+        return EXIT_USER_ERROR
+    try:
+        plot_run(folder)
+    except OSError as e:  # a full disk: one line, not a traceback
+        sys.stderr.write(f'error: {os.path.join(folder, CURVES_FILE)}: {describe_write_error(e, folder)}\n')
+        return 1
+    return 0
+
+
 class BackgroundPlotter:
-    """Redraws curves.png in a child process (`python scripts/plot_curves.py <folder>`): the training loop pays
+    """Redraws curves.png in a child process (`draw_run`, as scripts/plot_curves.py draws): the training loop pays
     for starting it, not for matplotlib, and shares no interpreter lock with the drawing. A redraw
     asked for while one runs is dropped (the next validation draws again); `close` waits for the last."""
 
@@ -199,7 +216,7 @@ class BackgroundPlotter:
                'PYTHONPATH': os.pathsep.join(filter(None, [_ROOT, os.environ.get('PYTHONPATH')]))}
         # from the repository, with the repository first on the path: a user's own `utils` package next to their
         # option files must never be imported instead of this one
-        self._child = subprocess.Popen([sys.executable, PLOT_COMMAND, os.path.abspath(self.folder)], env=env,
+        self._child = subprocess.Popen([sys.executable, '-c', CHILD_CODE, os.path.abspath(self.folder)], env=env,
                                        cwd=_ROOT, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL)  # errors: on stderr
 
