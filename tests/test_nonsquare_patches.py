@@ -117,6 +117,9 @@ def test_a_wide_patch_is_flipped_but_never_rotated_and_batches_have_one_shape(de
     assert {tuple(i['L'].shape) for i in items} == {(3, 8, 20)}
     batch = default_collate(items[:4])
     assert batch['H'].shape == (4, 3, 16, 40) and batch['L'].shape == (4, 3, 8, 20)
+    cached = build_dataset(dataset_options('sr', dataroot_H=f'{demo_images}/train', H_size=[16, 40], scale=2,
+                                           cache_data=True))  # whole frames cached, cropped as they are read
+    assert all(torch.equal(cached[(seed % len(ds), seed)]['H'], item['H']) for seed, item in enumerate(items))
 
 
 def test_a_wide_patch_ends_as_one_of_its_four_flips_and_the_draws_do_not_depend_on_its_shape():
@@ -136,17 +139,17 @@ def test_a_wide_patch_ends_as_one_of_its_four_flips_and_the_draws_do_not_depend_
 def test_an_input_patch_under_eight_pixels_a_side_trains_with_one_warning_line(tmp_path, demo_images):
     opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=1, checkpoint_test=1, checkpoint_save=1,
                        G_scheduler_milestones=[])
-    opt['datasets']['train']['H_size'] = 1
     opt['logging']['use_tensorboard'] = False
-    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)],
-                   env=clean_env(OMP_NUM_THREADS='1'))
-    assert res.returncode == 0, res.stderr[-3000:]
-    warned = [line for line in (res.stdout + res.stderr).splitlines() if 'datasets.train.H_size' in line]
-    assert len(warned) == 1 and 'WARNING' in warned[0], warned
-    assert (f'datasets.train.H_size: 1 makes 1x1 input patches, under {MIN_INPUT_SIDE} pixels a side' in warned[0])
-    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt), '--set',
-                                  'datasets.train.H_size=8', '--set', 'task=eight'], env=clean_env(OMP_NUM_THREADS='1'))
-    assert res.returncode == 0 and 'datasets.train.H_size' not in res.stdout + res.stderr  # 8 is enough
+    path = write_options(str(tmp_path / 'o.json'), opt)
+    warned = {}
+    for size in (1, 8):
+        res = run_main('main_train', ['--opt', path, '--set', f'datasets.train.H_size={size}', '--set', f'task=t{size}'],
+                       env=clean_env(OMP_NUM_THREADS='1'))
+        assert res.returncode == 0, res.stderr[-3000:]
+        warned[size] = [line for line in (res.stdout + res.stderr).splitlines() if 'datasets.train.H_size' in line]
+    assert len(warned[1]) == 1 and warned[8] == [], warned  # 8 is enough
+    assert f'WARNING: datasets.train.H_size: 1 makes 1x1 input patches, under {MIN_INPUT_SIDE} pixels a side' \
+        in warned[1][0]
 
 
 def test_the_input_patch_of_a_scaled_dataset_is_what_the_warning_measures(demo_images, caplog):

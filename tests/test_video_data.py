@@ -106,6 +106,12 @@ def test_a_height_by_width_crop_keeps_spikes_aligned_and_is_flipped_but_never_ro
         assert (y == y[:, :1]).all()  # rows stay rows: never transposed
         flipped += int(from_rgb[0, 0, 0] > from_rgb[0, -1, -1])
     assert flipped, 'augmentation never flipped: the alignment check was vacuous'
+    plain = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 24]))
+    cached = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 24],
+                                                 cache_data=True))  # whole frames cached, cropped as they are read
+    for seed in range(6):
+        a, b = plain[(seed, seed)], cached[(seed, seed)]
+        assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H']) and a['H'].shape == (3, 3, 12, 24)
     with pytest.raises(UserError, match=r'^datasets\.train\.gt_size: \[12, 40\] is larger than the 32×32 frames of '
                                         r'clip a \(meta_info_file\)$'):
         VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 40]))

@@ -77,9 +77,10 @@ IMAGE_OPTIONS: Dict[str, Any] = {
 CHANNELS = Key(3, (int,), one_of(1, 3), '1 for gray, 3 for colour images')  # `n_channels`: gray or colour images
 
 
-def patch_size(default: Optional[int]) -> Key:
-    """The `H_size` key: the training patch (of the high-quality image), in pixels (data/patches.py)."""
-    return patch_key(default, 'training patch size of the high-quality image, in pixels', nullable=default is None)
+def patch_size(default: int) -> Key:
+    """The `H_size` key: the training patch (of the high-quality image), in pixels: a side or [height, width]
+    (data/patches.py)."""
+    return patch_key(default, 'training patch size of the high-quality image, in pixels')
 
 
 def scale(default: int) -> Key:
