@@ -145,10 +145,14 @@ def test_a_crop_at_least_twice_the_trained_patch_is_one_line_naming_both_keys(fo
     """H_size 64 with lq_patchsize 8 at scale 4 would train on 32x32 patches of every 64x64 crop: one of the two
     keys is a mistake (a fuzz of the GAN demo file found it training silently)."""
     with pytest.raises(UserError) as e:
-        _ds(folder, H_size=40, lq_patchsize=5, scale=4)
-    assert str(e.value) == ('datasets.train.H_size: 40 is at least twice lq_patchsize x scale = 5 x 4 = 20 on a side: '
-                            'the network would train on 20x20 patches of each 40x40 crop; lq_patchsize 10 (H_size / '
+        _ds(folder, H_size=64, lq_patchsize=8, scale=4)
+    assert str(e.value) == ('datasets.train.H_size: 64 is at least twice lq_patchsize x scale = 8 x 4 = 32 on a side: '
+                            'the network would train on 32x32 patches of each 64x64 crop; lq_patchsize 16 (H_size / '
                             'scale) trains on the whole crop, or H_size null on the patch alone')
+    with pytest.raises(UserError, match=r'^datasets\.train\.H_size: \[24, 48\] is at least twice lq_patchsize x '
+                                        r'scale = 12 x 2 = 24 on a side'):
+        _ds(folder, H_size=[24, 48])
+    _ds(folder, 'test', H_size=64, lq_patchsize=8, scale=4)  # evaluation does not read H_size
 
 
 def test_a_margin_around_the_trained_patch_is_one_warning_line_naming_both_keys(folder, caplog):
