@@ -502,7 +502,8 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         log.info(dist.banner(state, device))
         if threads:
             log.info(threads)
-        for note in opt['_notes'] + training_notes(opt):
+        for note in opt['_notes'] + training_notes(opt) + dist.unused_gpu_notes(opt['gpu_ids'], state,
+                                                                                  torch.cuda.is_available()):
             log.warning(f'options: {note}')
         opt, args, notes = settle_launch(opt, state, args, os.environ)
         for note in notes:

@@ -139,3 +139,39 @@ def test_the_options_path_reports_the_same_errors(folder):
         _ds(folder, H_size=16)
     with pytest.raises(UserError, match=r'datasets\.train\.H_size: expected an integer or null'):
         _ds(folder, H_size=24.5)
+
+
+def test_a_crop_at_least_twice_the_trained_patch_is_one_line_naming_both_keys(folder):
+    """H_size 64 with lq_patchsize 8 at scale 4 would train on 32x32 patches of every 64x64 crop: one of the two
+    keys is a mistake (a fuzz of the GAN demo file found it training silently)."""
+    with pytest.raises(UserError) as e:
+        _ds(folder, H_size=64, lq_patchsize=8, scale=4)
+    assert str(e.value) == ('datasets.train.H_size: 64 is at least twice lq_patchsize x scale = 8 x 4 = 32 on a side: '
+                            'the network would train on 32x32 patches of each 64x64 crop; lq_patchsize 16 (H_size / '
+                            'scale) trains on the whole crop, or H_size null on the patch alone')
+    with pytest.raises(UserError, match=r'^datasets\.train\.H_size: \[24, 48\] is at least twice lq_patchsize x '
+                                        r'scale = 12 x 2 = 24 on a side'):
+        _ds(folder, H_size=[24, 48])
+    _ds(folder, 'test', H_size=64, lq_patchsize=8, scale=4)  # evaluation does not read H_size
+
+
+def test_a_margin_around_the_trained_patch_is_one_warning_line_naming_both_keys(folder, caplog):
+    with caplog.at_level('WARNING', logger='restoration'):
+        _ds(folder, H_size=32)  # KAIR's BSRGAN files crop 320 for 72 x 4
+        _ds(folder, H_size=24)
+        _ds(folder, 'test', H_size=32)  # evaluation scores lq_patchsize x scale patches: H_size is not read there
+    assert [r.getMessage() for r in caplog.records] == [
+        'datasets.train.H_size: 32 crops are degraded whole, then the network trains on a lq_patchsize x scale = '
+        '12 x 2 = 24 patch of each (a margin for the blurs, as KAIR\'s 320 for 72 x 4); lq_patchsize 16 (H_size / '
+        'scale) trains on the whole crop']
+
+
+def test_both_patch_sizes_take_height_and_width(folder):
+    ds = _ds(folder, lq_patchsize=[8, 16])  # H_size null: lq_patchsize x scale = [16, 32]
+    item = ds[(1, 3)]
+    assert ds.patch_size == [16, 32] and item['L'].shape == (3, 8, 16) and item['H'].shape == (3, 16, 32)
+    assert _ds(folder, lq_patchsize=[8, 16], H_size=[20, 36])[(1, 3)]['L'].shape == (3, 8, 16)
+    assert _ds(folder, 'test', lq_patchsize=[8, 16])[0]['H'].shape == (3, 16, 32)
+    with pytest.raises(UserError, match=r'^datasets\.train\.H_size: \[16, 30\] is smaller than lq_patchsize x scale '
+                                        r'= \[8, 16\] x 2 = \[16, 32\]$'):
+        _ds(folder, lq_patchsize=[8, 16], H_size=[16, 30])

@@ -1,13 +1,42 @@
 """Launch-mode detection from the environment, for every mode, without starting processes."""
 import pytest
 
-from utils.dist import DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus
+from utils.dist import (DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus,
+                        unused_gpu_notes)
 from utils.errors import UserError
 
 TORCHRUN = {'WORLD_SIZE': '4', 'RANK': '3', 'LOCAL_RANK': '1', 'MASTER_ADDR': '10.0.0.1', 'MASTER_PORT': '29500'}
 SRUN = {'SLURM_JOB_ID': '4242', 'SLURM_STEP_ID': '0', 'SLURM_PROCID': '5', 'SLURM_LOCALID': '1',
         'SLURM_NTASKS': '8', 'SLURM_STEP_NUM_TASKS': '8', 'SLURM_STEP_NODELIST': 'gpu[07-08,11]',
         'SLURM_JOB_NODELIST': 'gpu[07-08,11]'}
+
+
+def test_gpu_ids_on_a_machine_without_cuda_is_one_line_and_kairs_default_says_nothing():
+    """`gpu_ids: [0, 1]` trained on the CPU without a word (a fuzz of malformed option files found it)."""
+    single = DistState('single')
+    assert unused_gpu_notes([0, 1], single, cuda=False) == [
+        'gpu_ids: [0, 1] but CUDA sees no GPU on this machine: training on the CPU, in this one process']
+    assert unused_gpu_notes([1], single, cuda=False) != []
+    assert unused_gpu_notes([0], single, cuda=False) == []     # KAIR writes it in every file
+    assert unused_gpu_notes(None, single, cuda=False) == []
+    assert unused_gpu_notes([0, 1], single, cuda=True) == []
+    assert unused_gpu_notes([0, 1], detect(TORCHRUN), cuda=False) == []  # a launcher's ranks ignore it by design
+
+
+def test_a_run_with_gpu_ids_on_a_machine_without_cuda_logs_one_warning_line(tmp_path, demo_images):
+    import torch
+    from conftest import clean_env, run_main, tiny_options, write_options
+    if torch.cuda.is_available():
+        pytest.skip('CUDA sees a GPU here: gpu_ids [0, 1] relaunches as two processes')
+    opt = tiny_options(str(tmp_path / 'exp'), demo_images, total_iter=1, checkpoint_test=1, checkpoint_save=1,
+                       G_scheduler_milestones=[])
+    opt.update(gpu_ids=[0, 1])
+    opt['logging']['use_tensorboard'] = False
+    res = run_main('main_train', ['--opt', write_options(str(tmp_path / 'o.json'), opt)],
+                   env=clean_env(OMP_NUM_THREADS='1'))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [line for line in (res.stdout + res.stderr).splitlines() if ': gpu_ids' in line]
+    assert len(lines) == 1 and 'WARNING: options: gpu_ids: [0, 1] but CUDA sees no GPU' in lines[0], lines
 
 
 def test_plain_process_is_single_mode():

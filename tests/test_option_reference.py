@@ -207,6 +207,26 @@ def test_describe_shows_type_default_allowed_values_and_meaning(capsys):
     assert out.startswith('model "plain": ') and '\n\ndataset "plain": ' in out
 
 
+def test_every_scheduler_is_described_by_its_own_docstring_never_by_its_modules(cat, capsys):
+    """`--describe scheduler` once showed models/schedules.py's docstring for CosineAnnealingLR, ExponentialLR,
+    LinearLR, OneCycleLR and none (the registered functions had none of their own)."""
+    import main_train
+    import models.schedules
+    from option_catalog import first_line
+    module_line = first_line(models.schedules.__doc__)
+    members = {m.name: m for m in cat.members['scheduler']}
+    assert {'CosineAnnealingLR', 'ExponentialLR', 'LinearLR', 'OneCycleLR', 'none'} <= set(members)
+    for name, member in members.items():
+        own = first_line(SCHEDULERS.get(name, 'train.G_scheduler_type').__doc__)
+        assert own and member.summary == own and own != module_line, name
+    assert len({m.summary for m in members.values()}) == len(members)  # no two say the same
+    assert main_train.describe('scheduler') == 0
+    listing = capsys.readouterr().out
+    assert module_line[:40] not in listing
+    for name, member in members.items():
+        assert f'  {name}' in listing and member.summary[:60] in listing, name
+
+
 def test_describe_an_unknown_name_is_one_line_with_a_suggestion():
     r = run([PY, 'main_train.py', '--describe', 'charbonier'], env=clean_env(OMP_NUM_THREADS='1'))
     assert r.returncode == 2

@@ -285,6 +285,24 @@ def test_a_mistake_in_a_set_argument_names_the_argument_not_the_option_file(tmp_
     assert str(e.value).startswith(f'{tmp_path}/opt.json: train.G_optimizer_lr: expected'), str(e.value)
 
 
+def test_a_section_a_set_argument_made_is_its_mistake_not_the_option_files(tmp_path):
+    """An unknown section only a `--set` gave (a fuzz of malformed options found it named after the file)."""
+    path = _opts(tmp_path)
+    for given, message in [
+            ('foo.bar=1', '--set foo.bar=1: foo: unknown key'),
+            ('datasets.foo.bar=1', '--set datasets.foo.bar=1: datasets.foo: unknown phase'),
+            ('foo.api_key=x', '--set foo.api_key=***redacted***: foo: unknown key')]:
+        with pytest.raises(OptionsError) as e:
+            read_options(path, [given])
+        assert str(e.value).startswith(message), str(e.value)
+    with pytest.raises(OptionsError) as e:  # the first argument that made the section is the one named
+        read_options(path, ['foo.a=1', 'foo.b=2'])
+    assert str(e.value).startswith('--set foo.a=1: foo: unknown key'), str(e.value)
+    with pytest.raises(OptionsError) as e:  # a section of the file stays the file's, beside an override in it
+        read_options(_opts(tmp_path, train__G_optimizer_lr='abc'), ['train.total_iter=5', 'netG.nc=4'])
+    assert str(e.value).startswith(f'{tmp_path}/opt.json: train.G_optimizer_lr: expected'), str(e.value)
+
+
 def test_a_top_level_scale_that_nothing_takes_is_noted_and_scoring_stays_at_scale_one(tmp_path):
     from models.restorer import ImageRestorer
     opt = read_options(_opts(tmp_path, scale=2))  # DnCNN data and network: nothing works at scale 2

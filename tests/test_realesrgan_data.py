@@ -338,6 +338,16 @@ def test_an_image_smaller_than_gt_size_is_named_at_start_up(folder):
         _ds(folder, gt_size=64)
 
 
+def test_gt_size_takes_height_and_width_and_the_device_step_cuts_such_pairs(folder):
+    ds = _ds(folder, gt_size=[32, 64])
+    batch = _device_batch(ds, [(0, 1), (1, 2), (3, 3)])
+    assert batch['H'].shape == (3, 3, 32, 64) and batch['L'].shape == (3, 3, 8, 16)
+    with pytest.raises(UserError, match=r'^datasets\.train\.crop_pad_size: 96 must be >= gt_size \[32, 100\]'):
+        _ds(folder, gt_size=[32, 100])
+    with pytest.raises(UserError, match=r'^datasets\.train\.gt_size: \[32, 62\] is not divisible by scale 4$'):
+        _ds(folder, gt_size=[32, 62])
+
+
 # ---- frequencies of the random choices --------------------------------------------------------------
 
 N = 2000

@@ -93,6 +93,30 @@ def test_spikes_stay_aligned_with_rgb_under_crop_flip_and_rotation(pattern_root)
     assert transposed and flipped, 'augmentation never rotated/flipped: the alignment check was vacuous'
 
 
+def test_a_height_by_width_crop_keeps_spikes_aligned_and_is_flipped_but_never_rotated(pattern_root):
+    ds = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 24],
+                                             dataroot_spike=str(pattern_root / 'spike'), **SPIKE_RAW))
+    flipped = 0
+    for seed in range(24):
+        item = ds[(seed % len(ds), seed)]
+        assert item['L'].shape == (3, 3 + BITS, 12, 24) and item['H'].shape == (3, 3, 12, 24)
+        from_rgb, from_spikes = decode_coords(item['L'])
+        np.testing.assert_array_equal(from_rgb, from_spikes)
+        y = from_rgb[0] // SIZE
+        assert (y == y[:, :1]).all()  # rows stay rows: never transposed
+        flipped += int(from_rgb[0, 0, 0] > from_rgb[0, -1, -1])
+    assert flipped, 'augmentation never flipped: the alignment check was vacuous'
+    plain = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 24]))
+    cached = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 24],
+                                                 cache_data=True))  # whole frames cached, cropped as they are read
+    for seed in range(6):
+        a, b = plain[(seed, seed)], cached[(seed, seed)]
+        assert torch.equal(a['L'], b['L']) and torch.equal(a['H'], b['H']) and a['H'].shape == (3, 3, 12, 24)
+    with pytest.raises(UserError, match=r'^datasets\.train\.gt_size: \[12, 40\] is larger than the 32×32 frames of '
+                                        r'clip a \(meta_info_file\)$'):
+        VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root, gt_size=[12, 40]))
+
+
 def test_train_item_shapes_follow_num_frame_gt_size_and_scale(pattern_root, tmp_path):
     item = VideoRecurrentTrainDataset(make_opt(VideoRecurrentTrainDataset, pattern_root,
                                                num_frame=5, gt_size=24))[(3, 7)]

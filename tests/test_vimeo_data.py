@@ -262,6 +262,15 @@ def test_frame_interpolation_test_sets_give_the_known_frames_and_the_middle_one(
     assert torch.equal(item['H'], _frames(vimeo_root, 'sequences', TEST_SEQS[1], [4]))
 
 
+def test_a_height_by_width_gt_size_crops_every_frame_alike_and_batches(vimeo_root):
+    ds = build_dataset(_opt('VideoRecurrentTrainVimeoDataset', vimeo_root, gt_size=[16, 48], pad_sequence=True))
+    items = [ds[(i % len(ds), i)] for i in range(8)]
+    assert {tuple(i['H'].shape) for i in items} == {(8, 3, 16, 48)} and {tuple(i['L'].shape) for i in items} == {
+        (8, 3, 4, 12)}
+    with pytest.raises(UserError, match=r'^datasets\.train\.gt_size: \[16, 50\] is not divisible by scale 4$'):
+        build_dataset(_opt('VideoRecurrentTrainVimeoDataset', vimeo_root, gt_size=[16, 50]))
+
+
 def test_frame_interpolation_items_have_the_shapes_of_vrt_s_interpolation_network(vimeo_root):
     from models.networks.vrt import VRT
     torch.manual_seed(0)

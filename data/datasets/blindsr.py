@@ -2,7 +2,9 @@
 
 Training crops an `H_size` patch (default `lq_patchsize * scale`), flips/rotates it, and degrades it
 with `degradation_type` (`bsrgan` or `bsrgan_plus`, data/degradations/bsrgan.py), which returns an
-`lq_patchsize` L patch and the aligned H patch. As in KAIR, evaluation degrades the whole image and
+`lq_patchsize` L patch and the aligned H patch. A larger H_size is a margin that the blurs see beyond the
+patch (KAIR: 320 for 72 x 4; one log line says so); one at least twice the patch on a side is refused, as the
+two keys then disagree. Both sizes take [height, width] as well as one integer (data/patches.py). As in KAIR, evaluation degrades the whole image and
 scores one `lq_patchsize` patch of it; KAIR draws those degradations anew at every evaluation, here
 they are seeded by the image index so every run (and every process) evaluates on the same L images.
 A training sample draws everything (crop, flips, degradation) from its seed: crop and flips from
@@ -16,11 +18,14 @@ import numpy as np
 import torch
 
 from data.checks import Size, fmt, ssim_problem
-from data.datasets.image import IMAGE_OPTIONS, ImageDataset, patch_size, scale
+from data.datasets.image import IMAGE_OPTIONS, ImageDataset, scale
 from data.degradations.bsrgan import DEGRADATIONS, degrade
+from data.patches import Patch, divided, fits, patch_hw, patch_key, shown, times, warn_if_tiny
 from data.registry import DATASETS
 from utils.errors import UserError
-from utils.options import Key, at_least, between, one_of, only
+from utils.dist import is_main_process
+from utils.logger import get_logger
+from utils.options import Key, between, one_of, only
 
 
 @DATASETS.register('blindsr')
@@ -30,7 +35,8 @@ class DatasetBlindSR(ImageDataset):
     OPTIONS = {
         **IMAGE_OPTIONS,
         'n_channels': Key(3, (int,), only(3, 'the BSRGAN degradations are colour')),
-        'H_size': patch_size(None),  # null: lq_patchsize * scale
+        'H_size': patch_key(None, 'the training crop that is degraded, in pixels (null: lq_patchsize x scale)',
+                            nullable=True),
         'scale': scale(4),
         'degradation_type': Key('bsrgan', (str,), one_of(*DEGRADATIONS),
                                 'BSRGAN\'s degradation model, or its second-order variant bsrgan_plus'),
@@ -38,8 +44,8 @@ class DatasetBlindSR(ImageDataset):
                             'bsrgan_plus: probability that all its steps run in a random order'),
         'use_sharp': Key(False, (bool,), help='bsrgan_plus: USM-sharpen H first; L is degraded from it and it is '
                          'the target'),
-        'lq_patchsize': Key(64, (int,), at_least(1), 'side of the L patch (H: x scale); evaluation scores one such '
-                            'patch of each image'),
+        'lq_patchsize': patch_key(64, 'the L patch, in pixels (H: x scale); evaluation scores one such patch of each '
+                                  'image'),
     }
 
     def check_options(self) -> None:
@@ -49,23 +55,47 @@ class DatasetBlindSR(ImageDataset):
         self.degradation = opt['degradation_type']
         self.shuffle_prob = float(opt['shuffle_prob'])
         self.use_sharp = opt['use_sharp']
-        lq_size = self.lq_patchsize * self.scale
+        lq_size = times(self.lq_patchsize, self.scale)
         if opt['H_size'] is None:
             self.opt = {**opt, 'H_size': lq_size}
         super().check_options()
-        if self.patch_size < lq_size:
-            raise UserError(f'{where}.H_size: {self.patch_size} is smaller than lq_patchsize x scale = '
-                            f'{self.lq_patchsize} x {self.scale} = {lq_size}')
+        self._check_crop(lq_size)
+
+    def _check_crop(self, lq_size: Patch) -> None:
+        """H_size, the crop that is degraded, against the patch the network trains on, lq_patchsize x scale (KAIR
+        crops 320 pixels for 72 x 4: a margin, so that the blurs see beyond the patch's borders). A crop at least
+        twice the patch on a side is refused: the keys then contradict each other (most of every crop would be
+        degraded and thrown away), and training on the small patch by mistake would go unseen."""
+        where, crop = self.where, self.patch_size
+        (h, w), (ph, pw) = patch_hw(crop), patch_hw(lq_size)
+        patch = f'lq_patchsize x scale = {shown(self.lq_patchsize)} x {self.scale} = {shown(lq_size)}'
+        if h < ph or w < pw:
+            raise UserError(f'{where}.H_size: {shown(crop)} is smaller than {patch}')
+        if not self.train or (h, w) == (ph, pw):
+            return
+        whole = f'lq_patchsize {shown(divided(crop, self.scale))} (H_size / scale) trains on the whole crop'
+        if h >= 2 * ph or w >= 2 * pw:
+            raise UserError(f'{where}.H_size: {shown(crop)} is at least twice {patch} on a side: the network '
+                            f'would train on {ph}x{pw} patches of each {h}x{w} crop; {whole}, or H_size null on '
+                            f'the patch alone')
+        if is_main_process():
+            get_logger().warning(f'{where}.H_size: {shown(crop)} crops are degraded whole, then the network trains '
+                                 f'on a {patch} patch of each (a margin for the blurs, as KAIR\'s 320 for 72 x 4); '
+                                 f'{whole}')
+
+    def _warn_if_tiny(self) -> None:
+        """The network's training input is the lq_patchsize patch."""
+        warn_if_tiny(f'{self.where}.lq_patchsize', shown(self.lq_patchsize), self.lq_patchsize)
 
     def _single_problem(self, size: Size, train: bool) -> Optional[Tuple[str, str]]:
         """Training: the H_size patch. Evaluation: the scored lq_patchsize × scale patch."""
         if train:
             return super()._single_problem(size, train)
-        lq_size = self.lq_patchsize * self.scale
-        if min(size) < lq_size:
-            return 'H', (f'{fmt(size)} is smaller than the evaluated patch (lq_patchsize {self.lq_patchsize} '
-                         f'x scale {self.scale} = {lq_size})')
-        problem = ssim_problem(size, self.border, (lq_size, lq_size))
+        lq_size = times(self.lq_patchsize, self.scale)
+        if not fits(size, lq_size):
+            return 'H', (f'{fmt(size)} is smaller than the evaluated patch (lq_patchsize {shown(self.lq_patchsize)} '
+                         f'x scale {self.scale} = {shown(lq_size)})')
+        problem = ssim_problem(size, self.border, patch_hw(lq_size))
         return ('H', problem) if problem else None
 
     def _synthesized_item(self, index: int, seed: Optional[int], path_H: str, img_H: np.ndarray,

@@ -23,6 +23,7 @@ from data.checks import (FileProblems, colour_profiles, fmt, image_sizes, parall
 from data.datasets.spike import SpikeSource
 from data.lmdb_util import LazyLmdbReader, check_lmdb_folder, decode_frame
 from data.option_checks import extension, int_format, io_backend, noise_level
+from data.patches import Patch, fits, indivisible, patch_key, shown, warn_if_tiny
 from data.sampler import parse_key
 from utils.errors import UserError
 from utils.image import imread_uint
@@ -41,8 +42,12 @@ NOISE_STD = Key(None, (int, float, type(None)), noise_level)               # 0..
 
 
 def positive(default: int) -> Key:
-    """An integer key >= 1 (`num_frame`, `gt_size`, `scale` of a training set)."""
+    """An integer key >= 1 (`num_frame`, `scale` of a training set)."""
     return Key(default, (int,), at_least(1))
+
+
+# `gt_size` of a training set: the crop of the ground-truth frames (data/patches.py)
+GT_SIZE = patch_key(256, 'training patch size of the ground truth, in pixels')
 
 
 def window_length(default: int) -> Key:
@@ -164,7 +169,7 @@ def parse_meta_info(path: str, key: str) -> List[Tuple[str, int, int, Optional[S
 
 
 def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str]]], scale: Optional[int],
-                 gt_size: Optional[int], spike: Optional[SpikeSource], icc: str) -> Dict[str, Tuple[int, int]]:
+                 gt_size: Optional[Patch], spike: Optional[SpikeSource], icc: str) -> Dict[str, Tuple[int, int]]:
     """Header checks of video frames `(clip, gt_path, lq_path, spike_path)`; one UserError line per bad file, then
     what the section's `icc` says of frames with a non-sRGB colour profile (`colour_profiles`).
     Returns the (h, w) of every GT and LQ frame, read once here (`cache_data` sizes its buffer from them).
@@ -215,8 +220,8 @@ def check_frames(prefix: str, frames: Sequence[Tuple[str, str, str, Optional[str
                                          f'with the same factor for height and width')
             continue
         if gt_size is not None:
-            if min(gs) < gt_size:
-                problems.add(keys['gt'], gp, f'{fmt(gs)} is smaller than the training patch (gt_size {gt_size})')
+            if not fits(gs, gt_size):
+                problems.add(keys['gt'], gp, f'{fmt(gs)} is smaller than the training patch (gt_size {shown(gt_size)})')
                 continue
         else:
             problem = ssim_problem(gs, 0)
@@ -267,12 +272,12 @@ def add_noise(clean: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
     return torch.cat([clean + noise.mul_(level), torch.full((t, 1, h, w), level, dtype=clean.dtype)], 1)
 
 
-def check_gt_size(prefix: str, gt_size: int, sizes: Dict[str, Tuple[int, int]], what: str) -> None:
+def check_gt_size(prefix: str, gt_size: Patch, sizes: Dict[str, Tuple[int, int]], what: str) -> None:
     """Fail in the main process, not in a worker, when `gt_size` cannot be cropped from a listed `what`
     (clip, sequence) of the sizes its meta_info_file gives."""
     for name, (h, w) in sizes.items():
-        if gt_size > min(h, w):
-            raise UserError(f'{prefix}.gt_size: {gt_size} is larger than the {h}×{w} frames of {what} {name} '
+        if not fits((h, w), gt_size):
+            raise UserError(f'{prefix}.gt_size: {shown(gt_size)} is larger than the {h}×{w} frames of {what} {name} '
                             f'(meta_info_file)')
 
 
@@ -297,11 +302,27 @@ class TrainingWindows(ClipDataset):
     file, whose frame sizes (`gt_sizes`, where the file gives them) say before any worker starts whether the
     crop fits."""
 
-    gt_size: int
+    gt_size: Patch
     gt_sizes: Dict[str, Size]
+    scale = 1
     unit = 'clip'
 
+    def check_scale(self) -> None:
+        """gt_size must be a multiple of the scale on both sides."""
+        if indivisible(self.gt_size, self.scale):
+            raise UserError(f'{self.prefix}.gt_size: {shown(self.gt_size)} is not divisible by scale {self.scale}')
+
+    def check_patch(self) -> None:
+        """At construction: `check_scale`, and one warning line when the network's input patch is too small to
+        learn from."""
+        self.check_scale()
+        s = self.scale
+        warn_if_tiny(f'{self.prefix}.gt_size', shown(self.gt_size) + (f' / scale {s}' if s > 1 else ''),
+                     self.gt_size, s)
+
     def check_train_options(self) -> None:
+        """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
+        self.check_scale()
         check_gt_size(self.prefix, self.gt_size, self.gt_sizes, self.unit)
 
 

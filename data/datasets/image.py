@@ -29,6 +29,7 @@ from data.checks import (FileProblems, Size, colour_profiles, fmt, image_depths,
                          ssim_problem)
 from data.datasets.transforms import augment, paired_random_crop, random_crop
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
+from data.patches import Patch, divided, fits, indivisible, patch_key, shown, warn_if_tiny
 from data.option_checks import noise_level
 from data.registry import DATASETS
 from data.sampler import parse_key
@@ -65,7 +66,8 @@ IMAGE_OPTIONS: Dict[str, Any] = {
     'dataroot_L': Key(None, (str, type(None)), help='folder of the low-quality inputs, paired with dataroot_H in '
                                                      'sorted order (null: made from H)'),
     'use_hflip': Key(True, (bool,), help='training: random horizontal flips'),
-    'use_rot': Key(True, (bool,), help='training: random vertical flips and 90° rotations'),
+    'use_rot': Key(True, (bool,), help='training: random vertical flips and 90° rotations (the rotations only of a '
+                                       'square patch)'),
     'metric_border': Key(None, (int, type(None)), at_least(0), 'evaluation: pixels cropped at each border before '
                                                                'PSNR/SSIM (null: the scale for SR, else 0)'),
     'metric_round_y': Key(None, (bool, type(None)), help='evaluation: round Y to integers before the Y scores '
@@ -75,10 +77,10 @@ IMAGE_OPTIONS: Dict[str, Any] = {
 CHANNELS = Key(3, (int,), one_of(1, 3), '1 for gray, 3 for colour images')  # `n_channels`: gray or colour images
 
 
-def patch_size(default: Optional[int]) -> Key:
-    """The `H_size` key: the training patch (of the high-quality image), in pixels."""
-    return Key(default, (int,) if default is not None else (int, type(None)), at_least(1),
-               'training patch size of the high-quality image, in pixels')
+def patch_size(default: int) -> Key:
+    """The `H_size` key: the training patch (of the high-quality image), in pixels: a side or [height, width]
+    (data/patches.py)."""
+    return patch_key(default, 'training patch size of the high-quality image, in pixels')
 
 
 def scale(default: int) -> Key:
@@ -134,6 +136,13 @@ class ImageDataset(Dataset):
         self.patch_size = opt['H_size']
         if self.train:
             self._check_patch_options()
+            self._warn_if_tiny()
+
+    def _warn_if_tiny(self) -> None:
+        """One warning line when the network's training input, H_size / scale, is too small to learn from."""
+        s = self.scale
+        warn_if_tiny(f'{self.where}.H_size', f'{shown(self.patch_size)}' + (f' / scale {s}' if s > 1 else ''),
+                     self.patch_size, s)
 
     def _channels(self) -> int:
         """Channels the images are read with (`n_channels`)."""
@@ -146,8 +155,8 @@ class ImageDataset(Dataset):
         return f'{n}-channel images (n_channels {n})'
 
     def _check_patch_options(self) -> None:
-        if self.patch_size % self.scale:
-            raise UserError(f'{self.where}.H_size: {self.patch_size} is not divisible by '
+        if indivisible(self.patch_size, self.scale):
+            raise UserError(f'{self.where}.H_size: {shown(self.patch_size)} is not divisible by '
                             f'scale {self.scale}')
 
     def __len__(self) -> int:
@@ -194,25 +203,27 @@ class ImageDataset(Dataset):
                 problems.add(key_L if which == 'L' else key_H, path_L if which == 'L' else path_H, problem)
                 too_small += PATCH_PROBLEM in problem
         if train and too_small == len(self.paths_H) > 1:  # an option mistake, not a few odd files
-            if self.paths_L is not None:
-                fits = max(min(size) for size in sizes_L) * self.scale
+            if not isinstance(self.patch_size, int):  # no one number says what fits a [height, width] patch
+                most = ''
+            elif self.paths_L is not None:
+                most = f' (at most {max(min(size) for size in sizes_L) * self.scale})'
             else:
-                fits = max(min(size) for size in sizes_H)
-            raise UserError(f'{self.where}.H_size: {self.patch_size} is larger than any training image allows '
-                            f'(at most {fits}): every image of {self.opt["dataroot_H"]} is smaller than the patch')
+                most = f' (at most {max(min(size) for size in sizes_H)})'
+            raise UserError(f'{self.where}.H_size: {shown(self.patch_size)} is larger than any training image '
+                            f'allows{most}: every image of {self.opt["dataroot_H"]} is smaller than the patch')
         problems.raise_if_any()
         self.header_sizes = dict(zip(self.paths_H + (self.paths_L or []), sizes_H + sizes_L))  # for cache_data
         self.files_checked_for_training = self.files_checked_for_training or train
 
-    def _patch_problem(self, size: Size, patch: int, what: str) -> Optional[str]:
-        if min(size) >= patch:
+    def _patch_problem(self, size: Size, patch: Patch, what: str) -> Optional[str]:
+        if fits(size, patch):
             return None
         return f'{fmt(size)} is {PATCH_PROBLEM} ({what})'
 
     def _single_problem(self, size: Size, train: bool) -> Optional[Tuple[str, str]]:
         """H file without a low-quality file: random crop for training, whole image for evaluation."""
         if train:
-            problem = self._patch_problem(size, self.patch_size, f'H_size {self.patch_size}')
+            problem = self._patch_problem(size, self.patch_size, f'H_size {shown(self.patch_size)}')
             return ('H', problem) if problem else None
         evaluated = self._eval_size(size)
         if evaluated is None:
@@ -231,8 +242,9 @@ class ImageDataset(Dataset):
             if (h, w) != (hl * s, wl * s):
                 return 'H', (f'{fmt(size_H)} but its low-quality image {path_L} is {fmt(size_L)}; for training '
                              f'an image must be exactly {times} its low-quality image (scale {s})')
-            lq_patch = self.patch_size // s
-            what = f'H_size {self.patch_size}' if s == 1 else f'H_size {self.patch_size} / scale {s} = {lq_patch}'
+            lq_patch = divided(self.patch_size, s)
+            what = f'H_size {shown(self.patch_size)}'
+            what += f' / scale {s} = {shown(lq_patch)}' if s > 1 else ''
             problem = self._patch_problem(size_L, lq_patch, what)
             return ('H' if s == 1 else 'L', problem) if problem else None
         if not (hl * s <= h < hl * s + s and wl * s <= w < wl * s + s):

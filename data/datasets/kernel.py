@@ -26,6 +26,7 @@ import torch
 from data.datasets.image import CHANNELS, IMAGE_OPTIONS, ImageDataset, patch_size, scale
 from data.datasets.noise_level import noise_levels, noise_options
 from data.degradations.kernels import anisotropic_gaussian, isotropic_gaussian, motion_kernel, shifted_anisotropic_gaussian
+from data.patches import indivisible, shown
 from data.registry import DATASETS
 from data.sampler import key_step_seed, parse_key
 from utils.errors import UserError
@@ -113,8 +114,8 @@ class DatasetUSRNet(_KernelDataset):
     def _check_patch_options(self) -> None:
         super()._check_patch_options()
         for sf in self.scales:
-            if self.patch_size % sf:
-                raise UserError(f'{self.where}.H_size: {self.patch_size} is not divisible by scale {sf} of '
+            if indivisible(self.patch_size, sf):
+                raise UserError(f'{self.where}.H_size: {shown(self.patch_size)} is not divisible by scale {sf} of '
                                 f'scales {self.scales}')
 
     def check_files(self, train: Optional[bool] = None) -> None:

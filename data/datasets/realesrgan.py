@@ -30,6 +30,7 @@ from data.datasets.transforms import random_crop
 from data.degradations.batch_transforms import TRANSFORM_KEY
 from data.degradations.realesrgan import (KERNEL_KEYS, KERNEL_KINDS, MIN_KERNEL_SIZE, PLAN_KEY, USM_RADIUS,
                                           degrade_batch, draw_plan)
+from data.patches import fits, indivisible, patch_hw, patch_key, shown, warn_if_tiny
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, uint8_tensor
@@ -131,9 +132,9 @@ class DatasetRealESRGAN(ImageDataset):
         'n_channels': Key(3, (int,), only(3, 'the Real-ESRGAN degradations are colour')),
         'scale': scale(4),
         'use_rot': False,  # BasicSR's Real-ESRGAN files: flips only
-        'gt_size': Key(256, (int,), at_least(1), 'training patch size of the GT, in pixels'),
+        'gt_size': patch_key(256, 'training patch size of the GT, in pixels'),
         'crop_pad_size': Key(400, (int,), at_least(1), 'the GT is padded to at least and cropped to this square '
-                                                       'before degradation'),
+                                                       'before degradation (at least gt_size\'s longer side)'),
         **_stage_keys('', [0.2, 3], [1, 30], [0.05, 3], [0.2, 0.7, 0.1], [0.15, 1.5]),
         **_stage_keys('2', [0.2, 1.5], [1, 25], [0.05, 2.5], [0.3, 0.4, 0.3], [0.3, 1.2]),
         'second_blur_prob': Key(0.8, (int, float), PROBABILITY, 'probability of the second stage\'s blur'),
@@ -167,10 +168,10 @@ class DatasetRealESRGAN(ImageDataset):
     def _check_sizes(self) -> None:
         """Every image the device steps see must be large enough for their filters (mirrored borders)."""
         where, s, crop, gt = self.where, self.scale, self.crop_pad_size, self.gt_size
-        if gt % s:
-            raise UserError(f'{where}.gt_size: {gt} is not divisible by scale {s}')
-        if crop % s or crop < gt:
-            raise UserError(f'{where}.crop_pad_size: {crop} must be >= gt_size {gt} and divisible by scale {s}')
+        if indivisible(gt, s):
+            raise UserError(f'{where}.gt_size: {shown(gt)} is not divisible by scale {s}')
+        if crop % s or crop < max(patch_hw(gt)):
+            raise UserError(f'{where}.crop_pad_size: {crop} must be >= gt_size {shown(gt)} and divisible by scale {s}')
         opt = self.opt
         pad1, pad2 = opt['blur_kernel_size'] // 2, opt['blur_kernel_size2'] // 2
         after1 = int(crop * opt['resize_range'][0])
@@ -188,10 +189,14 @@ class DatasetRealESRGAN(ImageDataset):
             if not ok:
                 raise UserError(f'{where}.{key}: {problem}')
 
+    def _warn_if_tiny(self) -> None:
+        """The network's training input is gt_size / scale."""
+        warn_if_tiny(f'{self.where}.gt_size', f'{shown(self.gt_size)} / scale {self.scale}', self.gt_size, self.scale)
+
     def _single_problem(self, size: Size, train: bool) -> Optional[Tuple[str, str]]:
         """A training image at least gt_size wide and high (smaller than crop_pad_size: padded, as in BasicSR)."""
-        if min(size) < self.gt_size:
-            return 'H', f'{fmt(size)} is smaller than gt_size {self.gt_size}'
+        if not fits(size, self.gt_size):
+            return 'H', f'{fmt(size)} is smaller than gt_size {shown(self.gt_size)}'
         return None
 
     def _read_H(self, index: int, seed: Optional[int]) -> Tuple[str, np.ndarray, Optional[random.Random]]:

@@ -232,10 +232,10 @@ class SpikeSource:
         return f'{stem}.{self.format}'
 
     def decode(self, source: Union[str, bytes], lq_hw: Tuple[int, int], where: str,
-               window: Optional[Tuple[int, int, int]] = None) -> np.ndarray:
+               window: Optional[Tuple[int, int, int, int]] = None) -> np.ndarray:
         """H×W×S float32 channels; `source` is a file path or (lmdb) the file's bytes; `where` names it in errors.
 
-        `window` (top, left, size) in LQ pixels crops the planes first, so only the crop becomes float
+        `window` (top, left, height, width) in LQ pixels crops the planes first, so only the crop becomes float
         channels (the representations are per pixel: the same numbers as cropping afterwards), and a
         `.npy` file is memory-mapped so only the crop's pages are read.
         """
@@ -252,8 +252,8 @@ class SpikeSource:
                 raise UserError(f'spike frames are {planes.shape[1]}×{planes.shape[2]} '
                                 f'but the LQ frames are {lq_hw[0]}×{lq_hw[1]}')
             if window is not None:
-                top, left, size = window
-                planes = planes[:, top:top + size, left:left + size]
+                top, left, height, width = window
+                planes = planes[:, top:top + height, left:left + width]
             return spike_to_representation(planes, self.repr, **self.params)
         except UserError as e:
             raise UserError(f'{self.prefix}.dataroot_spike: {where}: {e}') from None

@@ -9,6 +9,7 @@ from typing import List, Tuple
 import numpy as np
 import torch
 
+from data.patches import Patch, divided, indivisible, patch_hw, shown
 from utils.errors import UserError
 
 
@@ -25,46 +26,49 @@ def common_size(imgs: List[np.ndarray], what: str, where: str) -> Tuple[int, int
     return sizes.pop()
 
 
-def paired_random_crop(gts: List[np.ndarray], lqs: List[np.ndarray], gt_size: int, scale: int,
+def paired_random_crop(gts: List[np.ndarray], lqs: List[np.ndarray], gt_size: Patch, scale: int,
                        rng: random.Random, where: str = '') -> Tuple[List[np.ndarray], List[np.ndarray]]:
-    """Crop a gt_size patch from every gt and the matching gt_size/scale patch from every lq."""
+    """Crop a gt_size patch (an integer: a square; or [height, width]) from every gt and the matching
+    gt_size/scale patch from every lq."""
     top, left = paired_crop_window(common_size(gts, 'ground-truth', where), common_size(lqs, 'low-quality', where),
                                    gt_size, scale, rng, where)
-    lq_size = gt_size // scale
-    lqs = [img[top:top + lq_size, left:left + lq_size] for img in lqs]
+    lq_h, lq_w = patch_hw(divided(gt_size, scale))
+    lqs = [img[top:top + lq_h, left:left + lq_w] for img in lqs]
     t, l = top * scale, left * scale
-    gts = [img[t:t + gt_size, l:l + gt_size] for img in gts]
+    gt_h, gt_w = patch_hw(gt_size)
+    gts = [img[t:t + gt_h, l:l + gt_w] for img in gts]
     return gts, lqs
 
 
-def paired_crop_window(gt_hw: Tuple[int, int], lq_hw: Tuple[int, int], gt_size: int, scale: int,
+def paired_crop_window(gt_hw: Tuple[int, int], lq_hw: Tuple[int, int], gt_size: Patch, scale: int,
                        rng: random.Random, where: str = '') -> Tuple[int, int]:
     """(top, left) in low-quality pixels of the random patch `paired_random_crop` takes, for callers
     that crop more than images with it (spike planes, before they become float channels)."""
     (h_gt, w_gt), (h_lq, w_lq) = gt_hw, lq_hw
-    if gt_size % scale:
-        raise UserError(f'{_prefix(where)}patch size {gt_size} is not divisible by scale {scale}')
+    if indivisible(gt_size, scale):
+        raise UserError(f'{_prefix(where)}patch size {shown(gt_size)} is not divisible by scale {scale}')
     if (h_gt, w_gt) != (h_lq * scale, w_lq * scale):
         raise UserError(f'{_prefix(where)}ground-truth size {h_gt}x{w_gt} is not {scale}x the '
                         f'low-quality size {h_lq}x{w_lq}')
-    lq_size = gt_size // scale
-    if h_lq < lq_size or w_lq < lq_size:
+    lq_h, lq_w = patch_hw(divided(gt_size, scale))
+    if h_lq < lq_h or w_lq < lq_w:
         raise UserError(f'{_prefix(where)}image of size {h_gt}x{w_gt} is smaller than the patch '
-                        f'size {gt_size}')
-    top = rng.randint(0, h_lq - lq_size)
-    left = rng.randint(0, w_lq - lq_size)
+                        f'size {shown(gt_size)}')
+    top = rng.randint(0, h_lq - lq_h)
+    left = rng.randint(0, w_lq - lq_w)
     return top, left
 
 
-def random_crop(imgs: List[np.ndarray], size: int, rng: random.Random,
+def random_crop(imgs: List[np.ndarray], size: Patch, rng: random.Random,
                 where: str = '') -> List[np.ndarray]:
-    """Crop the same size x size patch from every image (all of one size)."""
+    """Crop the same patch (an integer: a square; or [height, width]) from every image (all of one size)."""
     h, w = common_size(imgs, 'the', where)
-    if h < size or w < size:
-        raise UserError(f'{_prefix(where)}image of size {h}x{w} is smaller than the patch size {size}')
-    top = rng.randint(0, h - size)
-    left = rng.randint(0, w - size)
-    return [img[top:top + size, left:left + size] for img in imgs]
+    ph, pw = patch_hw(size)
+    if h < ph or w < pw:
+        raise UserError(f'{_prefix(where)}image of size {h}x{w} is smaller than the patch size {shown(size)}')
+    top = rng.randint(0, h - ph)
+    left = rng.randint(0, w - pw)
+    return [img[top:top + ph, left:left + pw] for img in imgs]
 
 
 def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool,
@@ -72,13 +76,15 @@ def augment(imgs: List[np.ndarray], hflip: bool, rotation: bool,
     """Apply one random horizontal flip / vertical flip / 90° rotation to all arrays.
 
     Together the three draws cover the 8 dihedral transforms (KAIR's augment_img modes). The three
-    numbers are always drawn so the rng stream does not depend on the flags. `copy=False` returns
-    views, for a caller whose next step copies anyway (stacking a clip).
+    numbers are always drawn so the rng stream does not depend on the flags. A non-square patch is never
+    rotated by 90°, which would make it w×h where the batch needs h×w: its flips (with `hflip`, also the
+    180° rotation) are the 4 transforms that keep its shape. `copy=False` returns views, for a caller whose
+    next step copies anyway (stacking a clip).
     """
     do_h, do_v, do_rot = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5
     do_h = hflip and do_h
     do_v = rotation and do_v
-    do_rot = rotation and do_rot
+    do_rot = rotation and do_rot and all(img.shape[0] == img.shape[1] for img in imgs)
     out = []
     for img in imgs:
         if do_h:

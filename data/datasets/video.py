@@ -20,14 +20,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, TrainingWindows, WholeClips,
-                        add_noise, check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
-                        sample_neighbors, stack_tensor, to_float)
+from data.datasets.clips import (GT_SIZE, INTERVALS, IO_BACKEND, IO_BACKEND_DISK, NOISE_STD, FrameStore, TrainingWindows,
+                                 WholeClips, add_noise, check_folder, check_frames, frame_name_keys, window_length,
+                                 item_rng, parse_meta_info, positive, sample_neighbors, stack_tensor, to_float)
 from data.datasets.spike import SPIKE_OPTIONS, SpikeSource
 from data.datasets.transforms import augment, common_size, paired_crop_window
 from data.frame_cache import CACHE_DATA, FrameCache, cache_frames, frame_shapes
 from data.lmdb_util import decode_frame
 from data.option_checks import all_or_first
+from data.patches import divided, patch_hw
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, imread_uint, list_images
@@ -57,7 +58,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         'test_mode': False,            # True keeps only the val_partition clips
         'io_backend': IO_BACKEND,
         'num_frame': window_length(6),
-        'gt_size': positive(256),
+        'gt_size': GT_SIZE,
         'scale': positive(1),
         'interval_list': INTERVALS,
         'random_reverse': False,
@@ -72,8 +73,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         p = self.prefix
         self.scale, self.gt_size, self.num_frame = opt['scale'], opt['gt_size'], opt['num_frame']
         self.interval_list = opt['interval_list']
-        if self.gt_size % self.scale:
-            raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
+        self.check_patch()
         self.tmpl, self.ext = opt['filename_tmpl'], opt['filename_ext']
         self.backend = opt['io_backend']['type']
         self.spike = SpikeSource(opt, p) if opt['dataroot_spike'] else None
@@ -143,12 +143,6 @@ class VideoRecurrentTrainDataset(TrainingWindows):
                     raise UserError(f'{self.prefix}.dataroot_{name}: frame {clip}/{i:{self.tmpl}} not found: '
                                     f'{folder / fname}')
 
-    def check_train_options(self) -> None:
-        """Fail in the main process, not in a worker, when gt_size cannot be cropped."""
-        if self.gt_size % self.scale:
-            raise UserError(f'{self.prefix}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
-        super().check_train_options()
-
     def __len__(self) -> int:
         return len(self.keys)
 
@@ -184,7 +178,8 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         return cache_frames(self.opt['cache_data'], frame_shapes(paths, self.header_sizes, 3),
                             lambda path: imread_uint(path, 3, bgr=True, icc=self.opt['icc']), self.prefix)
 
-    def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int], window: Tuple[int, int, int]) -> np.ndarray:
+    def _read_spike(self, clip: str, frame: str, lq_hw: Tuple[int, int], window: Tuple[int, int, int, int]
+                    ) -> np.ndarray:
         if self.lmdb is not None:
             key = f'{clip}/{frame}'
             raw = self.lmdb.get('spike', key, f'{self.prefix}.dataroot_spike')
@@ -215,12 +210,13 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         lq_hw = common_size(lqs, 'low-quality', where)
         top, left = paired_crop_window(common_size(gts, 'ground-truth', where), lq_hw, self.gt_size, self.scale, rng,
                                        where)
-        lq_size, t, l = self.gt_size // self.scale, top * self.scale, left * self.scale
-        gts = [bgr_to_rgb(img[t:t + self.gt_size, l:l + self.gt_size]) for img in gts]
-        lqs = [bgr_to_rgb(img[top:top + lq_size, left:left + lq_size]) for img in lqs]
+        (gh, gw), (lh, lw) = patch_hw(self.gt_size), patch_hw(divided(self.gt_size, self.scale))
+        t, l = top * self.scale, left * self.scale
+        gts = [bgr_to_rgb(img[t:t + gh, l:l + gw]) for img in gts]
+        lqs = [bgr_to_rgb(img[top:top + lh, left:left + lw]) for img in lqs]
         if self.spike:
             for j, frame in enumerate(frames):
-                spikes = self._read_spike(clip, frame, lq_hw, (top, left, lq_size))
+                spikes = self._read_spike(clip, frame, lq_hw, (top, left, lh, lw))
                 if reverse:  # played backwards, each exposure's spike channels run backwards too
                     spikes = spikes[:, :, ::-1]
                 lqs[j] = np.concatenate([to_float(lqs[j]), spikes], axis=2)

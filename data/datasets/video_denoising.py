@@ -17,9 +17,9 @@ import os
 from typing import Any, Dict, List, Tuple, Union
 
 
-from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, add_noise,
-                        check_folder, check_frames, frame_name_keys, window_length, item_rng, parse_meta_info, positive,
-                        sample_neighbors, stack_tensor, to_float)
+from data.datasets.clips import (GT_SIZE, INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips,
+                                 add_noise, check_folder, check_frames, frame_name_keys, window_length, item_rng,
+                                 parse_meta_info, sample_neighbors, stack_tensor, to_float)
 from data.datasets.transforms import augment, random_crop
 from data.frame_cache import CACHE_DATA, cache_frames, frame_shapes
 from data.option_checks import all_or_first, noise_level
@@ -42,7 +42,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
         'io_backend': IO_BACKEND,
         **frame_name_keys('08d'),      # DAVIS: "05d", "jpg"
         'num_frame': window_length(6),
-        'gt_size': positive(256),
+        'gt_size': GT_SIZE,
         'scale': Key(1, (int,), only(1, 'denoising keeps the frame size')),
         'interval_list': INTERVALS,
         'random_reverse': False,
@@ -61,6 +61,7 @@ class VideoRecurrentTrainNonblindDenoisingDataset(TrainingWindows):
         self.sigma_min, self.sigma_max = float(opt['sigma_min']), float(opt['sigma_max'])
         if self.sigma_min > self.sigma_max:
             raise UserError(f'{p}.sigma_min: {opt["sigma_min"]} is larger than sigma_max {opt["sigma_max"]}')
+        self.check_patch()
         self.tmpl = opt['filename_tmpl']
         backend = opt['io_backend']['type']
         self.store = FrameStore(p, {'gt': opt['dataroot_gt']}, backend, opt['filename_ext'], opt['icc'])

@@ -36,8 +36,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from data.datasets.clips import (INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows, WholeClips, check_frames,
-                        frame_name_keys, item_rng, positive, read_meta_info, size_field, stack_tensor, to_float)
+from data.datasets.clips import (GT_SIZE, INTERVALS, IO_BACKEND, IO_BACKEND_DISK, FrameStore, TrainingWindows,
+                                 WholeClips, check_frames, frame_name_keys, item_rng, positive, read_meta_info, size_field,
+                                 stack_tensor, to_float)
 from data.datasets.transforms import augment, color_jitter, paired_random_crop
 from data.option_checks import all_or_first
 from data.registry import DATASETS
@@ -145,7 +146,7 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
         'io_backend': IO_BACKEND,
         **frame_name_keys('d'),        # im<frame:tmpl>: "d" → im1 .. im7
         'num_frame': Key(7, (int,), all_or_first('sequence')),  # -1: the whole sequence (KAIR's RVRT 002/003)
-        'gt_size': positive(256),
+        'gt_size': GT_SIZE,
         'scale': positive(4),
         'interval_list': INTERVALS,
         'random_reverse': False,
@@ -178,8 +179,7 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
             if self.interval_list != [1]:
                 raise UserError(f'{p}.interval_list: frame interpolation uses consecutive frames: [1], got '
                                 f'{self.interval_list}')
-        if self.gt_size % self.scale:
-            raise UserError(f'{p}.gt_size: {self.gt_size} is not divisible by scale {self.scale}')
+        self.check_patch()
         self.tmpl = opt['filename_tmpl']
         backend = opt['io_backend']['type']
         self.store = FrameStore(p, {'gt': opt['dataroot_gt'], 'lq': opt['dataroot_lq']}, backend, opt['filename_ext'],

@@ -26,6 +26,7 @@ import numpy as np
 
 from data.degradations.jpeg import jpeg_roundtrip
 from data.degradations.kernels import anisotropic_gaussian, isotropic_gaussian, kernel_sizes, shifted_gaussian
+from data.patches import Patch, patch_hw, shown
 from utils.image import imresize_bicubic
 
 Record = Optional[Dict[str, List[Any]]]
@@ -255,20 +256,22 @@ def usm_sharpen(img: np.ndarray, weight: float = USM_WEIGHT, radius: int = USM_R
     return (soft * sharp + (1.0 - soft) * img).astype(np.float32)
 
 
-def paired_crop(L: np.ndarray, H: np.ndarray, sf: int, lq_patchsize: Optional[int],
+def paired_crop(L: np.ndarray, H: np.ndarray, sf: int, lq_patchsize: Optional[Patch],
                 rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
-    """A random lq_patchsize crop of L and the aligned lq_patchsize·sf crop of H (None: no crop)."""
+    """A random lq_patchsize crop of L (an integer: a square; or [height, width]) and the aligned
+    lq_patchsize·sf crop of H (None: no crop)."""
     if lq_patchsize is None:
         return L, H
     h, w = L.shape[:2]
-    top = int(rng.integers(0, h - lq_patchsize + 1))
-    left = int(rng.integers(0, w - lq_patchsize + 1))
-    L = L[top:top + lq_patchsize, left:left + lq_patchsize]
-    H = H[top * sf:(top + lq_patchsize) * sf, left * sf:(left + lq_patchsize) * sf]
+    ph, pw = patch_hw(lq_patchsize)
+    top = int(rng.integers(0, h - ph + 1))
+    left = int(rng.integers(0, w - pw + 1))
+    L = L[top:top + ph, left:left + pw]
+    H = H[top * sf:(top + ph) * sf, left * sf:(left + pw) * sf]
     return np.ascontiguousarray(L), np.ascontiguousarray(H)
 
 
-def _prepare(img: np.ndarray, sf: int, lq_patchsize: Optional[int]) -> np.ndarray:
+def _prepare(img: np.ndarray, sf: int, lq_patchsize: Optional[Patch]) -> np.ndarray:
     """The H image as float32, cropped to a multiple of sf; checks the arguments."""
     if isinstance(sf, bool) or not isinstance(sf, (int, np.integer)) or sf < 1:
         raise ValueError(f'sf must be an integer >= 1, got {sf!r}')
@@ -277,13 +280,15 @@ def _prepare(img: np.ndarray, sf: int, lq_patchsize: Optional[int]) -> np.ndarra
     h, w = img.shape[0] - img.shape[0] % sf, img.shape[1] - img.shape[1] % sf
     if h == 0 or w == 0:
         raise ValueError(f'image {img.shape[0]}x{img.shape[1]} is smaller than the scale {sf}')
-    if lq_patchsize is not None and (lq_patchsize < 1 or min(h, w) // sf < lq_patchsize):
-        raise ValueError(f'image {img.shape[0]}x{img.shape[1]} is too small for an L patch of {lq_patchsize} '
-                         f'at scale {sf} (needs {lq_patchsize * sf}x{lq_patchsize * sf})')
+    if lq_patchsize is not None:
+        ph, pw = patch_hw(lq_patchsize)
+        if min(ph, pw) < 1 or h // sf < ph or w // sf < pw:
+            raise ValueError(f'image {img.shape[0]}x{img.shape[1]} is too small for an L patch of '
+                             f'{shown(lq_patchsize)} at scale {sf} (needs {ph * sf}x{pw * sf})')
     return np.ascontiguousarray(img[:h, :w], dtype=np.float32)
 
 
-def bsrgan(img: np.ndarray, sf: int, rng: np.random.Generator, lq_patchsize: Optional[int] = 64, *,
+def bsrgan(img: np.ndarray, sf: int, rng: np.random.Generator, lq_patchsize: Optional[Patch] = 64, *,
            camera_prob: float = CAMERA_PROB, jpeg_prob: float = JPEG_PROB, halve_prob: float = HALVE_PROB,
            record: Record = None) -> Tuple[np.ndarray, np.ndarray]:
     """(L, H) by BSRGAN's degradation model.
@@ -352,7 +357,7 @@ def _plus_noise(step: str) -> Callable[..., np.ndarray]:
 
 
 def bsrgan_plus(img: np.ndarray, sf: int, rng: np.random.Generator, shuffle_prob: float = 0.1,
-                use_sharp: bool = False, lq_patchsize: Optional[int] = 64, *,
+                use_sharp: bool = False, lq_patchsize: Optional[Patch] = 64, *,
                 record: Record = None) -> Tuple[np.ndarray, np.ndarray]:
     """(L, H) by KAIR's `bsrgan_plus`: a second-order BSRGAN degradation.
 
@@ -385,7 +390,7 @@ def bsrgan_plus(img: np.ndarray, sf: int, rng: np.random.Generator, shuffle_prob
 DEGRADATIONS = ('bsrgan', 'bsrgan_plus')
 
 
-def degrade(name: str, img: np.ndarray, sf: int, rng: np.random.Generator, lq_patchsize: Optional[int],
+def degrade(name: str, img: np.ndarray, sf: int, rng: np.random.Generator, lq_patchsize: Optional[Patch],
             shuffle_prob: float = 0.1, use_sharp: bool = False,
             record: Record = None) -> Tuple[np.ndarray, np.ndarray]:
     """Dispatch by name (KAIR's `degradation_type`)."""

@@ -39,6 +39,7 @@ from data.degradations.bsrgan import Record, choose, happens, note
 from data.degradations.diffjpeg import jpeg
 from data.degradations.kernels import (circular_lowpass_kernel, covariance, gaussian_kernel, generalized_gaussian_kernel,
                           kernel_sizes, pad_kernel, plateau_kernel, pulse_kernel)
+from data.patches import divided, patch_hw
 
 KERNEL_KINDS = ('iso', 'aniso', 'generalized_iso', 'generalized_aniso', 'plateau_iso', 'plateau_aniso')
 RESIZE_KINDS = ('up', 'down', 'keep')  # the order of `resize_prob`
@@ -139,25 +140,25 @@ def draw_plan(rng: np.random.Generator, cfg: Mapping[str, Any], record: Record =
               ) -> Tuple[Dict[str, Any], List[np.ndarray]]:
     """Every random choice of one sample: (plan, [kernel1, kernel2, final sinc kernel or the identity]).
 
-    `cfg` holds the dataset's keys (BasicSR's names) plus `crop_pad_size`, `gt_size` and `scale`; the
-    GT patch is crop_pad_size square. The plan also says where the LR patch is cut, whether the
-    degradations start from the sharpened GT (`gt_usm`) and which losses get it as their target."""
+    `cfg` holds the dataset's keys (BasicSR's names) plus `crop_pad_size`, `gt_size` (a side or [height,
+    width]) and `scale`; the GT patch is crop_pad_size square. The plan also says where the LR patch is cut,
+    whether the degradations start from the sharpened GT (`gt_usm`) and which losses get it as their target."""
     kernels = [draw_kernel(rng, cfg, '', record, 'kernel1'), draw_kernel(rng, cfg, '2', record, 'kernel2')]
     sinc = draw_final_sinc(rng, cfg, record)
     kernels.append(pulse_kernel(cfg['blur_kernel_size2']) if sinc is None else sinc)
     crop, scale = cfg['crop_pad_size'], cfg['scale']
-    lq_full, lq_patch = crop // scale, cfg['gt_size'] // scale
+    lq_full, (lq_h, lq_w) = crop // scale, patch_hw(divided(cfg['gt_size'], scale))
     stage1 = _stage(rng, cfg, '', crop, record)
     second_blur = happens(rng, cfg['second_blur_prob'], record, 'second_blur')
     stage2 = {'blur': second_blur, **_stage(rng, cfg, '2', lq_full, record)}
     sinc_first = happens(rng, FINAL_SINC_FIRST_PROB, record, 'sinc_before_jpeg')
     mode = choose(rng, {m: 1 / len(INTERPOLATIONS) for m in INTERPOLATIONS}, record, 'final_interpolation')
     final = {'sinc': sinc is not None, 'sinc_first': sinc_first, 'mode': mode, 'size': lq_full}
-    top, left = int(rng.integers(0, lq_full - lq_patch + 1)), int(rng.integers(0, lq_full - lq_patch + 1))
+    top, left = int(rng.integers(0, lq_full - lq_h + 1)), int(rng.integers(0, lq_full - lq_w + 1))
     note(record, 'crop_top', top)
     note(record, 'crop_left', left)
     targets = [loss for loss, key in zip(LOSSES, ('l1_gt_usm', 'percep_gt_usm', 'gan_gt_usm')) if cfg[key]]
-    plan = {'scale': scale, 'lq_patch': lq_patch, 'top': top, 'left': left, 'usm_targets': targets,
+    plan = {'scale': scale, 'lq_patch': [lq_h, lq_w], 'top': top, 'left': left, 'usm_targets': targets,
             'degrade_usm': cfg['gt_usm'], 'stage1': stage1, 'stage2': stage2, 'final': final}
     return plan, kernels
 
@@ -281,11 +282,11 @@ def degrade_batch(batch: Dict[str, Any]) -> Dict[str, Any]:
         for i, plan in enumerate(plans):
             kernels = [batch[k][i].float() for k in KERNEL_KEYS]
             L = degrade(source[i:i + 1], kernels, plan)
-            s, n, t, l = plan['scale'], plan['lq_patch'], plan['top'], plan['left']
-            Ls.append(L[:, :, t:t + n, l:l + n])
-            Hs.append(H[i:i + 1, :, t * s:(t + n) * s, l * s:(l + n) * s])
+            s, (n, m), t, l = plan['scale'], plan['lq_patch'], plan['top'], plan['left']
+            Ls.append(L[:, :, t:t + n, l:l + m])
+            Hs.append(H[i:i + 1, :, t * s:(t + n) * s, l * s:(l + m) * s])
             if targets:
-                Us.append(sharp[i:i + 1, :, t * s:(t + n) * s, l * s:(l + n) * s])
+                Us.append(sharp[i:i + 1, :, t * s:(t + n) * s, l * s:(l + m) * s])
         out['L'] = torch.cat(Ls).contiguous()
         out['H'] = torch.cat(Hs).contiguous()
         if Us:

@@ -12,12 +12,13 @@ from utils.dist.collectives import (agree_any, all_reduce_max, all_reduce_min, a
                                     broadcast_object, broadcast_tensors, gather_objects, get_rank, get_world_size,
                                     is_main_process, main_process_outcome, main_process_write)
 from utils.dist.ddp import ddp_of, wrap_ddp
-from utils.dist.detect import DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus
+from utils.dist.detect import (DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus,
+                               unused_gpu_notes)
 from utils.dist.group import (INIT_GRACE_S, cleanup, control_group, exit_if_stuck, exit_now, init,
                               is_initialized, set_cpu_threads, wait_for_master)
 
 __all__ = [
-    'DistState', 'detect', 'expand_hostlist', 'first_host', 'select_gpus', 'cuda_device_index',
+    'DistState', 'detect', 'expand_hostlist', 'first_host', 'select_gpus', 'unused_gpu_notes', 'cuda_device_index',
     'INIT_GRACE_S', 'init', 'set_cpu_threads', 'wait_for_master', 'exit_if_stuck', 'control_group', 'cleanup',
     'exit_now',
     'is_initialized', 'get_rank', 'get_world_size', 'is_main_process', 'barrier', 'all_reduce_sum',

@@ -157,6 +157,16 @@ def select_gpus(gpu_ids: Optional[Sequence[int]], state: DistState, env: Any = o
     return env['CUDA_VISIBLE_DEVICES']
 
 
+def unused_gpu_notes(gpu_ids: Optional[Sequence[int]], state: DistState, cuda: bool) -> List[str]:
+    """One line when a plain start names GPUs (`gpu_ids`) on a machine where CUDA sees none: the run then trains
+    on the CPU in one process, which `gpu_ids: [0, 1]` does not say. KAIR's `[0]`, in every one of its files, stays
+    silent; under a launcher or a cluster `gpu_ids` is ignored by design (its help says so)."""
+    if cuda or state.distributed or not gpu_ids or list(gpu_ids) == [0]:
+        return []
+    return [f'gpu_ids: {list(gpu_ids)} but CUDA sees no GPU on this machine: training on the CPU, in this one '
+            f'process']
+
+
 def cuda_device_index(local_rank: int, visible: int) -> int:
     """This rank's GPU among the `visible` ones: local rank modulo what this process can see.
 

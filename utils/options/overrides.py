@@ -44,11 +44,15 @@ def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> Dict[str,
     """Set each `KEY.PATH=VALUE` in `data`: missing sections are created; `[i]` names an item of a list (as the
     errors name them: `--set datasets.test[1].dataroot_H=...`), which must exist. Returns {KEY.PATH as messages
     name it: the argument as shown in messages (secrets redacted)}, so that a mistake in an override is reported
-    against the argument, not the file (the last of several overrides of one key wins)."""
+    against the argument, not the file (the last of several overrides of one key wins). A section an override
+    creates is named after it too (the first that created it): an unknown section `--set foo.bar=1` makes is
+    the argument's mistake."""
     given: Dict[str, str] = {}
     for text in overrides:
         parts, value = parse_override(text)
         steps = [step for part in parts for step in _steps(part)]
+        argument = (f'{text.split("=", 1)[0]}={REDACTED}' if SECRET_KEY.search(parts[-1]) else
+                    text if len(text) <= SHOW_CHARS else text[:SHOW_CHARS] + '...')
         node: Any = data
         path = ''
         for i, step in enumerate(steps):
@@ -66,11 +70,11 @@ def apply_overrides(data: Dict[str, Any], overrides: Iterable[str]) -> Dict[str,
             path = f'{path}[{step}]' if isinstance(step, int) else f'{path}.{step}' if path else step
             if i == len(steps) - 1:
                 node[step] = value
-                given[path] = (f'{text.split("=", 1)[0]}={REDACTED}' if SECRET_KEY.search(parts[-1]) else
-                               text if len(text) <= SHOW_CHARS else text[:SHOW_CHARS] + '...')
+                given[path] = argument
                 break
             nxt = node[step] if isinstance(step, int) else node.get(step)
             if nxt is None:
                 nxt = node[step] = {}
+                given.setdefault(path, argument)
             node = nxt
     return given
