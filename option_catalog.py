@@ -188,6 +188,9 @@ def summary_of(obj: Any) -> str:
     """The first sentence of the member's docstring, else of its module's (one file per member family)."""
     if obj is None or getattr(obj, '__name__', '') == '<lambda>':
         return ''
+    summary = getattr(obj, 'summary', None)  # instances of one kind (optimizers) say what each is
+    if isinstance(summary, str) and summary:
+        return first_line(summary)
     doc = obj.__doc__ if isinstance(obj, type) else getattr(obj, '__doc__', None)
     if not doc:
         doc = getattr(sys.modules.get(getattr(obj, '__module__', '') or ''), '__doc__', None)

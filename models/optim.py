@@ -51,11 +51,13 @@ class OptimizerKind:
     """How one `<net>_optimizer_type` is built: `make(params, lr=..., **kwargs)` with `kwargs` read from the option
     keys named in `keywords` (option key → constructor keyword), plus `fused` when the kind declares that key
     (a fused kernel takes the skip-step verdict on the device). `library`: where `make` comes from, for errors.
-    `schedule_free`: the optimizer keeps an averaged point for evaluation (`Averaging`)."""
+    `schedule_free`: the optimizer keeps an averaged point for evaluation (`Averaging`). `summary`: what the kind
+    is, for `--describe optimizer` and docs/options.md (the instances share this class's docstring)."""
     make: Callable[..., torch.optim.Optimizer]
     keywords: Dict[str, str] = field(default_factory=dict)
     library: str = 'torch'
     schedule_free: bool = False
+    summary: str = ''
 
 
 def _lib(name: str) -> Callable[..., torch.optim.Optimizer]:
@@ -89,19 +91,22 @@ _SF_OPTIONS = {'r': Key(0.0, _NUM, non_negative, 'iterate t weighs t ** r in the
                                       'the average, so warm-up iterates count less (0: off)')}
 
 OPTIMIZERS = Registry('optimizer')
-OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(OptimizerKind(torch.optim.Adam, _ADAM_KW))
-OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(OptimizerKind(torch.optim.AdamW, _ADAM_KW))
+OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(OptimizerKind(
+    torch.optim.Adam, _ADAM_KW, summary='Adam (Kingma & Ba), torch\'s; KAIR\'s and BasicSR\'s default'))
+OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(OptimizerKind(
+    torch.optim.AdamW, _ADAM_KW, summary='AdamW: Adam with decoupled weight decay (Loshchilov & Hutter), torch\'s'))
 _BETAS2 = 'moment decays [beta1, beta2]: of the gradient mean and of the squared gradient'
 OPTIMIZERS.register('nadam', options={
     'betas': Key([0.9, 0.999], (list,), betas, _BETAS2), 'wd': WD, 'eps': EPS,
     'momentum_decay': Key(0.004, _NUM, non_negative, 'NAdam\'s psi: how fast its momentum schedule warms up'),
     'decoupled_wd': DECOUPLE, 'foreach': FOREACH})(OptimizerKind(torch.optim.NAdam, {
         **_ADAM_KW, 'momentum_decay': 'momentum_decay', 'decoupled_wd': 'decoupled_weight_decay',
-        'foreach': 'foreach'}))
+        'foreach': 'foreach'}, summary="NAdam: Adam with Nesterov momentum (Dozat), torch's"))
 OPTIMIZERS.register('radam', options={
     'betas': Key([0.9, 0.999], (list,), betas, _BETAS2), 'wd': WD, 'eps': EPS, 'decoupled_wd': DECOUPLE,
     'foreach': FOREACH})(OptimizerKind(torch.optim.RAdam, {
-        **_ADAM_KW, 'decoupled_wd': 'decoupled_weight_decay', 'foreach': 'foreach'}))
+        **_ADAM_KW, 'decoupled_wd': 'decoupled_weight_decay', 'foreach': 'foreach'},
+        summary="RAdam: Adam with the variance of its adaptive lr rectified early on (Liu et al.), torch's"))
 OPTIMIZERS.register('sgd', options={
     'momentum': Key(0.9, _NUM, unit_interval,
                     'momentum factor (0.9 here; torch\'s default is 0)'),
@@ -109,7 +114,8 @@ OPTIMIZERS.register('sgd', options={
                      'share of the new gradient left out of the momentum buffer'),
     'nesterov': Key(False, (bool,), help='Nesterov momentum (needs momentum > 0 and dampening 0)'),
     'wd': WD, 'fused': FUSED})(OptimizerKind(torch.optim.SGD, {
-        'momentum': 'momentum', 'dampening': 'dampening', 'nesterov': 'nesterov', 'wd': 'weight_decay'}))
+        'momentum': 'momentum', 'dampening': 'dampening', 'nesterov': 'nesterov', 'wd': 'weight_decay'},
+        summary="SGD with momentum, torch's"))
 OPTIMIZERS.register('adan', options={
     'betas': Key([0.98, 0.92, 0.99], (list,), _betas3, 'decays of the gradient mean, the gradient-difference mean '
                  'and the squared-gradient mean'),
@@ -117,7 +123,8 @@ OPTIMIZERS.register('adan', options={
     'max_grad_norm': Key(0.0, _NUM, non_negative, 'Adan\'s own clipping of the global gradient norm (0: off)'),
     'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('Adan'), {
         'betas': 'betas', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple',
-        'max_grad_norm': 'max_grad_norm', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer'))
+        'max_grad_norm': 'max_grad_norm', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer',
+        summary="Adan: adaptive Nesterov momentum (Xie et al.), pytorch-optimizer's"))
 OPTIMIZERS.register('soap', options={
     'betas': Key([0.95, 0.95], (list,), betas, _BETAS2),
     'wd': Key(0.01, _NUM, non_negative, 'weight decay (SOAP\'s default 0.01)'),
@@ -133,24 +140,29 @@ OPTIMIZERS.register('soap', options={
         'betas': 'betas', 'wd': 'weight_decay', 'shampoo_beta': 'shampoo_beta',
         'precondition_frequency': 'precondition_frequency', 'max_precondition_dim': 'max_precondition_dim',
         'merge_dims': 'merge_dims', 'precondition_1d': 'precondition_1d', 'normalize_gradient': 'normalize_gradient',
-        'correct_bias': 'correct_bias', 'eps': 'eps'}, 'pytorch-optimizer'))
+        'correct_bias': 'correct_bias', 'eps': 'eps'}, 'pytorch-optimizer',
+        summary="SOAP: Adam in Shampoo's eigenbasis (Vyas et al.), pytorch-optimizer's"))
 OPTIMIZERS.register('adopt', options={
     'betas': Key([0.9, 0.9999], (list,), betas, _BETAS2), 'wd': WD, 'weight_decouple': DECOUPLE,
-    'eps': Key(1e-6, _NUM, positive, 'added to the denominator of the step (ADOPT\'s default 1e-6)'), 'foreach': FOREACH})(OptimizerKind(_lib('ADOPT'), {
+    'eps': Key(1e-6, _NUM, positive, 'added to the denominator of the step (ADOPT\'s default 1e-6)'),
+    'foreach': FOREACH})(OptimizerKind(_lib('ADOPT'), {
         'betas': 'betas', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple', 'eps': 'eps',
-        'foreach': 'foreach'}, 'pytorch-optimizer'))
+        'foreach': 'foreach'}, 'pytorch-optimizer',
+        summary="ADOPT: Adam that converges for any beta2 (Taniguchi et al.), pytorch-optimizer's"))
 OPTIMIZERS.register('stableadamw', options={
     'betas': Key([0.9, 0.99], (list,), betas, _BETAS2),
     'wd': Key(0.01, _NUM, non_negative, 'weight decay (StableAdamW\'s default 0.01)'),
     'kahan_sum': Key(True, (bool,), help='Kahan-compensated updates, for weights held in bf16/fp16'),
     'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('StableAdamW'), {
         'betas': 'betas', 'wd': 'weight_decay', 'kahan_sum': 'kahan_sum', 'eps': 'eps', 'foreach': 'foreach'},
-        'pytorch-optimizer'))
+        'pytorch-optimizer',
+        summary="StableAdamW: AdamW with AdaFactor's update clipping (Wortsman et al.), pytorch-optimizer's"))
 OPTIMIZERS.register('lion', options={
     'betas': Key([0.9, 0.99], (list,), betas, 'decays [beta1, beta2]: of the update\'s interpolation and of the '
                  'momentum'),
     'wd': WD, 'foreach': FOREACH})(OptimizerKind(_lib('Lion'), {
-        'betas': 'betas', 'wd': 'weight_decay', 'foreach': 'foreach'}, 'pytorch-optimizer'))
+        'betas': 'betas', 'wd': 'weight_decay', 'foreach': 'foreach'}, 'pytorch-optimizer',
+        summary="Lion: the sign of an interpolated momentum (Chen et al.), pytorch-optimizer's"))
 OPTIMIZERS.register('prodigy', options={
     'betas': Key([0.9, 0.999], (list,), betas, _BETAS2),
     'beta3': Key(None, _OPT_NUM, open_unit, 'decay of Prodigy\'s step-size (distance) estimate (null: '
@@ -167,14 +179,16 @@ OPTIMIZERS.register('prodigy', options={
     'eps': EPS, 'foreach': FOREACH})(OptimizerKind(_lib('Prodigy'), {
         'betas': 'betas', 'beta3': 'beta3', 'd0': 'd0', 'd_coef': 'd_coef', 'growth_rate': 'growth_rate',
         'wd': 'weight_decay', 'weight_decouple': 'weight_decouple', 'bias_correction': 'bias_correction',
-        'safeguard_warmup': 'safeguard_warmup', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer'))
+        'safeguard_warmup': 'safeguard_warmup', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer',
+        summary="Prodigy: Adam whose step size is estimated, lr 1.0 (Mishchenko & Defazio), pytorch-optimizer's"))
 OPTIMIZERS.register('adamw_sf', options={
     'betas': Key([0.9, 0.999], (list,), betas, '[interpolation between the training and averaged point, decay '
                  'of the squared gradient]'),
     'wd': WD, **_SF_OPTIONS, 'eps': EPS,
     'foreach': FOREACH})(OptimizerKind(_lib('ScheduleFreeAdamW'), {
         'betas': 'betas', 'wd': 'weight_decay', 'r': 'r', 'weight_lr_power': 'weight_lr_power', 'eps': 'eps',
-        'foreach': 'foreach'}, 'pytorch-optimizer', schedule_free=True))
+        'foreach': 'foreach'}, 'pytorch-optimizer', schedule_free=True,
+        summary="Schedule-free AdamW (Defazio et al.): validated and saved at its averaged weights, pytorch-optimizer's"))
 OPTIMIZERS.register('adan_sf', options={
     'betas': Key([0.0, 0.92, 0.99], (list,), _betas3, 'Adan\'s decays; the first (its gradient mean) is 0: the '
                  'wrapper\'s momentum replaces it'),
@@ -184,7 +198,7 @@ OPTIMIZERS.register('adan_sf', options={
     'foreach': FOREACH})(OptimizerKind(_adan_schedule_free, {
         'betas': 'betas', 'sf_momentum': 'momentum', 'wd': 'weight_decay', 'weight_decouple': 'weight_decouple',
         'r': 'r', 'weight_lr_power': 'weight_lr_power', 'eps': 'eps', 'foreach': 'foreach'}, 'pytorch-optimizer',
-        schedule_free=True))
+        schedule_free=True, summary="Schedule-free Adan: pytorch-optimizer's ScheduleFreeWrapper around its Adan"))
 
 
 def use_fused(train_opt: Dict[str, Any], device: torch.device, net: str = 'G') -> bool:

@@ -244,3 +244,15 @@ def test_describe_and_opt_are_one_or_the_other(capsys):
             main_train.parse_args(argv)
         assert e.value.code == 2
     assert 'one of the arguments --opt --describe is required' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('kind', ['optimizer', 'weight initialiser', 'BatchNorm initialiser'])
+def test_every_optimizer_and_initialiser_says_what_it_is_in_words_of_its_own(cat, kind):
+    """`--describe optimizer` once showed one class docstring ("How one `<net>_optimizer_type` is built") for all 13
+    optimizers, and `--describe init` "no help text" for every initialiser (lambdas and None)."""
+    from option_catalog import NO_HELP
+    members = cat.members[kind]
+    assert len(members) >= 2
+    for m in members:
+        assert m.summary and m.summary != NO_HELP and not m.summary.startswith('How one'), m.name
+    assert len({m.summary for m in members}) == len(members)  # no two say the same
