@@ -2,6 +2,8 @@
 
     python main_train.py --opt options/train_dncnn_demo.json [--set train.total_iter=100 ...]
     python main_train.py --describe hat     # the keys a network, dataset, loss, ... takes, and exit
+    python main_train.py --check --opt options/train_dncnn_demo.json   # everything before the first step, reported;
+                                                                        # nothing written
 
 Launch modes (detected, never configured): plain process, torchrun / platform-injected env
 (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
@@ -42,6 +44,7 @@ from models.registry import MODELS
 from option_rules import read_options
 from training import resume_plan
 from training.batches import next_batches, one_line, step_batches
+from training.check import checked_run
 from training.launcher import maybe_relaunch, settle_launch
 from training.replicas import check_replicas
 from training.resume_plan import (epoch_layout, is_better, resume_position, resumed_best, steps_in_epoch,
@@ -74,13 +77,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                            'metric, model or initialiser (type, default, meaning) and exit')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                    help='override an option (value parsed as JSON, else a string); repeatable')
+    p.add_argument('--check', action='store_true',
+                   help='do everything the run does before its first step (options, every data folder, the network '
+                        'with a sample, one step\'s memory, the launch), report it and exit: nothing is written')
     p.add_argument('--fresh', action='store_true',
                    help='start from scratch: move an existing <root>/<task> aside (never deleted)')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true',
                    help='allow checkpoints that need full unpickling (only for files you trust)')
     # torch.distributed.launch passes --local-rank/--local_rank; LOCAL_RANK in the env is what counts.
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.check and args.opt is None:
+        p.error('--check: give --opt FILE, the option file of the run to check')
+    return args
 
 
 class Trainer:
@@ -592,6 +601,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return describe(args.describe)
     try:
         opt = read_options(args.opt, args.set)
+        if args.check:  # before any relaunch: one process checks (training/check.py)
+            print(checked_run(opt, args, Trainer), flush=True)
+            return 0
         state = dist.detect()
         if not state.distributed:  # a rank waits for the others: they all stop together once they have met
             stop_if_asked(signals, 'while loading')
