@@ -52,7 +52,7 @@ from utils.diskspace import no_space
 from utils.errors import UserError, WriteFailed, say
 from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED
 from utils.logger import get_logger, setup_logger
-from utils.oom import OutOfMemory, described
+from utils.oom import OutOfMemory, caught, on_out_of_memory
 from utils.options import SCHEMA
 from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
 
@@ -184,7 +184,7 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
 def out_of_memory_told(opt: Dict[str, Any], device: torch.device, where: str, net: torch.nn.Module) -> Any:
     """Around an evaluation: out of memory (agreed by every rank in the evaluation loop) leaves as one line naming
     the item, the network and the flags that lower it (models/out_of_memory.py)."""
-    return described(lambda e: evaluation_line(opt, device, where, net, e, flags=True))
+    return on_out_of_memory(lambda e: OutOfMemory(evaluation_line(opt, device, where, net, caught(e), flags=True)))
 
 
 def input_name(path: str) -> str:

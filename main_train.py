@@ -39,7 +39,7 @@ from data.synthetic.demo import ensure_demo_data
 from models.compile import compiled_graphs
 from models.evaluation import describe_input, describe_scores
 from models.interface import TrainingModel
-from models.out_of_memory import evaluation_line, step_line
+from models.out_of_memory import stop_line
 from models.registry import MODELS
 from option_rules import read_options
 from training import resume_plan
@@ -59,7 +59,7 @@ from utils.errors import UserError, first_line, say
 from utils.exit_codes import (EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_OUT_OF_MEMORY, EXIT_PREEMPTED, EXIT_SAVE_FAILED,
                               EXIT_USER_ERROR)
 from utils.logger import Reporter, get_logger, setup_logger, show_console
-from utils.oom import OutOfMemory, caught, is_out_of_memory, pass_of
+from utils.oom import OutOfMemory, caught, is_out_of_memory, on_out_of_memory, pass_of
 from utils.options import training_notes
 from utils.resume import ResumePoint, find_resume_point
 from utils.seed import rng_state, seed_everything, set_rng_state
@@ -291,14 +291,10 @@ class Trainer:
         v = self.opt['val']
         # The first validation of this process also scores the inputs themselves (same pass over the
         # data, same collectives on every rank): the score a restoration has to beat.
-        try:
+        with on_out_of_memory(lambda e: out_of_memory(self, f'in validation at iteration {self.step}', e, True)):
             res = self.model.validate(self.val_loader, len(self.val_loader.dataset),
                                       score_input=not self.input_scored, num_previews=v['tb_images'],
                                       write_item=self.write_image if v['save_img'] else None)
-        except Exception as e:
-            if not is_out_of_memory(e):
-                raise
-            raise self.out_of_memory(f'in validation at iteration {self.step}', e, evaluation=True) from None
         if v['save_img'] and self.main:
             images = self.opt['path']['images']
             if res.write_error is not None:  # images are not training state: training goes on
@@ -439,7 +435,7 @@ class Trainer:
         """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), then the gated step.
         Nothing here reads the device; the only per-iteration host collective is the tiny agreement before it
         (`agree_to_go_on`: stop signals, unreadable data), which never waits for the GPU. Out of memory on this
-        rank ends the run here (`out_of_memory`)."""
+        rank ends the run here (`out_of_memory`, naming the phase)."""
         phase = ''
         try:
             loss = self.model.backward(batches)
@@ -451,24 +447,7 @@ class Trainer:
         except Exception as e:
             if not is_out_of_memory(e):
                 raise
-            raise self.out_of_memory(f'in {phase or f"the {pass_of(e)} pass"} of iteration {self.step}', e) from None
-
-    def out_of_memory(self, where: str, e: BaseException, evaluation: bool = False) -> TrainingStopped:
-        """The stop an out-of-memory error makes, with its line (models/out_of_memory.py). An error of this rank
-        alone (a step, the start-up checks) is told to the other ranks first, which end with it at once
-        (utils/dist/departure.py); a validation's is already every rank's (agreed in the evaluation's gather).
-        Nothing is saved: a broken step may have changed part of the weights; the newest save is named."""
-        model = getattr(self, 'model', None)
-        net, known = model.networks()[0] if model is not None else None, caught(e)
-        if evaluation:
-            line = evaluation_line(self.opt, self.device, where, net, known, flags=False)
-        else:
-            rank = f' (rank {self.state.rank} of {self.state.world_size})' if self.state.world_size > 1 else ''
-            line = step_line(self.opt, self.device, where + rank, net, known)
-        line += f'; no checkpoint written after it; {self.newest_save()}'
-        if not isinstance(e, OutOfMemory):
-            dist.depart(line, EXIT_OUT_OF_MEMORY)
-        return TrainingStopped(line, EXIT_OUT_OF_MEMORY)
+            raise out_of_memory(self, f'in {phase or f"the {pass_of(e)} pass"} of iteration {self.step}', e) from None
 
     def note_compilation(self) -> None:
         """`train.compile`: what the first iteration cost, and any later compilation (training/status.py)."""
@@ -518,6 +497,20 @@ class Trainer:
             reporter.close()
 
 
+def out_of_memory(trainer: Trainer, where: str, e: BaseException, evaluation: bool = False) -> TrainingStopped:
+    """The stop an out-of-memory error makes, with its line (models/out_of_memory.py). An error of this rank alone
+    (a step, the start-up checks) is told to the other ranks first, which end with it at once
+    (utils/dist/departure.py); a validation's is already every rank's (agreed in the evaluation's gather). Nothing
+    is saved: a broken step may have changed part of the weights; the newest save is named."""
+    model = getattr(trainer, 'model', None)
+    line = stop_line(trainer.opt, trainer.device, where, model.networks()[0] if model is not None else None, caught(e),
+                     evaluation, trainer.state.rank, trainer.state.world_size)
+    line += f'; no checkpoint written after it; {trainer.newest_save()}'
+    if not isinstance(e, OutOfMemory):
+        dist.depart(line, EXIT_OUT_OF_MEMORY)
+    return TrainingStopped(line, EXIT_OUT_OF_MEMORY)
+
+
 def stop_if_asked(signals: stop.StopSignals, when: str) -> None:
     """A safe point of the start-up, the same on every rank: a stop asked for so far (on any rank) ends the run
     here, before anything is written to the run folder, with exit 3 (130 for Ctrl-C)."""
@@ -552,12 +545,9 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         for note in notes:
             log.info(note)
         trainer = Trainer(opt, state, device, args)
-        try:
+        with on_out_of_memory(lambda e: out_of_memory(trainer, 'at start-up (netG built, one training sample through '
+                                                               'it)', e)):
             trainer.build()
-        except Exception as e:
-            if not is_out_of_memory(e):
-                raise
-            raise trainer.out_of_memory('at start-up (netG built, one training sample through it)', e) from None
         stop_if_asked(signals, 'while checking the data and the model')
         if trainer.finished():
             ok = True

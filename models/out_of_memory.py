@@ -122,3 +122,12 @@ def evaluation_line(opt: Dict[str, Any], device: torch.device, where: str, net: 
     network, and the tile and precision keys."""
     return line(device, f'{where}{", " + e.detail if e.detail else ""}', [network_text(opt, net)],
                 evaluation_keys(opt, flags), e)
+
+
+def stop_line(opt: Dict[str, Any], device: torch.device, where: str, net: Optional[nn.Module], e: OutOfMemory,
+              evaluation: bool, rank: int, world: int) -> str:
+    """The line a training run stops with: a validation's (the item and its rank, agreed by every rank) or a
+    step's (the start-up's too; this rank's)."""
+    if evaluation:
+        return evaluation_line(opt, device, where, net, e, flags=False)
+    return step_line(opt, device, where + (f' (rank {rank} of {world})' if world > 1 else ''), net, e)

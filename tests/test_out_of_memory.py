@@ -21,7 +21,7 @@ from models.out_of_memory import evaluation_keys, training_keys
 from tests.conftest import ROOT, clean_env, dataset_options, free_port, run_main, tiny_options, train_options, \
     write_options
 from utils.exit_codes import EXIT_OUT_OF_MEMORY, MEANING
-from utils.oom import OutOfMemory, described, is_out_of_memory, pass_of
+from utils.oom import OutOfMemory, is_out_of_memory, on_out_of_memory, pass_of, tried
 
 PY = sys.executable
 PATCHED = os.path.join('tests', 'patched_main.py')
@@ -107,6 +107,8 @@ def test_out_of_memory_at_start_up_ends_the_run_before_anything_is_written(tmp_p
 
 
 def _two_ranks(path, faults, timeout=100):
+    """Both ranks' exit codes and stderr. TORCH_CPP_LOG_LEVEL as main_train.py sets it before torch is imported
+    (tests/patched_main.py imports torch first)."""
     port = str(free_port())
     procs = [subprocess.Popen([PY, PATCHED, '--opt', path], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=clean_env(WORLD_SIZE='2', RANK=str(r), LOCAL_RANK=str(r),
@@ -212,5 +214,8 @@ def test_an_out_of_memory_error_is_told_apart_and_its_pass_read_from_its_traceba
     assert pass_of(errors[0]) == 'backward'
     assert pass_of(errors[1]) == 'forward'  # raised inside a custom Function's forward: torch/autograd frames too
     with pytest.raises(OutOfMemory, match=r'^said: 2\.00 GiB$'):
-        with described(lambda e: f'said: {e.tried}'):
+        with on_out_of_memory(lambda e: OutOfMemory(f'said: {tried(e)}')):
             raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...')
+    with pytest.raises(ValueError):
+        with on_out_of_memory(lambda e: OutOfMemory('never')):
+            raise ValueError('not memory')

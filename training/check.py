@@ -26,15 +26,17 @@ import torch
 
 from data.checks import image_sizes
 from data.synthetic.demo import DEMO_FOLDER, is_complete
-from models.out_of_memory import batch_text
+from models.out_of_memory import batch_text, step_line
 from models.step_memory import step_memory
 from training.batches import next_batches, step_batches
 from training.launcher import relaunch_count, settle_launch
 from utils import dist
 from utils.dist import DistState
 from utils.errors import UserError
-from utils.oom import is_out_of_memory
+from utils.exit_codes import EXIT_OUT_OF_MEMORY
+from utils.oom import caught, on_out_of_memory
 from utils.options import training_notes
+from utils.stop import TrainingStopped
 
 LABEL_WIDTH = 9
 
@@ -204,17 +206,19 @@ def first_step_memory(trainer: Any, device: torch.device) -> str:
     """Build what the run builds (`trainer.build`: the data checks, the network, a sample through it), read the
     first step's batches through the loader, and size one step (models/step_memory.py); out of memory anywhere
     here is the run's own stop (exit 6)."""
-    try:
+    def stop(e: BaseException) -> TrainingStopped:
+        model = getattr(trainer, 'model', None)
+        return TrainingStopped(step_line(trainer.opt, device, 'in --check (the network, a training sample, one step)',
+                                         model.networks()[0] if model is not None else None, caught(e)),
+                               EXIT_OUT_OF_MEMORY)
+    with on_out_of_memory(stop):
         trainer.build()
         batches, error = next_batches(step_batches(trainer.train_loader, trainer.sampler, trainer.accum,
                                                    lambda: (0, 0)))
         if error is not None:
             raise UserError(error)
-        return step_memory(trainer.model, batches, device)
-    except Exception as e:
-        if not is_out_of_memory(e):
-            raise
-        raise trainer.out_of_memory('in --check (the network, a training sample, one step)', e) from None
+        memory = step_memory(trainer.model, batches, device)
+    return memory
 
 
 def checked_run(opt: Dict[str, Any], args: argparse.Namespace, trainer_class: Callable[..., Any]) -> str:

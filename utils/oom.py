@@ -65,16 +65,15 @@ def caught(e: BaseException) -> OutOfMemory:
 
 
 @contextlib.contextmanager
-def described(describe: Callable[[OutOfMemory], str]) -> Iterator[None]:
-    """Inside: an out-of-memory error, raw or already an `OutOfMemory` (a loop that agreed on one), leaves as an
-    `OutOfMemory` whose line is `describe(what it knew)`; any other error passes."""
-    line: Optional[OutOfMemory] = None
+def on_out_of_memory(stop: Callable[[BaseException], BaseException]) -> Iterator[None]:
+    """Inside: an out-of-memory error (raw, or an `OutOfMemory` a loop agreed on) leaves as `stop(error)`, the
+    caller's own exception with the line it words; any other error passes."""
+    failed: Optional[BaseException] = None
     try:
         yield
     except Exception as e:
         if not is_out_of_memory(e):
             raise
-        known = caught(e)
-        line = OutOfMemory(describe(known), known.detail, known.tried, known.peak)
-    if line is not None:
-        raise line
+        failed = stop(e)
+    if failed is not None:
+        raise failed
