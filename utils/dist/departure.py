@@ -56,10 +56,10 @@ class _Watcher:
                 return
             if _departed or self.done.is_set():
                 return  # this rank's own announcement, or the run is over
-            rank, code, line = json.loads(announced)
-            self.leave(rank, code, line)
+            _, code, line = json.loads(announced)
+            self.leave(code, line)
 
-    def leave(self, rank: int, code: int, line: str) -> None:
+    def leave(self, code: int, line: str) -> None:
         """Say the departed rank's line, acknowledge it, and end this process with its code once the departed
         rank has counted the acknowledgements (rank 0 hosts the store: leaving earlier would break its count)."""
         say(f'error: {line}')
