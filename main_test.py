@@ -40,6 +40,7 @@ from data.inputs import find_inputs
 from models.discovery import run_weights
 from models.input_restore import check_output_folder, needing_targets, restore_inputs
 from models.network_loading import build_checked_network, build_eval_network
+from models.out_of_memory import evaluation_line
 from models.registry import MODELS
 from models.set_runner import build_test_sets, evaluate_once, output_root, write_set_results
 from models.video_restorer import VideoRestorer
@@ -51,6 +52,7 @@ from utils.diskspace import no_space
 from utils.errors import UserError, WriteFailed, say
 from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED
 from utils.logger import get_logger, setup_logger
+from utils.oom import OutOfMemory, caught, on_out_of_memory
 from utils.options import SCHEMA
 from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
 
@@ -163,18 +165,26 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     if models is None:
         weights = weights or newest_weights(opt['path']['models'])
         net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
-        evaluate_once(restorer_class.from_options(net, opt, device), sets, output_root(opt, sets, args.out), weights,
-                      images=not args.no_images, page=not args.no_page)
+        with out_of_memory_told(opt, device, 'in main_test', net):
+            evaluate_once(restorer_class.from_options(net, opt, device), sets, output_root(opt, sets, args.out),
+                          weights, images=not args.no_images, page=not args.no_page)
         return
     root = args.out or os.path.join(os.path.dirname(os.path.abspath(models)), 'results')
     if AT_ONCE is not None:
         AT_ONCE.at_once_line = (f'stopped: SIGINT (Ctrl-C): --watch stopped; the rows of every checkpoint tested are '
                                 f'in {os.path.join(root, RESULTS_BY_ITER)}')
     net = build_checked_network(opt['netG']).to(device).eval()  # the restorer's until the first checkpoint loads
-    watch(restorer_class.from_options(net, opt, device), sets,
-          lambda path: build_eval_network(opt['netG'], path, device, '--watch', args.allow_unsafe_load,
-                                          opt['merge_bn']),
-          models, root, opt['train']['total_iter'], args.follow, args.allow_unsafe_load)
+    with out_of_memory_told(opt, device, 'in main_test --watch', net):
+        watch(restorer_class.from_options(net, opt, device), sets,
+              lambda path: build_eval_network(opt['netG'], path, device, '--watch', args.allow_unsafe_load,
+                                              opt['merge_bn']),
+              models, root, opt['train']['total_iter'], args.follow, args.allow_unsafe_load)
+
+
+def out_of_memory_told(opt: Dict[str, Any], device: torch.device, where: str, net: torch.nn.Module) -> Any:
+    """Around an evaluation: out of memory (agreed by every rank in the evaluation loop) leaves as one line naming
+    the item, the network and the flags that lower it (models/out_of_memory.py)."""
+    return on_out_of_memory(lambda e: OutOfMemory(evaluation_line(opt, device, where, net, caught(e), flags=True)))
 
 
 def input_name(path: str) -> str:
@@ -200,8 +210,9 @@ def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.devi
     restorer = restorer_class.from_options(net, opt, device)
     log.info(f'restoring {weights} on {args.input}: {found.describe()} -> {out_dir}')
     page = not args.no_images and not args.no_page
-    restored = restore_inputs(restorer, found, None if args.no_images else out_dir, opt['n_channels'],
-                              opt['netG']['net_type'], args.frames, page)
+    with out_of_memory_told(opt, device, f'in main_test --input {args.input}', net):
+        restored = restore_inputs(restorer, found, None if args.no_images else out_dir, opt['n_channels'],
+                                  opt['netG']['net_type'], args.frames, page)
     res = restored.evaluation
 
     scale = opt['scale']
@@ -224,7 +235,7 @@ def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.devi
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """main_test: the exit code (0; 2 for a mistake in the flags, options or inputs; 5 when writing the results
-    failed), each failure one line rather than a traceback."""
+    failed; 6 out of memory), each failure one line rather than a traceback."""
     args = parse_args(argv)
     try:
         if args.follow and args.watch is None:
@@ -255,6 +266,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as e:
         say(f'error: {e}')
         return EXIT_USER_ERROR
+    except OutOfMemory as e:  # one line naming the item and the flags that lower it, on every rank alike
+        say(f'error: {e}')
+        return e.code
     except WriteFailed as e:  # rank 0's write of the results, on every rank (dist.main_process_write)
         say(f'error: writing the results failed: {e}')
         return EXIT_WRITE_FAILED

@@ -2,6 +2,8 @@
 
     python main_train.py --opt options/train_dncnn_demo.json [--set train.total_iter=100 ...]
     python main_train.py --describe hat     # the keys a network, dataset, loss, ... takes, and exit
+    python main_train.py --check --opt options/train_dncnn_demo.json   # everything before the first step, reported;
+                                                                        # nothing written
 
 Launch modes (detected, never configured): plain process, torchrun / platform-injected env
 (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or a SLURM job step (srun).
@@ -37,10 +39,12 @@ from data.synthetic.demo import ensure_demo_data
 from models.compile import compiled_graphs
 from models.evaluation import describe_input, describe_scores
 from models.interface import TrainingModel
+from models.out_of_memory import stop_line
 from models.registry import MODELS
 from option_rules import read_options
 from training import resume_plan
 from training.batches import next_batches, one_line, step_batches
+from training.check import checked_run
 from training.launcher import maybe_relaunch, settle_launch
 from training.replicas import check_replicas
 from training.resume_plan import (epoch_layout, is_better, resume_position, resumed_best, steps_in_epoch,
@@ -52,8 +56,10 @@ from utils import dist, parent_watch, stop
 from utils.checkpoint import UNSAFE_FLAG, CheckpointDir, atomic_write_bytes
 from utils.diskspace import describe_write_error, object_bytes
 from utils.errors import UserError, first_line, say
-from utils.exit_codes import EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PREEMPTED, EXIT_SAVE_FAILED, EXIT_USER_ERROR
+from utils.exit_codes import (EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_OUT_OF_MEMORY, EXIT_PREEMPTED, EXIT_SAVE_FAILED,
+                              EXIT_USER_ERROR)
 from utils.logger import Reporter, get_logger, setup_logger, show_console
+from utils.oom import OutOfMemory, caught, is_out_of_memory, on_out_of_memory, pass_of
 from utils.options import training_notes
 from utils.resume import ResumePoint, find_resume_point
 from utils.seed import rng_state, seed_everything, set_rng_state
@@ -71,13 +77,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                            'metric, model or initialiser (type, default, meaning) and exit')
     p.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                    help='override an option (value parsed as JSON, else a string); repeatable')
+    p.add_argument('--check', action='store_true',
+                   help='do everything the run does before its first step (options, every data folder, the network '
+                        'with a sample, one step\'s memory, the launch), report it and exit: nothing is written')
     p.add_argument('--fresh', action='store_true',
                    help='start from scratch: move an existing <root>/<task> aside (never deleted)')
     p.add_argument(UNSAFE_FLAG, dest='allow_unsafe_load', action='store_true',
                    help='allow checkpoints that need full unpickling (only for files you trust)')
     # torch.distributed.launch passes --local-rank/--local_rank; LOCAL_RANK in the env is what counts.
     p.add_argument('--local_rank', '--local-rank', type=int, default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.check and args.opt is None:
+        p.error('--check: give --opt FILE, the option file of the run to check')
+    return args
 
 
 class Trainer:
@@ -279,8 +291,10 @@ class Trainer:
         v = self.opt['val']
         # The first validation of this process also scores the inputs themselves (same pass over the
         # data, same collectives on every rank): the score a restoration has to beat.
-        res = self.model.validate(self.val_loader, len(self.val_loader.dataset), score_input=not self.input_scored,
-                                  num_previews=v['tb_images'], write_item=self.write_image if v['save_img'] else None)
+        with on_out_of_memory(lambda e: out_of_memory(self, f'in validation at iteration {self.step}', e, True)):
+            res = self.model.validate(self.val_loader, len(self.val_loader.dataset),
+                                      score_input=not self.input_scored, num_previews=v['tb_images'],
+                                      write_item=self.write_image if v['save_img'] else None)
         if v['save_img'] and self.main:
             images = self.opt['path']['images']
             if res.write_error is not None:  # images are not training state: training goes on
@@ -420,12 +434,20 @@ class Trainer:
     def train_step(self, batches: List[Any]) -> None:
         """Backward, the step's non-finite verdict (on the device, utils/step_gate.py), then the gated step.
         Nothing here reads the device; the only per-iteration host collective is the tiny agreement before it
-        (`agree_to_go_on`: stop signals, unreadable data), which never waits for the GPU."""
-        loss = self.model.backward(batches)
-        finite = self.model.finalize_gradients(self.step, loss)
-        applied = self.gate.decide(finite, self.step, self.model.iteration_losses()[1]) \
-            if self.gate is not None else None
-        self.model.step(self.step, loss, applied)
+        (`agree_to_go_on`: stop signals, unreadable data), which never waits for the GPU. Out of memory on this
+        rank ends the run here (`out_of_memory`, naming the phase)."""
+        phase = ''
+        try:
+            loss = self.model.backward(batches)
+            phase = 'the optimizer step'
+            finite = self.model.finalize_gradients(self.step, loss)
+            applied = self.gate.decide(finite, self.step, self.model.iteration_losses()[1]) \
+                if self.gate is not None else None
+            self.model.step(self.step, loss, applied)
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
+            raise out_of_memory(self, f'in {phase or f"the {pass_of(e)} pass"} of iteration {self.step}', e) from None
 
     def note_compilation(self) -> None:
         """`train.compile`: what the first iteration cost, and any later compilation (training/status.py)."""
@@ -475,6 +497,20 @@ class Trainer:
             reporter.close()
 
 
+def out_of_memory(trainer: Trainer, where: str, e: BaseException, evaluation: bool = False) -> TrainingStopped:
+    """The stop an out-of-memory error makes, with its line (models/out_of_memory.py). An error of this rank alone
+    (a step, the start-up checks) is told to the other ranks first, which end with it at once
+    (utils/dist/departure.py); a validation's is already every rank's (agreed in the evaluation's gather). Nothing
+    is saved: a broken step may have changed part of the weights; the newest save is named."""
+    model = getattr(trainer, 'model', None)
+    line = stop_line(trainer.opt, trainer.device, where, model.networks()[0] if model is not None else None, caught(e),
+                     evaluation, trainer.state.rank, trainer.state.world_size)
+    line += f'; no checkpoint written after it; {trainer.newest_save()}'
+    if not isinstance(e, OutOfMemory):
+        dist.depart(line, EXIT_OUT_OF_MEMORY)
+    return TrainingStopped(line, EXIT_OUT_OF_MEMORY)
+
+
 def stop_if_asked(signals: stop.StopSignals, when: str) -> None:
     """A safe point of the start-up, the same on every rank: a stop asked for so far (on any rank) ends the run
     here, before anything is written to the run folder, with exit 3 (130 for Ctrl-C)."""
@@ -495,6 +531,7 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
                                    if 'train' in opt['datasets'] else 0)
     log = setup_logger(state.rank)
     signals = stop.install()
+    dist.watch_departures()  # a rank out of memory mid-step ends every rank (utils/dist/departure.py)
     trainer, lock = None, None
     ok = False
     try:
@@ -509,7 +546,9 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
         for note in notes:
             log.info(note)
         trainer = Trainer(opt, state, device, args)
-        trainer.build()
+        with on_out_of_memory(lambda e: out_of_memory(trainer, 'at start-up (netG built, one training sample through '
+                                                               'it)', e)):
+            trainer.build()
         stop_if_asked(signals, 'while checking the data and the model')
         if trainer.finished():
             ok = True
@@ -553,6 +592,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return describe(args.describe)
     try:
         opt = read_options(args.opt, args.set)
+        if args.check:  # before any relaunch: one process checks (training/check.py)
+            print(checked_run(opt, args, Trainer), flush=True)
+            return 0
         state = dist.detect()
         if not state.distributed:  # a rank waits for the others: they all stop together once they have met
             stop_if_asked(signals, 'while loading')

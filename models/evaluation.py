@@ -15,16 +15,20 @@ without targets (`targets=False`: one's own images and videos, models/input_rest
 way and scored by the no-reference metrics alone; an item its loader could not read (`Skipped`) is passed
 on, in its place in the order, instead of a batch.
 """
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
 from models.restorer import ImageRestorer
 from utils import dist
 from utils.errors import UserError
 from utils.image import encode_image, to_uint8
 from utils.logger import get_logger
+from utils.memory import peak_memory
+from utils.oom import OutOfMemory, is_out_of_memory, tried
 from utils.progress import progress
 
 METRICS = ('psnr', 'ssim', 'psnr_y', 'ssim_y')  # always scored, first, all higher-is-better
@@ -93,7 +97,8 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
     A `Skipped` from a loader goes to `skip_item` (rank 0) and `Evaluation.skipped` (every rank).
     `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs). A restored
     item of another size than its target (`where`: the test section, for the message) ends the evaluation on
-    every rank, after the round's gather, with one UserError.
+    every rank, after the round's gather, with one UserError; an out-of-memory error on any rank's item ends it
+    there too, as an `OutOfMemory` naming the item, the rank and its peak (models/out_of_memory.py words the line).
     """
     world, rank = dist.get_world_size(), dist.get_rank()
     rounds = -(-num_items // world)
@@ -106,38 +111,26 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
     for r in progress(range(rounds), rounds, label, enabled=dist.is_main_process(), lines=lines):
         batch = next(local, None)
         mine: List[Any] = []
-        problem = None
+        problem = oom = None
         if isinstance(batch, Skipped):
             mine.append(batch)
         elif batch is not None:
-            inputs = {name: (restorer.score(I, H) if score_input else None, upscale, I)
-                      for name, I, H, upscale in restorer.input_items(batch)} if targets and (score_input or sources) \
-                else {}
-            restored = restorer.restore(batch)
-            own = restorer.own_inputs(batch, [r for r in restored if source_items is None or source_items(r[0])]) \
-                if sources and not targets else {}
-            for name, E, H in restored:
-                problem = size_problem(name, E, H) if targets else None
-                if problem is not None:
-                    break
-                if len(previews) < num_previews:
-                    previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
-                given = inputs.get(name)
-                if sources and targets:
-                    source_frames = (None if given is None else [encode_image(i) for i in given[2]],
-                                     [encode_image(h) for h in H])
-                elif name in own:
-                    source_frames = (None if own[name] is None else [encode_image(i) for i in own[name]], [])
-                else:
-                    source_frames = None
-                mine.append((Row(name, len(E), restorer.score(E, H if targets else None)),
-                             None if given is None or not score_input else [*given[0], float(given[1])],
-                             [encode(name, t, e) for t, e in enumerate(E)] if encoded else None, source_frames))
-        parts = dist.gather_objects((mine, problem))
-        problems = [p for _, p in parts if p is not None]
+            try:
+                problem = restore_batch(restorer, batch, mine, score_input=score_input, targets=targets,
+                                        sources=sources, encode=encode if encoded else None, previews=previews,
+                                        num_previews=num_previews, source_items=source_items)
+            except Exception as e:  # out of memory on this item: every rank leaves after the gather, together
+                if not is_out_of_memory(e):
+                    raise
+                oom = (item_text(batch, rank, world, where if targets else ''), tried(e), peak_memory(restorer.device))
+        parts = dist.gather_objects((mine, problem, oom))
+        ooms = [o for _, _, o in parts if o is not None]
+        if ooms:
+            raise OutOfMemory('', *ooms[0])
+        problems = [p for _, p, _ in parts if p is not None]
         if problems:  # on every rank at once: none is left waiting in the next round's gather
             raise UserError(f'{where}: {problems[0]}')
-        for k, (part, _) in enumerate(parts):
+        for k, (part, _, _) in enumerate(parts):
             for j, entry in enumerate(part):
                 if isinstance(entry, Skipped):
                     skipped.append(entry)
@@ -166,6 +159,57 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
                       input_means(scored_inputs, names) if score_input else None, previews, write_error, names,
                       {**dict.fromkeys(METRICS, True),
                        **{name: bool(m.higher_is_better) for name, m in restorer.metrics.items()}}, skipped)
+
+
+def restore_batch(restorer: ImageRestorer, batch: Dict[str, Any], mine: List[Any], *, score_input: bool,
+                  targets: bool, sources: bool, encode: Optional[Encode], previews: Dict[str, np.ndarray],
+                  num_previews: int, source_items: Optional[Callable[[str], bool]]) -> Optional[str]:
+    """One loader batch of `evaluate` restored and scored: its entries appended to `mine` (row, the input's
+    scores, the frames `encode` made, the source frames), its first previews added; returns the first item whose
+    output cannot be scored against its target (`size_problem`), else None."""
+    inputs = {name: (restorer.score(I, H) if score_input else None, upscale, I)
+              for name, I, H, upscale in restorer.input_items(batch)} if targets and (score_input or sources) \
+        else {}
+    restored = restorer.restore(batch)
+    own = restorer.own_inputs(batch, [r for r in restored if source_items is None or source_items(r[0])]) \
+        if sources and not targets else {}
+    for name, E, H in restored:
+        problem = size_problem(name, E, H) if targets else None
+        if problem is not None:
+            return problem
+        if len(previews) < num_previews:
+            previews[name] = to_uint8(E[len(E) // 2])  # TensorBoard/W&B show 8 bits
+        given = inputs.get(name)
+        if sources and targets:
+            source_frames = (None if given is None else [encode_image(i) for i in given[2]],
+                             [encode_image(h) for h in H])
+        elif name in own:
+            source_frames = (None if own[name] is None else [encode_image(i) for i in own[name]], [])
+        else:
+            source_frames = None
+        mine.append((Row(name, len(E), restorer.score(E, H if targets else None)),
+                     None if given is None or not score_input else [*given[0], float(given[1])],
+                     [encode(name, t, e) for t, e in enumerate(E)] if encode is not None else None, source_frames))
+    return None
+
+
+def item_text(batch: Dict[str, Any], rank: int, world: int, where: str = '') -> str:
+    """`on item 0801 of datasets.test (2040x1356 input)`, `on clip 000 (100 frames of 320x180)`, with the rank
+    under DDP: where an evaluation ran out of memory (`where`: the test section, '' for inputs of one's own)."""
+    if batch.get('name') or batch.get('folder'):
+        name = str((batch.get('name') or batch.get('folder'))[0])
+    else:
+        paths = batch.get('L_path') or batch.get('H_path') or ['?']
+        name = os.path.splitext(os.path.basename(str(paths[0])))[0]
+    L = batch.get('L')
+    clip = torch.is_tensor(L) and L.dim() == 5
+    size = ''
+    if torch.is_tensor(L) and L.dim() >= 4:
+        h, w = L.shape[-2:]
+        size = f' ({L.shape[1]} frames of {w}x{h})' if clip else f' ({w}x{h} input)'
+    on = f', rank {rank} of {world}' if world > 1 else ''
+    of = f' of {where}' if where else ''
+    return f'on {"clip" if clip else "item"} {name}{of}{size}{on}'
 
 
 def size_problem(name: str, E: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> Optional[str]:

@@ -34,6 +34,7 @@ from utils.compare_page import shown_in_browsers
 from utils.errors import UserError, first_line
 from utils.image import encode_image, uint8_tensor
 from utils.logger import get_logger
+from utils.oom import is_out_of_memory
 from utils.video import VideoWriter
 
 PROBE_SIDE = 64  # the start-up check runs the network on the first input's size, cropped to at most this
@@ -240,6 +241,8 @@ def check_network(restorer: ImageRestorer, items: Sequence[Item], channels: int,
     try:
         restorer.restore(batch)
     except NETWORK_FAILURES as e:
+        if is_out_of_memory(e):  # not the data's or the options' fault: its own line and exit code
+            raise
         what = f'{frames} frames of ' if clips else 'an image of '
         raise UserError(f'netG ({net_type}) cannot restore {first.source.paths[0]}: {failure_text(e)} (tried on '
                         f'{what}{channels} channels, {h}x{w}; --input gives the frames alone, without noise level '

@@ -48,6 +48,7 @@ from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Choice, Key, at_least, learning_rate, non_negative, unit_interval
+from utils.oom import is_out_of_memory
 
 
 def downscaled(x: torch.Tensor, times: int) -> torch.Tensor:
@@ -192,6 +193,8 @@ class ModelGAN(ModelPlain):
                 with probe([net], self.device, self.amp_dtype):
                     net(x)
             except (*NETWORK_FAILURES, UserError) as e:
+                if is_out_of_memory(e):  # not the data's or the options' fault: its own line and exit code
+                    raise
                 hint = '' if isinstance(e, UserError) else f' (check netD.in_nc against {channels_hint(where, channels)})'
                 raise UserError(f'netD ({self.opt["netD"]["net_type"]}) cannot take netG\'s output {shape}{seen} '
                                 f'for a sample of {where}: {failure_text(e)}{hint}') from None
@@ -200,6 +203,8 @@ class ModelGAN(ModelPlain):
                 with probe([self.perceptual], self.device, self.amp_dtype):
                     self.perceptual(out, batch['H'])
             except NETWORK_FAILURES as e:
+                if is_out_of_memory(e):  # not the data's or the options' fault: its own line and exit code
+                    raise
                 hint = (' (VGG19 takes 3 channels: gray images get them from F_use_input_norm true, whose '
                         'normalisation broadcasts them, as in KAIR; else set F_lossfn_weight to 0)' if shape[0] != 3
                         else '')

@@ -18,6 +18,7 @@ from models.precision import autocast
 from utils.errors import UserError, first_line
 from utils.image import bit_depth, images_to_float, tensor2uint
 from utils.logger import get_logger
+from utils.oom import is_out_of_memory
 
 # What a network or loss raises on an input it cannot take, caught by the start-up checks to become one line:
 # PyTorch's errors, and the asserts and indexing of networks written elsewhere (spandrel's).
@@ -95,6 +96,8 @@ def check_generator(model: Any, sample: Dict[str, Any], where: str,
         with probe([model.net_g], model.device, model.amp_dtype), model.capturing():
             out = model.predict(model.net_g, batch)
     except NETWORK_FAILURES as e:
+        if is_out_of_memory(e):  # not the data's or the options' fault: its own line and exit code
+            raise
         keyed = channel_key_problem(model.opt['netG'], e, where, channels)
         if keyed is not None:
             raise UserError(keyed) from None
@@ -112,6 +115,8 @@ def check_generator(model: Any, sample: Dict[str, Any], where: str,
             with probe([], model.device, model.amp_dtype):
                 loss(out, target)
         except NETWORK_FAILURES as e:
+            if is_out_of_memory(e):  # not the data's or the options' fault: its own line and exit code
+                raise
             raise UserError(f'{key} cannot take netG\'s output {tuple(out.shape[1:])} for a sample of {where}: '
                             f'{failure_text(e)}') from None
     if model.distill is not None:
@@ -119,6 +124,8 @@ def check_generator(model: Any, sample: Dict[str, Any], where: str,
             with probe([], model.device, model.amp_dtype):
                 model.distill.check(out, batch, model.predict, where)
         except NETWORK_FAILURES as e:
+            if is_out_of_memory(e):  # not the data's or the options' fault: its own line and exit code
+                raise
             raise UserError(f'train.teacher ({model.distill.net_type}) cannot take a sample of {where}: '
                             f'{failure_text(e)}') from None
     return out, batch

@@ -16,6 +16,11 @@ The production code has no test hooks; this wrapper patches it from outside:
   and gradients of that iteration were finite);
 - CRASH_AT=k [CRASH_RANK=r]: the process dies (os._exit) at its k-th iteration; only in the
   first attempt when started by torchrun (TORCHELASTIC_RESTART_COUNT=0), so restarts can succeed;
+- OOM_AT=k [OOM_IN=forward|backward|step|evaluation] [OOM_RANK=r]: a CUDA out-of-memory error
+  (torch.cuda.OutOfMemoryError, as the caching allocator raises it) comes out of netG's forward pass, the
+  backward pass (a node of the graph), or the optimizer step of the k-th iteration, or (`evaluation`) out of the
+  k-th network call of an evaluation (validation, main_test's test sets and --input, whose start-up probe is
+  its first call); on rank r only, if given;
 - RECORD_SAMPLES=prefix: each rank appends one JSON line per micro-batch to `<prefix>.<rank>.jsonl`:
   {"call": its n-th backward in this process, "micro": i, "samples": [file name + a hash of the input]},
   what identifies each training sample (the image, and its crop and noise).
@@ -38,11 +43,30 @@ import torch  # noqa: E402
 
 import main_train  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
+from models.restorer import ImageRestorer  # noqa: E402
 from utils import checkpoint, dist  # noqa: E402
 
 
 def _rank_matches(var: str) -> bool:
     return var not in os.environ or int(os.environ[var]) == dist.get_rank()
+
+
+def out_of_memory() -> torch.cuda.OutOfMemoryError:
+    """The error the CUDA caching allocator raises, with the first sentences of its message."""
+    return torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity '
+                                       'of 79.19 GiB of which 1.06 GiB is free. (injected by tests/patched_main.py)')
+
+
+class _OutOfMemoryInBackward(torch.autograd.Function):
+    """The identity in the forward pass; its node of the graph runs out of memory in the backward pass."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise out_of_memory()
 
 
 @contextlib.contextmanager
@@ -70,6 +94,15 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
     calls = {'n': 0}
 
     record = env.get('RECORD_SAMPLES')
+    oom_at, oom_in = int(env.get('OOM_AT', 0)), env.get('OOM_IN', 'forward')
+
+    def out_of_memory_in_pass(model, kind):
+        """netG's training forward for this iteration: raising in the forward pass, or in the backward one."""
+        def predict(net, batch):
+            if kind == 'forward':
+                raise out_of_memory()
+            return _OutOfMemoryInBackward.apply(ModelPlain.predict(model, net, batch))
+        return predict
 
     def backward(self, batches):
         calls['n'] += 1
@@ -79,7 +112,14 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
                     samples = [f'{os.path.basename(path)}:{hashlib.sha1(x.numpy().tobytes()).hexdigest()[:12]}'
                                for path, x in zip(batch['H_path'], batch['L'])]
                     f.write(json.dumps({'call': calls['n'], 'micro': i, 'samples': samples}) + '\n')
-        loss = original_backward(self, batches)
+        oom_here = oom_at and calls['n'] == oom_at and oom_in in ('forward', 'backward') and _rank_matches('OOM_RANK')
+        if oom_here:
+            self.predict = out_of_memory_in_pass(self, oom_in)
+        try:
+            loss = original_backward(self, batches)
+        finally:
+            if oom_here:
+                del self.predict
         first_attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
         if crash_at and calls['n'] == crash_at and _rank_matches('CRASH_RANK') and first_attempt:
             print(f'CRASHING rank {dist.get_rank()}', flush=True)
@@ -128,6 +168,24 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
                 self.params[0].grad.view(-1)[0] = float('nan')
             return original_perturb(self, *args)
         patch(SAM, 'perturb', poisoned_perturb)
+    if oom_at and oom_in == 'step':
+        original_model_step = ModelPlain.step
+
+        def step_out_of_memory(self, step, loss, applied=None):
+            if step == oom_at and _rank_matches('OOM_RANK'):
+                raise out_of_memory()
+            return original_model_step(self, step, loss, applied)
+        patch(ModelPlain, 'step', step_out_of_memory)
+    if oom_at and oom_in == 'evaluation':
+        original_forward = ImageRestorer._forward
+        evaluations = {'n': 0}
+
+        def forward_out_of_memory(self, *inputs):
+            evaluations['n'] += 1
+            if evaluations['n'] == oom_at and _rank_matches('OOM_RANK'):
+                raise out_of_memory()
+            return original_forward(self, *inputs)
+        patch(ImageRestorer, '_forward', forward_out_of_memory)
     poison_at = int(env.get('POISON_AT', 0))
     if poison_at:
         original_step = ModelPlain.step

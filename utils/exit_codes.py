@@ -11,6 +11,7 @@ EXIT_PREEMPTED = 3  # stopped on request (SIGTERM/SIGUSR1), checkpoint saved: re
 EXIT_NONFINITE = 4  # non-finite loss, gradients or weights (train.nan_policy)
 EXIT_SAVE_FAILED = 5  # a checkpoint or another write to the run folder failed
 EXIT_WRITE_FAILED = EXIT_SAVE_FAILED  # main_test's results or an export could not be written: the same code
+EXIT_OUT_OF_MEMORY = 6  # a CUDA out-of-memory error (training step, validation, main_test): no checkpoint written after it
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130: Ctrl-C, what a shell reports for it; a person asked, nothing requeues
 # 143: a rank whose launcher died and that did not stop in time (utils/parent_watch.py); 128 + SIGTERM, what a
 # shell reports for a process ended by SIGTERM; not 3, which promises a checkpoint
@@ -19,4 +20,5 @@ EXIT_ORPHANED = 128 + signal.SIGTERM
 MEANING = {EXIT_USER_ERROR: 'user error', EXIT_PREEMPTED: 'stopped for preemption, checkpoint saved',
            EXIT_NONFINITE: 'non-finite loss or gradients',
            EXIT_SAVE_FAILED: 'checkpoint write failed (or another write to the run folder)',
+           EXIT_OUT_OF_MEMORY: 'out of memory',
            EXIT_INTERRUPTED: 'interrupted by SIGINT (Ctrl-C)'}

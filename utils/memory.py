@@ -14,10 +14,16 @@ controller names the path under `<mount>/memory`, with `memory.limit_in_bytes` (
 bound set by ancestors the container cannot see). Inside a container with its own cgroup namespace the
 path is `/` or names a folder that is not mounted: then the mount's root is the process's cgroup.
 `MemorySources` holds every path, so that tests can point them at fake files.
+
+`peak_memory` says how much this process has taken at most (the line of an out-of-memory error, --check).
 """
 import os
+import resource
+import sys
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
+
+import torch
 
 UNLIMITED = 2 ** 60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
@@ -152,3 +158,23 @@ def available_memory(sources: Optional[MemorySources] = None) -> Optional[int]:
 
 def gib(n: float) -> str:
     return f'{n / 2 ** 30:.2f} GiB'
+
+
+def size(n: float) -> str:
+    """Bytes as MiB below a GiB, else GiB: the unit a reader compares with a card's size."""
+    return gib(n) if n >= 2 ** 30 else f'{n / 2 ** 20:.1f} MiB'
+
+
+def peak_memory(device: torch.device) -> str:
+    """The most memory this process has held so far, in words: on a CUDA device the caching allocator's peak
+    allocated and reserved bytes (torch.cuda.max_memory_allocated / max_memory_reserved) against the card's total;
+    elsewhere the process's peak resident size (getrusage) against what the machine or the job's memory cgroup
+    leaves (`memory_budget`)."""
+    if device.type == 'cuda':
+        total = torch.cuda.get_device_properties(device).total_memory
+        return (f'peak GPU memory {gib(torch.cuda.max_memory_allocated(device))} allocated, '
+                f'{gib(torch.cuda.max_memory_reserved(device))} reserved of the card\'s {gib(total)}')
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == 'darwin' else 1024)
+    budget = memory_budget()
+    left = f'; {budget.has(gib(budget.available))}' if budget is not None else ''
+    return f'peak memory {gib(peak)} (the process\'s resident size, {device.type}){left}'

@@ -12,6 +12,8 @@ from utils.dist.collectives import (agree_any, all_reduce_max, all_reduce_min, a
                                     broadcast_object, broadcast_tensors, gather_objects, get_rank, get_world_size,
                                     is_main_process, main_process_outcome, main_process_write)
 from utils.dist.ddp import ddp_of, wrap_ddp
+from utils.dist.departure import depart, departed
+from utils.dist.departure import watch as watch_departures
 from utils.dist.detect import (DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus,
                                unused_gpu_notes)
 from utils.dist.group import (INIT_GRACE_S, cleanup, control_group, exit_if_stuck, exit_now, init,
@@ -24,5 +26,5 @@ __all__ = [
     'is_initialized', 'get_rank', 'get_world_size', 'is_main_process', 'barrier', 'all_reduce_sum',
     'all_reduce_max', 'all_reduce_min', 'broadcast_object', 'broadcast_tensors', 'gather_objects', 'agree_any',
     'main_process_outcome', 'main_process_write',
-    'banner', 'environment', 'wrap_ddp', 'ddp_of',
+    'banner', 'environment', 'wrap_ddp', 'ddp_of', 'depart', 'departed', 'watch_departures',
 ]

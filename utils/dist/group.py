@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from utils.cores import usable_cores
+from utils.dist import departure
 from utils.dist.detect import DistState, cuda_device_index
 from utils.errors import UserError, say
 
@@ -179,10 +180,13 @@ def control_group() -> Any:
 def cleanup(together: bool = True) -> None:
     """Leave together, then destroy the group: a rank exiting while another still talks aborts it.
 
-    After a failure (`together=False`) there is no barrier: the other ranks may be gone.
+    After a failure (`together=False`) there is no barrier: the other ranks may be gone. A rank that departed
+    alone (utils/dist/departure.py) leaves the group as it is: it may hold collectives that never complete, and
+    the process ends right after.
     """
     global _control_group
-    if is_initialized():
+    departure.stop_watching()
+    if is_initialized() and not departure.departed():
         try:
             if together:
                 dist.barrier()
