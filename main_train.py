@@ -306,7 +306,8 @@ class Trainer:
             self.log.info(f'<iter:{self.step:,d}> validation input: {describe_input(res.input, res.names)}')
             self.input_scored = True
         m = res.means
-        self.log.info(f'<iter:{self.step:,d}> validation on {m["count"]} items: {describe_scores(m, res.names)}')
+        self.log.info(f'<iter:{self.step:,d}> validation on {m["count"]} items: {describe_scores(m, res.names)}; '
+                      f'weights: {res.weights}')
         self.reporter.scalars(self.step, {f'val/{k}': m[k] for k in res.names})
         self.reporter.row({'kind': 'val', 'iter': self.step, 'epoch': self.epoch,
                            'test_set': self.opt['datasets']['test']['name'], 'items': m['count'],

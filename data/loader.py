@@ -11,17 +11,25 @@ watchdog exits a worker whose parent is gone, and a normal shutdown stops them t
 import os
 import signal
 import sys
+import warnings
 from multiprocessing import resource_sharer
 from types import TracebackType
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
 import cv2
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from data.sampler import ResumableDistributedSampler, ShardSampler
+from utils import dist
+from utils.cores import KEEP_WORKERS_ENV, fitted_workers
 from utils.errors import UserError
+from utils.logger import get_logger
 from utils.stop import STOP_SIGNALS
+
+
+# torch's UserWarning when a DataLoader starts more workers than the process's cores (`fit_workers` says it instead)
+TORCH_WORKERS_WARNING = r'This DataLoader will create \d+ worker processes in total'
 
 
 def ignore_stop_signals(worker_id: int) -> None:
@@ -76,6 +84,26 @@ def one_opencv_thread_per_worker(num_workers: int) -> None:
         cv2.setNumThreads(1)
 
 
+def fit_workers(asked: int, key: str, env: Mapping[str, str] = os.environ) -> int:
+    """The loader workers to start for `key`'s `asked`: at most the cores this rank may count on (its affinity,
+    shared with the ranks of its host that have the same cores: `dist.rank_cores`), with one log line when fewer,
+    so that torch's own warning about more workers than cores never shows; `KEEP_LOADER_WORKERS=1` keeps them as
+    asked (and silences that warning, which the line replaces). Collective when `asked` > 1: every rank reads the
+    same options."""
+    if asked <= 1:
+        return asked  # the main process (0) or one worker: a rank always has a core
+    usable = dist.rank_cores()
+    used = fitted_workers(asked, usable, env)
+    where = 'this process may use' if dist.get_world_size() == 1 else \
+        'this rank\'s share of its host\'s cores (its affinity, divided among the ranks with the same cores)'
+    if used < asked:
+        get_logger().info(f'{key}: {asked} asked, {used} used: the cores {where} ({KEEP_WORKERS_ENV}=1 keeps {asked})')
+    elif asked > usable:
+        warnings.filterwarnings('ignore', message=TORCH_WORKERS_WARNING, category=UserWarning)
+        get_logger().info(f'{key}: {asked} used as asked ({KEEP_WORKERS_ENV}=1), above the {usable} cores {where}')
+    return used
+
+
 def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size: int, rank: int,
                        seed: int, device: torch.device, accumulate_steps: int = 1,
                        continuous: bool = False) -> Tuple[DataLoader, ResumableDistributedSampler]:
@@ -89,7 +117,7 @@ def build_train_loader(dataset: Dataset, dataset_opt: Dict[str, Any], world_size
     `len()` is still the batches of one epoch.
     """
     batch_size = dataset_opt['dataloader_batch_size']
-    num_workers = dataset_opt['dataloader_num_workers']
+    num_workers = fit_workers(dataset_opt['dataloader_num_workers'], f'{dataset_opt["_where"]}.dataloader_num_workers')
     check = getattr(dataset, 'check_train_options', None)
     if check is not None:
         check()
@@ -137,7 +165,8 @@ def build_val_loader(dataset: Dataset, world_size: int, rank: int, num_workers: 
 
 
 def val_loader_options(dataset_opt: Dict[str, Any]) -> Dict[str, Any]:
-    """`build_val_loader`'s worker keywords from a validated test section."""
-    return {'num_workers': dataset_opt['dataloader_num_workers'],
+    """`build_val_loader`'s worker keywords from a validated test section (collective: `fit_workers`)."""
+    return {'num_workers': fit_workers(dataset_opt['dataloader_num_workers'],
+                                       f'{dataset_opt["_where"]}.dataloader_num_workers'),
             'persistent_workers': dataset_opt['dataloader_persistent_workers'],
             'prefetch_factor': dataset_opt['dataloader_prefetch_factor']}

@@ -23,7 +23,9 @@ LOADER_OPTIONS: Dict[str, Any] = {
     'name': Key('', (str,), help='the data set\'s name in logs and result folders'),
     'dataset_type': Key(REQUIRED, (str,), help='the dataset class: a dataset of data/datasets/'),
     'dataloader_shuffle': Key(True, (bool,), help='shuffle the training set each epoch'),
-    'dataloader_num_workers': Key(0, (int,), at_least(0), 'loader worker processes, per training process'),
+    'dataloader_num_workers': Key(0, (int,), at_least(0), 'loader worker processes, per training process; '
+                                                             'more than the cores it may use start as many as '
+                                                             'those (KEEP_LOADER_WORKERS=1 keeps them)'),
     # per process: the effective batch is this × world size × accumulation
     'dataloader_batch_size': Key(1, (int,), at_least(1), 'batch size per process (the effective batch is this '
                                                          '× world size × accumulate_steps)'),

@@ -1,5 +1,5 @@
 """Exponential moving average of a network's weights (KAIR's netE, `E_decay`), with a warm-up of the decay
-(`E_warmup_iter`) and the copy of the average back into the trained network (`E_switch_iter`)."""
+(`E_warmup_power` or `E_warmup_iter`) and the copy of the average back into the trained network (`E_switch_iter`)."""
 import copy
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -19,16 +19,24 @@ class ModelEMA:
     BatchNorm running statistics) are copied rather than averaged. `state_dict()` is the plain network
     state_dict, so the EMA checkpoint loads directly into a fresh network.
 
-    `warmup_iter` > 0 ramps the decay linearly from 0 at iteration 0 to `decay` at iteration `warmup_iter`
-    (`decay_at`): the first updates follow the network closely instead of averaging in its random start.
-    The decay is a function of the iteration alone, so a resumed run continues on the same ramp.
+    Warm-up of the decay (`decay_at`), so that the first averages follow the network instead of keeping its
+    random start (with a constant 0.999, 74 % of the average is still the initialisation after 300 updates):
+    `warmup_power` p > 0 gives the update of iteration t the decay min(decay, 1 - t^-p), as timm's ModelEmaV3,
+    ema-pytorch and traiNNer-redux's `ema_power` do (0 at the first iteration: the average starts as the
+    network; p = 0.75 reaches 0.999 at iteration 10,000); `warmup_iter` > 0 ramps it linearly from 0 at
+    iteration 0 to `decay` at iteration `warmup_iter`. One of the two at most; neither: `decay` throughout
+    (KAIR's netE). The decay is a function of the iteration alone, so a resumed run continues on the same ramp.
     """
 
-    def __init__(self, model: nn.Module, decay: float, warmup_iter: int = 0):
+    def __init__(self, model: nn.Module, decay: float, warmup_iter: int = 0, warmup_power: float = 0.0):
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f'EMA decay must be in [0, 1], got {decay}')
+        if warmup_iter > 0 and warmup_power > 0:
+            raise ValueError('ModelEMA: warmup_iter and warmup_power are two warm-ups of the decay: give one')
         self.decay = float(decay)
         self.warmup_iter = int(warmup_iter)
+        self.warmup_power = float(warmup_power)
+        self.step: Optional[int] = None  # the iteration of the last update (`describe`)
         self.module = copy.deepcopy(_unwrap(model)).eval()
         self.refresh()
 
@@ -53,9 +61,28 @@ class ModelEMA:
 
     def decay_at(self, step: Optional[int]) -> float:
         """The decay of the update at iteration `step` (None: the full decay)."""
-        if step is None or self.warmup_iter <= 0 or step >= self.warmup_iter:
+        if step is None:
+            return self.decay
+        if self.warmup_power > 0:
+            return min(self.decay, 1.0 - max(step, 1) ** -self.warmup_power)
+        if self.warmup_iter <= 0 or step >= self.warmup_iter:
             return self.decay
         return self.decay * max(step, 0) / self.warmup_iter
+
+    def schedule(self) -> str:
+        """The decay's plan, for the start-up log (what `decay_at` does)."""
+        if self.warmup_power > 0:
+            return (f'EMA decay min({self.decay:g}, 1 - t^-{self.warmup_power:g}) at iteration t (E_warmup_power; 0: '
+                    f'{self.decay:g} throughout)')
+        if self.warmup_iter > 0:
+            return f'EMA decay ramping linearly to {self.decay:g} by iteration {self.warmup_iter:,d} (E_warmup_iter)'
+        return f'EMA decay {self.decay:g}'
+
+    def describe(self) -> str:
+        """Which weights these are, for the validation log: the decay of the last update and its iteration."""
+        if self.step is None:
+            return f'EMA (decay {self.decay:.6g})'
+        return f'EMA (decay {self.decay_at(self.step):.6g} at iteration {self.step:,d})'
 
     @torch.no_grad()
     def update(self, model: nn.Module, applied: Optional[torch.Tensor] = None, step: Optional[int] = None,
@@ -66,6 +93,7 @@ class ModelEMA:
         `step`: the iteration, for the warm-up of the decay. `weights_of` maps `model`'s parameters to the
         weights to average instead (a schedule-free optimizer's evaluation point, models/optim.py Averaging)."""
         params, buffers = self._tensors_of(model)
+        self.step = step
         if params:
             targets = weights_of(params) if weights_of is not None else params
             weight: Union[float, torch.Tensor] = 1.0 - self.decay_at(step)

@@ -74,6 +74,7 @@ class Evaluation:
     names: Tuple[str, ...] = METRICS          # what the scores are: METRICS, then `val.metrics`
     higher_is_better: Dict[str, bool] = field(default_factory=lambda: dict.fromkeys(METRICS, True))
     skipped: List[Skipped] = field(default_factory=list)  # items the loaders could not read, in order
+    weights: str = ''  # which weights were scored, where the caller says (validation: 'EMA (decay ...)', 'netG')
 
 
 def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,

@@ -183,6 +183,8 @@ class ModelPlain:
             fused += f'; {self.sam_step.describe()}'
         if self.distill is not None:
             fused += f'; {self.distill.describe()}'
+        if self.ema is not None:
+            fused += f'; {self.ema.schedule()}'
         return f'network {type(self.net_g).__name__}: {n:,} parameters; optimizer {kind}{fused}'
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -421,14 +423,24 @@ class ModelPlain:
 
     def validate(self, loader: Iterable[Dict[str, Any]], num_items: int, *, score_input: bool = False,
                  num_previews: int = 0, write_item: Optional[WriteItem] = None) -> Evaluation:
-        """The current eval network (EMA or netG) through the one evaluation loop (models/evaluation.py).
+        """The current eval network (EMA or netG) through the one evaluation loop (models/evaluation.py); the
+        result's `weights` says which (`scored_weights`).
 
         A collective: every rank must call it.
         """
         self.sync_eval_buffers()
         with eager():  # regionally compiled blocks of netG would recompile for every image size
-            return evaluate(self.restorer, loader, num_items, score_input=score_input, num_previews=num_previews,
-                            write_item=write_item)
+            res = evaluate(self.restorer, loader, num_items, score_input=score_input, num_previews=num_previews,
+                           write_item=write_item)
+        res.weights = self.scored_weights()
+        return res
+
+    def scored_weights(self) -> str:
+        """Which weights `eval_net` holds, for the validation log: the EMA with its current decay, or netG (at a
+        schedule-free optimizer's average inside `eval_weights`)."""
+        if self.ema is not None:
+            return self.ema.describe()
+        return 'netG (its schedule-free average)' if self.averaging is not None else 'netG'
 
     def sync_eval_buffers(self) -> None:
         """Rank 0's buffers (BatchNorm running statistics) in the EMA copy, and in netG when DDP

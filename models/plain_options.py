@@ -30,8 +30,16 @@ TRAIN_OPTIONS: Dict[str, Any] = {
                                                       'weight}, each reading its own G_<key> keys'),
     'E_decay': Key(0.0, (int, float), unit_interval, 'decay of the weights\' moving average netE (EMA); 0: '
                                                      'no EMA'),
+    'E_warmup_power': Key(None, (int, float, type(None)), non_negative,
+                          'warm-up of the EMA decay (traiNNer-redux\'s ema_power, as timm and ema-pytorch): the update '
+                          'of iteration t has the decay min(E_decay, 1 - t^-power), so that early averages follow '
+                          'netG instead of keeping its random start (0.75 reaches 0.999 at iteration 10,000); 0: '
+                          'none, E_decay from the first iteration (KAIR\'s netE); null: 0.75 where netG trains from '
+                          'its initialisation (no path.pretrained_netG or pretrained_netE) and E_warmup_iter is 0, '
+                          'else none'),
     'E_warmup_iter': Key(0, (int,), non_negative, 'iterations over which the EMA decay ramps linearly from 0 '
-                                                  'up to E_decay (0: E_decay from the start)'),
+                                                  'up to E_decay instead (0: no linear ramp; not with E_warmup_power '
+                                                  '> 0)'),
     'E_switch_iter': Key(0, (int,), non_negative, 'every this many iterations the EMA weights are copied into '
                                                   'netG, which trains on from them (0: never)'),
     'G_optimizer_type': Key('adam', (str,), help='netG\'s optimizer: a name of models/optim.py (adam, adamw, '

@@ -10,7 +10,7 @@ monkeypatch a name must patch it in the module that uses it (e.g.
 from utils.dist.banner import banner, environment
 from utils.dist.collectives import (agree_any, all_reduce_max, all_reduce_min, all_reduce_sum, barrier,
                                     broadcast_object, broadcast_tensors, gather_objects, get_rank, get_world_size,
-                                    is_main_process, main_process_outcome, main_process_write)
+                                    is_main_process, main_process_outcome, main_process_write, rank_cores)
 from utils.dist.ddp import ddp_of, wrap_ddp
 from utils.dist.departure import depart, departed
 from utils.dist.departure import watch as watch_departures
@@ -25,6 +25,6 @@ __all__ = [
     'exit_now',
     'is_initialized', 'get_rank', 'get_world_size', 'is_main_process', 'barrier', 'all_reduce_sum',
     'all_reduce_max', 'all_reduce_min', 'broadcast_object', 'broadcast_tensors', 'gather_objects', 'agree_any',
-    'main_process_outcome', 'main_process_write',
+    'main_process_outcome', 'main_process_write', 'rank_cores',
     'banner', 'environment', 'wrap_ddp', 'ddp_of', 'depart', 'departed', 'watch_departures',
 ]

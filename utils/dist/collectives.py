@@ -4,11 +4,13 @@ Callers write one code path: without a process group every function here is the 
 single rank (rank 0 of 1, sums of one, a list of one), so the training loop never asks whether
 it runs distributed.
 """
+import socket
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from utils.cores import affinity, shared_cores
 from utils.diskspace import describe_write_error
 from utils.dist.group import control_group, is_initialized
 from utils.errors import UserError, WriteFailed, first_line
@@ -96,6 +98,16 @@ def gather_objects(obj: T) -> List[T]:
     out: List[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def rank_cores() -> int:
+    """Collective: the cores this rank may count on, its affinity's shared with the ranks of its host whose masks
+    overlap it (utils/cores.py shared_cores); a single process: its usable cores."""
+    mine = affinity()
+    if get_world_size() == 1:
+        return len(mine)
+    host = socket.gethostname()
+    return shared_cores(mine, [m for h, m in gather_objects((host, mine)) if h == host])
 
 
 def agree_any(flags: Sequence[bool]) -> List[bool]:

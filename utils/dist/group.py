@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 import torch.distributed as dist
 
-from utils.cores import usable_cores
+from utils.cores import fitted_workers, usable_cores
 from utils.dist import departure
 from utils.dist.detect import DistState, cuda_device_index
 from utils.errors import UserError, say
@@ -106,7 +106,7 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
         return None
     cores = usable_cores()
     torch.set_num_threads(cores)
-    workers = max(0, int(loader_workers))
+    workers = fitted_workers(max(0, int(loader_workers)), cores, env)  # as data/loader.py starts them
     shared = f', shared with {workers} loader worker{"s" if workers != 1 else ""}' if workers else ''
     policy = env.get('OMP_WAIT_POLICY', 'unset')
     return (f'CPU: {cores} torch thread{"s" if cores > 1 else ""} (one per usable core{shared}; idle threads '
