@@ -35,6 +35,7 @@ from utils import dist
 from utils.errors import UserError, first_line
 from utils.image import bit_depth, images_to_float, tensor2uint
 from utils.logger import get_logger
+from utils.options.foreign import REDUX, Foreign
 from utils.options import IGNORED, Choice, Key, learning_rate, non_negative, one_of, positive, rule, unit_interval
 
 # What a network or loss raises on an input it cannot take, caught by the start-up checks to become one line:
@@ -102,7 +103,13 @@ def _compile_mode(v: Any) -> Optional[str]:
         'must be one of default, max-autotune, reduce-overhead (or null)'
 
 
-@MODELS.register('plain')
+# BasicSR's model classes (and those of the repositories built on it) that train one network as this model does
+FOREIGN_NAMES = [Foreign(name) for name in ('SRModel', 'SwinIRModel', 'HATModel', 'DATModel', 'ATDModel', 'DRCTModel')] + [
+    Foreign('RealESRNetModel', note='the degradations of its realesrgan training set run on the device in the step'),
+    Foreign('SRModel', REDUX)]
+
+
+@MODELS.register('plain', foreign=FOREIGN_NAMES)
 class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
 
