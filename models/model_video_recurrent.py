@@ -27,6 +27,7 @@ from models.video_restorer import VideoRestorer
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Key, non_negative
+from utils.options.foreign import Foreign
 
 
 class StagedTraining(ModelPlain):
@@ -104,7 +105,7 @@ class StagedTraining(ModelPlain):
             self._frozen = False
 
 
-@MODELS.register('video_recurrent')
+@MODELS.register('video_recurrent', foreign=[Foreign('VideoRecurrentModel')])
 class ModelVideoRecurrent(StagedTraining):
     """BasicVSR, IconVSR, BasicVSR++ as BasicSR trains them: `fix_flow`, `flow_lr_mul` (see the module docstring)."""
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from models.networks.layers.init import scaled_kaiming_
 from models.registry import NETWORKS
+from utils.options.foreign import BASICSR, REDUX, Foreign, Only
 from utils.errors import UserError
 
 
@@ -24,7 +25,9 @@ class ResidualBlockNoBN(nn.Module):
         return x + self.conv2(F.relu(self.conv1(x), inplace=True))
 
 
-@NETWORKS.register('msrresnet1')
+@NETWORKS.register('msrresnet1', foreign=[Foreign('MSRResNet', keys={'num_in_ch': 'in_nc', 'num_out_ch': 'out_nc', 'num_feat': 'nc',
+                                                                      'num_block': 'nb', 'upscale': 'upscale'},
+                                                                passthrough=False)])
 class MSRResNet(nn.Module):
     """Super-resolution by `upscale` in {2, 3, 4}; the network learns the residual over bilinear upsampling."""
 
