@@ -14,10 +14,11 @@ from data.datasets.image import (CHANNELS, IMAGE_OPTIONS, META_INFO_FILE, Datase
                                  meta_info_images, patch_size, scale)
 from data.registry import DATASETS
 from utils.errors import UserError
-from utils.options import REQUIRED, Key
+from utils.options import REQUIRED, Key, rule
 from utils.options.foreign import BASICSR, REDUX, Foreign, Only
 
 
+@rule('a file name template with one {} (the HR file\'s name), like "{}" or "{}x4"', pattern=r'\{\}')
 def _template(v: Any) -> Optional[str]:
     try:
         v.format('name')

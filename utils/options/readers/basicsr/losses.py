@@ -14,6 +14,7 @@ from utils.options.readers.basicsr.context import Context
 from utils.options.readers.basicsr.members import apply, declaration
 from utils.options.readers.yaml_file import KeyPath
 from utils.options.values import show
+from utils.vgg19 import VGG19_LAYER_NAMES
 
 # BasicSR's and traiNNer-redux's older one-loss slots of `train` (`losses:` is traiNNer-redux's list of them)
 SLOTS = ('pixel_opt', 'mssim_opt', 'ms_ssim_l1_opt', 'perceptual_opt', 'contextual_opt', 'dists_opt',
@@ -23,13 +24,6 @@ GAN_NAMES = ('GANLoss', 'ganloss', 'MultiScaleGANLoss')
 LDL_NAMES = ('ldlloss',)
 # their gan_type → ours (models/model_gan.py `gan_type`)
 GAN_TYPES = {'vanilla': 'gan', 'lsgan': 'lsgan', 'wgan': 'wgan', 'wgan_softplus': 'softplusgan', 'hinge': 'hinge'}
-
-# VGG19's `features` layers by BasicSR's names (conv1_1 = 0, relu1_1 = 1, ..., pool5 = 36)
-VGG19_LAYERS: List[str] = []
-for _block, _convs in enumerate((2, 2, 4, 4, 4), start=1):
-    for _i in range(1, _convs + 1):
-        VGG19_LAYERS += [f'conv{_block}_{_i}', f'relu{_block}_{_i}']
-    VGG19_LAYERS.append(f'pool{_block}')
 
 
 def entries(ctx: Context, train: Mapping[str, Any]) -> List[Tuple[KeyPath, Dict[str, Any]]]:
@@ -84,6 +78,8 @@ def translate_losses(ctx: Context, train: Mapping[str, Any]) -> None:
             extra_from.values())))
     if not pixel_done:  # only adversarial / LDL / VGG losses: the pixel loss of our models is then off
         ctx.put('train.G_lossfn_weight', 0, None, 'the file has no pixel loss')
+    if ctx.model == 'gan' and not ctx.has('train.F_lossfn_weight'):  # model gan's own VGG loss: only perceptual_opt
+        ctx.put('train.F_lossfn_weight', 0, None, 'the file has no BasicSR perceptual_opt')
 
 
 def _weight(ctx: Context, keys: KeyPath, section: Mapping[str, Any]) -> float:
@@ -159,12 +155,12 @@ def _vgg_perceptual(ctx: Context, keys: KeyPath, section: Mapping[str, Any]) -> 
     layers = section.get('layer_weights')
     if not isinstance(layers, dict) or not layers:
         raise ctx.refuse(keys + ('layer_weights',), 'expected {layer name: weight, ...} (conv5_4: 1.0)', layers)
-    unknown = [name for name in layers if name not in VGG19_LAYERS]
+    unknown = [name for name in layers if name not in VGG19_LAYER_NAMES]
     if unknown:
-        raise ctx.refuse(keys + ('layer_weights', unknown[0]), f'not a VGG19 layer ({VGG19_LAYERS[0]} ... '
-                                                               f'{VGG19_LAYERS[-1]})', show_value=False)
-    ordered = sorted(layers, key=VGG19_LAYERS.index)
-    ctx.put('train.F_feature_layer', [VGG19_LAYERS.index(n) for n in ordered], keys + ('layer_weights',))
+        raise ctx.refuse(keys + ('layer_weights', unknown[0]), f'not a VGG19 layer ({VGG19_LAYER_NAMES[0]} ... '
+                                                               f'{VGG19_LAYER_NAMES[-1]})', show_value=False)
+    ordered = sorted(layers, key=VGG19_LAYER_NAMES.index)
+    ctx.put('train.F_feature_layer', [VGG19_LAYER_NAMES.index(n) for n in ordered], keys + ('layer_weights',))
     ctx.put('train.F_weights', [layers[n] for n in ordered], keys + ('layer_weights',))
     criterion = section.get('criterion', 'l1')
     if criterion not in ('l1', 'l2'):
