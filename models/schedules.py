@@ -233,6 +233,16 @@ class IterationLR(LRScheduler):
                 for attr, key in self.OPTION_KEYS.items()
                 if attr in state_dict and not same_value(state_dict[attr], getattr(self, attr))]
 
+    # BasicSR's schedules' attributes (restarts, warm-up style) come from the options alone: left out of the saved
+    # state, which keeps the layout of every earlier checkpoint (only the step counter is restored anyway)
+    UNSAVED = ('restarts', 'warmup_style')
+
+    def state_dict(self) -> Dict[str, Any]:
+        state = super().state_dict()
+        for key in self.UNSAVED:
+            state.pop(key, None)
+        return state
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Continue the saved schedule's position on this schedule, and push its lrs into the optimizer.
 

@@ -199,22 +199,17 @@ def test_a_duplicate_key_names_both_lines(tmp_path):
                        f'{_line_of(path, "total_iter: 200")}); YAML readers keep one of them silently')
 
 
-def test_an_unknown_key_gets_did_you_mean(tmp_path):
-    path = _write(tmp_path, SMALL.replace('  total_iter: 200', '  totl_iter: 200'))
-    assert _refused(path).startswith(f'{path}:{_line_of(path, "totl_iter")}: train.totl_iter: unknown key (did you '
-                                     f'mean "total_iter"?)')
-    path = _write(tmp_path, SMALL.replace('  num_block: 2', '  num_blok: 2'), 'net.yml')
-    assert _refused(path).startswith(f'{path}:{_line_of(path, "num_blok")}: network_g.num_blok: unknown key (did you '
-                                     f'mean "num_block"?)')
-
-
-def test_a_wrong_type_names_the_key_as_the_file_spells_it(tmp_path):
-    path = _write(tmp_path, SMALL.replace('lr: !!float 2e-4', 'lr: 2e-4'))  # YAML 1.1 reads 2e-4 as a string
-    assert _refused(path).startswith(f'{path}:{_line_of(path, "lr: 2e-4")}: train.optim_g.lr: expected an integer '
-                                     f'or a number, got "2e-4"')
-    path = _write(tmp_path, SMALL.replace('batch_size_per_gpu: 8', 'batch_size_per_gpu: eight'), 'batch.yml')
-    assert _refused(path).startswith(f'{path}:{_line_of(path, "eight")}: datasets.train.batch_size_per_gpu: expected '
-                                     f'an integer, got "eight"')
+@pytest.mark.parametrize('edit, line, message', [
+    (('  total_iter: 200', '  totl_iter: 200'), 'totl_iter', 'train.totl_iter: unknown key (did you mean "total_iter"?)'),
+    (('  num_block: 2', '  num_blok: 2'), 'num_blok', 'network_g.num_blok: unknown key (did you mean "num_block"?)'),
+    # a wrong type names the key as the file spells it; YAML 1.1 reads 2e-4 (no dot) as a string
+    (('lr: !!float 2e-4', 'lr: 2e-4'), 'lr: 2e-4', 'train.optim_g.lr: expected an integer or a number, got "2e-4"'),
+    (('batch_size_per_gpu: 8', 'batch_size_per_gpu: eight'), 'eight',
+     'datasets.train.batch_size_per_gpu: expected an integer, got "eight"'),
+], ids=['unknown-train-key', 'unknown-network-key', 'string-lr', 'string-batch'])
+def test_an_unknown_key_or_a_wrong_type_is_named_as_the_file_spells_it(tmp_path, edit, line, message):
+    path = _write(tmp_path, SMALL.replace(*edit))
+    assert _refused(path).startswith(f'{path}:{_line_of(path, line)}: {message}')
 
 
 def test_a_bad_file_stops_main_train_before_anything_is_written(tmp_path):

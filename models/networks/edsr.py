@@ -12,7 +12,7 @@ from torch import nn
 
 from models.networks.layers.basicsr import ResidualSR
 from models.registry import NETWORKS
-from utils.options.foreign import BASICSR, REDUX, Foreign, Only
+from utils.options.foreign import Foreign
 
 DIV2K_MEAN = (0.4488, 0.4371, 0.4040)
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from models.networks.rrdbnet import RRDB
 from models.registry import NETWORKS
-from utils.options.foreign import BASICSR, REDUX, Foreign, Only
+from utils.options.foreign import REDUX, Foreign
 from utils.errors import UserError
 
 UNSHUFFLE = {1: 4, 2: 2, 4: 1}  # scale → pixel-unshuffle factor before the x4 network

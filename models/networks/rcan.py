@@ -17,7 +17,7 @@ from models.networks.edsr import DIV2K_MEAN
 from models.networks.layers.basicsr import ResidualSR
 from models.networks.layers.rename import renamed
 from models.registry import NETWORKS
-from utils.options.foreign import BASICSR, REDUX, Foreign, Only
+from utils.options.foreign import Foreign
 
 # BasicSR's names (ours) → the original code's; {num_block}: the index of a group's closing conv after its RCABs,
 # {num_group}: that of the conv after the body, after the groups

@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from models.networks.layers.kair import DropPath
 from models.networks.layers.window_attention import window_attention
 from models.registry import NETWORKS
-from utils.options.foreign import BASICSR, REDUX, Foreign
+from utils.options.foreign import REDUX, Foreign
 from utils.errors import UserError
 
 UPSAMPLERS = ('pixelshuffle', 'pixelshuffledirect', 'nearest+conv', None)

@@ -75,18 +75,19 @@ Vocabulary = Mapping[str, Mapping[str, Sequence[Foreign]]]
 
 
 def lookup(vocabulary: Vocabulary, kind: str, name: str, trainer: str) -> List[Foreign]:
-    """The declarations of `name` among `kind`: exact spelling first (BasicSR's registry is case-sensitive), then
-    any case for traiNNer-redux's files (its registry lower-cases names); a trainer's own declarations first."""
+    """The declarations of `name` among `kind` for files of `trainer` (a name means what its trainer builds: BasicSR's
+    `RCAN` is not traiNNer-redux's `rcan`): exact spelling first (BasicSR's registry is case-sensitive), then, for
+    traiNNer-redux's files, any case (its registry lower-cases names)."""
     table = vocabulary.get(kind, {})
-    found = list(table.get(name, ()))
-    if not found and trainer == REDUX:
-        found = [f for their, fs in table.items() if their.lower() == name.lower() for f in fs]
-    return sorted(found, key=lambda f: f.trainer != trainer)
+    exact = [f for f in table.get(name, ()) if f.trainer == trainer]
+    if exact or trainer != REDUX:
+        return exact
+    return [f for their, fs in table.items() if their.lower() == name.lower() for f in fs if f.trainer == trainer]
 
 
-def names_of(vocabulary: Vocabulary, kind: str) -> List[str]:
-    """Every name of `kind` the members declare (for the did-you-mean of an unknown one)."""
-    return sorted(vocabulary.get(kind, {}))
+def names_of(vocabulary: Vocabulary, kind: str, trainer: str) -> List[str]:
+    """Every name of `kind` the members declare for `trainer`'s files (for the did-you-mean of an unknown one)."""
+    return sorted(their for their, fs in vocabulary.get(kind, {}).items() if any(f.trainer == trainer for f in fs))
 
 
 def collect(declared: Mapping[str, Sequence[Foreign]]) -> Dict[str, List[Foreign]]:

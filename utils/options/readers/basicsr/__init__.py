@@ -26,9 +26,9 @@ from utils.options.readers.basicsr.loop import LOGGER, OTF_REFUSED, PATH, TOP_LE
 from utils.options.readers.basicsr.rules import Rule, custom, section_rules
 from utils.options.readers.basicsr.sections import (LOADER, TRAIN, VAL, choose_model, datasets, network_d,
                                                     network_g, place_degradations, scan_border, train, val)
-from utils.options.readers.yaml_file import KeyPath, YamlDocument, parse_yaml_file
+from utils.options.readers.yaml_file import YamlDocument, parse_yaml_file
 
-__all__ = ['Translation', 'Origin', 'read_basicsr_file', 'translate', 'which_trainer', 'TABLES']
+__all__ = ['Translation', 'Origin', 'read_basicsr_file', 'translate', 'which_trainer', 'TABLES', 'mapping_rows']
 
 
 @dataclass
@@ -75,9 +75,23 @@ SECTIONS: Dict[str, Rule] = {
 }
 SECTION_ORDER = tuple(SECTIONS)
 # every table, for docs/option_files.md's generated mapping table: {section as the file writes it: {key: Rule}}
-TABLES: Dict[str, Mapping[str, Rule]] = {'': {**TOP_LEVEL, 'model_type': Rule(lambda *a: None, 'model', 'the model '
-                                              'members\' declarations')}, 'path': PATH, 'train': TRAIN, 'val': VAL,
-                                         'logger': LOGGER, 'datasets.<phase>': LOADER}
+TABLES: Dict[str, Mapping[str, Rule]] = {
+    '': {**SECTIONS, 'model_type': Rule(lambda *a: None, 'model', 'BasicSR\'s model class, by the model members\' '
+                                                                   'declarations'), **TOP_LEVEL},
+    'path': PATH, 'train': TRAIN, 'val': VAL, 'logger': LOGGER, 'datasets.<phase>': LOADER}
+
+
+def mapping_rows() -> List[Tuple[str, str, str, str]]:
+    """(their key as a file writes it, our key(s) it sets, how it is read, `mapped` / `not needed` / `refused` /
+    `depends`) for every key of the translator's own tables, for the generated table of docs/option_files.md; the
+    members' names and keys are in their `Foreign` declarations (option_rules.foreign_vocabulary())."""
+    rows = []
+    for section, table in TABLES.items():
+        for key, rule in table.items():
+            kind = ('not needed' if rule.words.startswith('not needed') else 'refused' if rule.words.startswith(
+                'refused') else 'mapped' if rule.ours and not rule.words else 'depends')
+            rows.append((f'{section}.{key}' if section else key, rule.ours, rule.words, kind))
+    return rows
 
 
 def translate(doc: YamlDocument, vocabulary: Vocabulary, overridden: Mapping[str, str] = ()) -> Translation:

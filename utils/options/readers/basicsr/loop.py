@@ -8,9 +8,8 @@ from typing import Any, Dict, Mapping
 
 from utils.options.foreign import REDUX, Refusal
 from utils.options.readers.basicsr.context import Context
-from utils.options.readers.basicsr.rules import Rule, custom, iterations, refused, to, unneeded
+from utils.options.readers.basicsr.rules import Rule, custom, iterations, to, unneeded
 from utils.options.readers.yaml_file import KeyPath
-from utils.options.values import show
 
 LAUNCHER = 'the launcher sets the processes and devices here (launch_train.sh, torchrun, SLURM, gpu_ids)'
 RESUME = 'a run resumes from its newest good save by itself (run the same command again)'
@@ -22,6 +21,8 @@ def _amp(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) ->
         raise ctx.refuse(keys, 'expected true or false', value)
     bf16 = section.get('amp_bf16', False)
     ctx.put('train.amp', ('bf16' if bf16 else 'fp16') if value else 'none', keys)
+    if ctx.trainer == REDUX and 'use_channels_last' not in section:  # its default: channels-last with AMP
+        ctx.put('train.channels_last', value, keys, 'traiNNer-redux uses channels-last memory with AMP by default')
 
 
 def _amp_bf16(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) -> None:
@@ -234,7 +235,3 @@ def integer(value: Any) -> Any:
     if isinstance(value, float):
         raise Refusal('expected a whole number')
     return value
-
-
-def shown_values(values: Any) -> str:
-    return show(values)

@@ -26,9 +26,9 @@ def declaration(ctx: Context, vocabulary: Vocabulary, kind: str, keys: KeyPath, 
     found = lookup(vocabulary, kind, name, ctx.trainer)
     if not found:
         what, listing = KINDS[kind]
-        known = names_of(vocabulary, kind)
+        known = names_of(vocabulary, kind, ctx.trainer)
         raise ctx.refuse(keys + (name_key,), f'no {what} "{name}" here{did_you_mean(name, known)}; the {what}s '
-                         f'read from BasicSR and traiNNer-redux files are {_listed(known)} (docs/option_files.md); '
+                         f'read from {ctx.trainer} files are {_listed(known)} (docs/option_files.md); '
                          f'--describe {listing} lists this project\'s own', show_value=False)
     chosen = first(found, section)
     if chosen is None:

@@ -1,5 +1,5 @@
-"""The vocabulary of the translator's own tables: how one of their keys is read (`Rule`), built by `to`, `unneeded`,
-`refused` and `custom`. A table is {their key: Rule}; its rules carry words for the generated mapping table of
+"""The vocabulary of the translator's own tables: how one of their keys is read (`Rule`), built by `to`, `unneeded` and
+`custom`. A table is {their key: Rule}; its rules carry words for the generated mapping table of
 docs/option_files.md (`ours`, `words`)."""
 import math
 from dataclasses import dataclass
@@ -49,13 +49,6 @@ def unneeded(why: str, only: Any = ANY, otherwise: str = '') -> Rule:
     words = f'not needed: {why}' + (f' (only {", ".join(show(v) for v in allowed)}; else refused: {otherwise})'
                                     if only is not ANY else '')
     return Rule(how, '', words)
-
-
-def refused(why: str) -> Rule:
-    """Their key cannot be honoured here, whatever its value."""
-    def how(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) -> None:
-        raise ctx.refuse(keys, why, value)
-    return Rule(how, '', f'refused: {why}')
 
 
 def custom(how: How, ours: str, words: str) -> Rule:
