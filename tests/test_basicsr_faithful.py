@@ -14,7 +14,7 @@ import torch
 
 from anchor_runs import ANCHORS
 from losses.perceptual import PerceptualLoss
-from losses.registry import build_loss
+from losses.registry import build_extra_losses, build_loss
 from losses.adversarial import GANLoss
 from models.registry import build_on_meta
 from models.schedules import build_scheduler
@@ -101,6 +101,30 @@ def test_the_real_esrgan_gan_files_losses_are_basicsrs(batch, seeded_vgg19):
     gan = GANLoss(t['gan_type'])
     _close(t['D_lossfn_weight'] * gan(batch['logits'], True), NUMBERS['losses']['gan_vanilla_g'])
     _close(gan(batch['logits'], True, is_disc=True), NUMBERS['losses']['gan_vanilla_d_real'])
+
+
+REDUX_NUMBERS = os.path.join(HERE, 'data', 'redux_reference', 'redux_numbers.json')
+RGT = os.path.join(ANCHORS, 'traiNNer-redux', 'options', '_templates', 'train', 'RGT', 'RGT_gan.yml')
+
+
+def test_a_traiNNer_redux_gan_templates_losses_are_traiNNer_reduxs(seeded_vgg19):
+    """RGT_gan's losses as traiNNer-redux computes them (tests/data/redux_reference): its MS-SSIM (0.5), perceptual
+    (charbonnier, 0.01) and HSLuv (charbonnier, 1.0) losses, weight by weight."""
+    with open(REDUX_NUMBERS) as f:
+        theirs = json.load(f)['losses']
+    torch.manual_seed(52)
+    pred, target = torch.rand(2, 3, 64, 64), torch.rand(2, 3, 64, 64)
+    target[:, :, :8] = 0.5
+    pred[:, :, :4] = 0.5
+    pred[:, :, -4:] = 0.0
+    target[:, :, -2:] = 0.0
+    target[:, :, :, -3:] = 1.0
+    opt = read_options(RGT, ['path.pretrain_network_g=null', f'train.losses[1].pretrained_path={seeded_vgg19}'])
+    t = opt['train']
+    _close(build_loss(t)(pred, target), 0.5 * theirs['mssim'])
+    extra = build_extra_losses(t)
+    _close(extra['vgg_perceptual'](pred, target), 0.01 * theirs['perceptual_charbonnier'])
+    assert abs(float(extra['hsluv'](pred, target)) - theirs['hsluv_charbonnier']) < 1e-6  # float32 sums in another order
 
 
 def _lrs(path: str, overrides: Sequence[str], iterations: int) -> List[float]:
