@@ -61,6 +61,8 @@ def _section(rule_fn: Any, ours: str, words: str) -> Rule:
     return custom(rule_fn, ours, words)
 
 
+# our required keys as their files write them
+REQUIRED_SPELLING = {'task': ('name',), 'netG.net_type': ('network_g', 'type'), 'netD.net_type': ('network_d', 'type')}
 # the sections, read in this order (a network the project lacks is the first thing said), then the other keys
 SECTIONS: Dict[str, Rule] = {
     'network_g': _section(network_g, 'netG', 'the network member\'s keys'),
@@ -98,6 +100,8 @@ def translate(doc: YamlDocument, vocabulary: Vocabulary, overridden: Mapping[str
     """The document's data (their spelling, `--set` already applied) as this project's option data."""
     data = doc.data
     ctx = Context(doc, which_trainer(data), vocabulary, dict(overridden or {}))
+    for ours, theirs in REQUIRED_SPELLING.items():  # a missing required key is named as the file would write it
+        ctx.spell(ours, theirs)
     choose_model(ctx, data)
     scan_border(ctx, data)
     for key in SECTION_ORDER:
