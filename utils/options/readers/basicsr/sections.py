@@ -7,7 +7,7 @@ from utils.options.foreign import BASICSR, REDUX, first, lookup
 from utils.options.readers.basicsr.context import Context, shown
 from utils.options.readers.basicsr.losses import SLOTS, translate_losses
 from utils.options.readers.basicsr.loop import integer
-from utils.options.readers.basicsr.members import declaration, member
+from utils.options.readers.basicsr.members import apply, declaration, member
 from utils.options.readers.basicsr.rules import (Rule, custom, iterations, no_warmup, section_rules, to,
                                                  unneeded)
 from utils.options.readers.yaml_file import KeyPath
@@ -315,7 +315,6 @@ def _metrics(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]
             score = ALWAYS_SCORED[kind] + ('_y' if y else '')
         else:
             f = declaration(ctx, ctx.vocabulary, 'metric', here, metric)
-            from utils.options.readers.basicsr.members import apply
             apply(ctx, f, here, metric, 'val', skip=('type', 'better'))
             ours.append(f.ours)
             score = f.ours
