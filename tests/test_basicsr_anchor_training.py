@@ -7,7 +7,9 @@ it (tests/anchor_runs.py: data folders, patch, batch, workers, 2 iterations with
 pretrained path, AMP and compile off). `OUTCOMES` says what each file does, and why each refused one is refused:
 the runs must do exactly that, and `test_the_counts` prints the counts (trained / refused, by reason). Locally a few
 files run (`family`: a plain SR file, Real-ESRNet's on-device degradations, a video file, a traiNNer-redux file
-with its list of folders, and refusals); every file runs in CI.
+with its list of folders, and refusals); every file runs in CI (the recurrent video files first: `slow`). The
+whole set took 12 min 9 s with `-n 2` on 2 cores shared with other jobs (load 4 to 9; 694 s of CPU), the four
+Vimeo-90K BasicVSR/IconVSR files 145 to 194 s each of it.
 """
 import os
 from collections import Counter
@@ -76,7 +78,20 @@ def tiny_data(tmp_path_factory) -> TinyData:
     return TinyData(str(tmp_path_factory.mktemp('anchor_data'))).make()
 
 
-@pytest.mark.parametrize('path', family(TRAIN_FILES, LOCAL))
+# BasicSR's recurrent video files (SpyNet flows, 30-block branches, 5 to 14 frames): a minute or more each on CPU,
+# `slow`, so that CI starts them first and its workers finish together
+SLOW = {f'{BASICSR}BasicVSR/train_{net}_{data}.yml' for net in ('BasicVSR', 'IconVSR')
+        for data in ('REDS', 'Vimeo90K_BDx4', 'Vimeo90K_BIx4')} | {f'{BASICSR}BasicVSRPP/train_BasicVSRPP_REDS.yml'}
+
+
+def _params() -> list:
+    """family()'s parameters, the SLOW files marked slow instead (none of them is a local representative)."""
+    assert not SLOW & LOCAL
+    return [pytest.param(m.values[0], marks=pytest.mark.slow) if getattr(m, 'values', (None,))[0] in SLOW else m
+            for m in family(TRAIN_FILES, LOCAL)]
+
+
+@pytest.mark.parametrize('path', _params())
 def test_an_anchor_file_trains_or_is_refused_in_one_line(path, tiny_data, tmp_path):
     opt = tiny_file(path, tiny_data, str(tmp_path))
     result = run_main('main_train', ['--opt', opt], cwd=str(tmp_path))
