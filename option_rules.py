@@ -7,7 +7,7 @@ way without importing one another.
 """
 import copy
 import json
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
 from metrics.registry import METRICS as METRIC_REGISTRY
@@ -17,6 +17,9 @@ from models.discovery import Discovered, discover
 from models.registry import MODELS, discriminator_options, model_options, network_options
 from utils.errors import OptionsError, UserError
 from utils.options import Choice, Rules, apply_overrides, options_from_data, read_option_file, validate
+from utils.options.foreign import Vocabulary, collect
+from utils.options.readers.basicsr import Translation, read_basicsr_file
+from utils.options.readers.yaml_file import is_yaml_file
 from utils.suggest import did_you_mean
 
 
@@ -53,22 +56,54 @@ def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOv
     `netG.net_type: "auto"` is replaced first by the netG block of the network in path.pretrained_netG
     (models/networks/auto.py), put in place of the file's netG, and noted for the log. A distillation teacher's
     netG (`train.teacher`) is completed and checked as netG is (`resolve_teacher`).
+
+    A BasicSR or traiNNer-redux YAML file (`.yml`, `.yaml`) is translated first (`translate_foreign_file`): its
+    `--set` overrides name the file's own keys, and every message names the key as the file spells it.
     """
+    if is_yaml_file(path):
+        translation = translate_foreign_file(path, overrides)
+        opt = read_options_data(translation.data, path, (), more, test_sets, translation.spelling,
+                                translation.overridden)
+        opt['_notes'][:0] = [translation.summary(), *translation.notes]
+        return opt
     return read_options_data(read_option_file(path), path, overrides, more, test_sets)
 
 
+def foreign_vocabulary() -> Vocabulary:
+    """The names BasicSR's and traiNNer-redux's files give this project's members, as the members declare them
+    (`register(..., foreign=...)`): {kind: {their name: declarations}}. Every member module is imported."""
+    from losses.registry import LOSSES
+    from models.optim import OPTIMIZERS
+    from models.schedules import SCHEDULERS
+    from data.registry import DATASETS
+    from models.registry import NETWORKS
+    return {'network': collect(NETWORKS.foreign()), 'dataset': collect(DATASETS.foreign()),
+            'loss': collect(LOSSES.foreign()), 'optimizer': collect(OPTIMIZERS.foreign()),
+            'scheduler': collect(SCHEDULERS.foreign()), 'model': collect(MODELS.foreign()),
+            'metric': collect(METRIC_REGISTRY.foreign())}
+
+
+def translate_foreign_file(path: str, overrides: Sequence[str] = ()) -> Translation:
+    """A BasicSR or traiNNer-redux YAML option file as this project's option data (utils/options/readers/basicsr/),
+    with `--set` overrides in the file's own key names."""
+    return read_basicsr_file(path, foreign_vocabulary(), overrides)
+
+
 def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str] = (),
-                      more: Optional[MoreOverrides] = None, test_sets: Optional[str] = None) -> Dict[str, Any]:
+                      more: Optional[MoreOverrides] = None, test_sets: Optional[str] = None,
+                      spelling: Optional[Mapping[str, str]] = None,
+                      given: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """As `read_options`, for an option file's data (`source`: what errors name). The overrides are applied to
     a copy first, to see the net_type and model they lead to (`more`, "auto"); the loader applies them again, so
-    that their mistakes name the `--set` argument."""
-    given = copy.deepcopy(data)
-    apply_overrides(given, overrides)
-    made = more(given) if more is not None else []
-    apply_overrides(given, made)
-    resolved = resolve_auto_network(given, source)
+    that their mistakes name the `--set` argument. `spelling`, `given`: for data translated from another
+    trainer's file (utils/options/load.py `options_from_data`)."""
+    data_given = copy.deepcopy(data)
+    apply_overrides(data_given, overrides)
+    made = more(data_given) if more is not None else []
+    apply_overrides(data_given, made)
+    resolved = resolve_auto_network(data_given, source)
     opt = options_from_data(data, option_rules(), source, [*overrides, *made], test_sets,
-                            None if resolved is None else {'netG': resolved[0]})
+                            None if resolved is None else {'netG': resolved[0]}, spelling, given)
     if resolved is not None:
         opt['_notes'].append(resolved[1])
     resolve_teacher(opt, source)

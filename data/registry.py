@@ -88,6 +88,17 @@ def build_dataset(dataset_opt: Dict[str, Any]) -> Dataset:
     return DATASETS.get(dataset_opt['dataset_type'], f'{dataset_opt["_where"]}.dataset_type')(dataset_opt)
 
 
+def _relative(path: str, roots: List[str]) -> str:
+    """`path` relative to the first of `roots` it is in (the listing joined the names to the folder as given: cut it
+    off), with the folder's index when there are several (so that two folders' equal names stay apart)."""
+    for i, folder in enumerate(roots):
+        root = os.path.join(folder, '')
+        if path.startswith(root):
+            name = path[len(root):]
+            return name if len(roots) == 1 else f'{i}/{name}'
+    return os.path.relpath(path, roots[0])
+
+
 def training_files(dataset: Dataset) -> Optional[Dict[str, List[str]]]:
     """What a training set is made of, for a checkpoint to record and a resume to compare: per folder option
     (`dataroot_H`, `dataroot_L`) the image files relative to it; for clip datasets the `clip/frame` keys (or the
@@ -96,9 +107,9 @@ def training_files(dataset: Dataset) -> Optional[Dict[str, List[str]]]:
     out: Dict[str, List[str]] = {}
     for key, attr in (('dataroot_H', 'paths_H'), ('dataroot_L', 'paths_L')):
         paths = getattr(dataset, attr, None)
-        if paths:  # an image dataset listed the folder of option `key`: the option is a path
-            root = os.path.join(opt[key], '')  # the listing joined the names to the folder as given: cut it off
-            out[key] = [p[len(root):] if p.startswith(root) else os.path.relpath(p, opt[key]) for p in paths]
+        if paths:  # an image dataset listed the folder(s) of option `key`: the option is a path or a list of them
+            roots = opt[key] if isinstance(opt[key], list) else [opt[key]]
+            out[key] = [_relative(p, roots) for p in paths]
     if out:
         return out
     keys = getattr(dataset, 'keys', None)

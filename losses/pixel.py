@@ -1,5 +1,6 @@
 """Pixel losses selected by `train.G_lossfn_type`, scaled by `train.G_lossfn_weight` (KAIR semantics)."""
 import math
+from typing import Any, List
 
 import torch
 import torch.nn.functional as F
@@ -7,6 +8,7 @@ from torch import nn
 
 from losses.registry import LOSSES
 from utils.options import Key, positive
+from utils.options.foreign import BASICSR, REDUX, Foreign
 
 
 class CharbonnierLoss(nn.Module):
@@ -53,12 +55,23 @@ class SSIMLoss(nn.Module):
         return 1 - ssim.mean()
 
 
-LOSSES.register('l1')(nn.L1Loss)
-LOSSES.register('l2')(nn.MSELoss)
+
+
+def _named(name: str, reduction: str = 'mean', **extra: Any) -> List[Foreign]:
+    """BasicSR's and traiNNer-redux's `name` loss with `reduction` (their default: mean): `loss_weight` is the
+    slot's weight, read by the reader of their files."""
+    defaults = {'reduction': 'mean', **extra.pop('defaults', {})}
+    return [Foreign(name, trainer, requires={'reduction': reduction}, defaults=defaults, **extra)
+            for trainer in (BASICSR, REDUX)]
+
+
+LOSSES.register('l1', foreign=_named('L1Loss'))(nn.L1Loss)
+LOSSES.register('l2', foreign=_named('MSELoss'))(nn.MSELoss)
 LOSSES.register('ssim')(SSIMLoss)
 
 
-@LOSSES.register('psnr')
+@LOSSES.register('psnr', foreign=[Foreign('PSNRLoss', BASICSR, unneeded={'toY': False, 'reduction': 'mean'}),
+                                   Foreign('PSNRLoss', REDUX, unneeded={'to_y': False, 'reduction': 'mean'})])
 class PSNRLoss(nn.Module):
     """NAFNet's PSNR loss (Chen et al., ECCV 2022): the mean over the batch of 10 log10(MSE + 1e-8) of each image,
     i.e. minus its PSNR for images in [0, 1]; per-image, so a batch's easy images do not drown its hard ones."""
@@ -68,21 +81,27 @@ class PSNRLoss(nn.Module):
         return 10.0 * torch.log10(mse + 1e-8).mean()
 
 
-@LOSSES.register('l2sum')
+@LOSSES.register('l2sum', foreign=_named('MSELoss', 'sum'))
 def l2sum() -> nn.Module:
     """Sum of squared differences (KAIR's 'l2sum')."""
     return nn.MSELoss(reduction='sum')
 
 
+# BasicSR's and traiNNer-redux's CharbonnierLoss: eps 1e-12 unless the file gives one
+_CHARBONNIER = dict(keys={'eps': 'charbonnier_eps'}, defaults={'eps': 1e-12})
+
+
 @LOSSES.register('charbonnier', options={'charbonnier_eps': Key(1e-9, (int, float), positive,
-                                                                  'eps in sqrt(diff^2 + eps)')})
+                                                                  'eps in sqrt(diff^2 + eps)')},
+                 foreign=_named('CharbonnierLoss', **_CHARBONNIER))
 def charbonnier(charbonnier_eps: float) -> nn.Module:
     """CharbonnierLoss with KAIR's `G_charbonnier_eps`."""
     return CharbonnierLoss(float(charbonnier_eps))
 
 
 @LOSSES.register('charbonnier_sum', options={'charbonnier_eps': Key(1e-9, (int, float), positive,
-                                                                      'eps in sqrt(diff^2 + eps)')})
+                                                                      'eps in sqrt(diff^2 + eps)')},
+                 foreign=_named('CharbonnierLoss', 'sum', **_CHARBONNIER))
 def charbonnier_sum(charbonnier_eps: float) -> nn.Module:
     """The sum over all pixels of sqrt((x - y)^2 + eps): BasicSR's CharbonnierLoss with `reduction: sum`, which its
     EDVR recipes train with (named like KAIR's 'l2sum'). With Adam the scale barely matters: the steps are the

@@ -22,6 +22,7 @@ from torch import nn
 
 from metrics.imagenet import RANDOM, backbone, check_digest, score_pair, taps, warn_random
 from metrics.registry import METRICS
+from utils.options.foreign import REDUX, Foreign
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
 from utils.options import Key
@@ -112,7 +113,7 @@ class DISTSNet(nn.Module):
             return 1 - similarity
 
 
-@METRICS.register('dists')
+@METRICS.register('dists', foreign=[Foreign('calculate_dists', REDUX, passthrough=False)])
 class DISTS:
     """DISTS of one frame against its reference (`val.dists_path`, `val.dists_backbone_path`), on the given device."""
 

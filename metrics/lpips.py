@@ -22,6 +22,7 @@ from torch import nn
 
 from metrics.imagenet import RANDOM, backbone, check_digest, score_pair, taps, warn_random
 from metrics.registry import METRICS
+from utils.options.foreign import REDUX, Foreign
 from utils.checkpoint import load as load_checkpoint
 from utils.errors import UserError
 from utils.options import Key, one_of
@@ -98,7 +99,7 @@ class LPIPSNet(nn.Module):
             return total
 
 
-@METRICS.register('lpips')
+@METRICS.register('lpips', foreign=[Foreign('calculate_lpips', REDUX, passthrough=False)])
 class LPIPS:
     """LPIPS of one frame against its reference (`val.lpips_net`, `val.lpips_path`, `val.lpips_backbone_path`),
     computed on the given device."""

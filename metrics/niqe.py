@@ -27,6 +27,7 @@ import numpy as np
 from metrics.fidelity import rgb2y
 from metrics.imagenet import RANDOM, check_digest, warn_random
 from metrics.registry import METRICS
+from utils.options.foreign import BASICSR, REDUX, Foreign, Only
 from utils.errors import UserError
 from utils.image import imresize_bicubic
 from utils.options import Key, non_negative, one_of
@@ -131,7 +132,8 @@ def pristine(given: Optional[str], where: str) -> Tuple[np.ndarray, np.ndarray]:
     return mu, cov
 
 
-@METRICS.register('niqe')
+@METRICS.register('niqe', foreign=[Foreign('calculate_niqe', t, keys={'crop_border': 'niqe_crop_border', 'convert_to': 'niqe_convert_to'},
+                                           unneeded={'input_order': 'HWC', 'num_thread': Only((1, 2, 4, 8, 16, 32))}) for t in (BASICSR, REDUX)])
 class NIQE:
     """NIQE of one frame (`val.niqe_crop_border`, `val.niqe_convert_to`, `val.niqe_params_path`)."""
 

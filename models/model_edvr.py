@@ -19,9 +19,10 @@ from models.registry import MODELS
 from models.staged_training import StagedTraining, staged_keys
 from models.video_restorer import PADDINGS, SlidingWindowRestorer
 from utils.options import Key, one_of
+from utils.options.foreign import Foreign
 
 
-@MODELS.register('edvr')
+@MODELS.register('edvr', foreign=[Foreign('EDVRModel')])
 class ModelEDVR(StagedTraining):
     """EDVR as BasicSR trains it: `tsa_iter`, `dcn_lr_mul`; clips in, each frame restored from its window."""
 

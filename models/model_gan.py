@@ -47,6 +47,7 @@ from models.startup_checks import NETWORK_FAILURES, channels_hint, failure_text,
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
+from utils.options.foreign import REDUX, Foreign, Refusal
 from utils.options import Choice, Key, at_least, learning_rate, non_negative, unit_interval
 from utils.oom import is_out_of_memory
 
@@ -86,7 +87,19 @@ def _mean(values: List[torch.Tensor]) -> torch.Tensor:
     return values[0] if len(values) == 1 else sum(values) / len(values)
 
 
-@MODELS.register('gan')
+def _relativistic(gan_type: str) -> str:
+    """BasicSR's ESRGANModel: its adversarial loss is relativistic average (ESRGAN's), on the GAN loss it names."""
+    if gan_type != 'gan':
+        raise Refusal('ESRGANModel\'s relativistic loss is offered here on the vanilla GAN loss only (gan_type ragan)')
+    return 'ragan'
+
+
+# BasicSR's GAN model classes; ESRGANModel's adversarial loss is relativistic
+FOREIGN_NAMES = [Foreign('SRGANModel'), Foreign('RealESRGANModel'), Foreign('ESRGANModel', convert={'gan_type': _relativistic}),
+                 Foreign('RealESRGANModel', REDUX)]
+
+
+@MODELS.register('gan', foreign=FOREIGN_NAMES)
 class ModelGAN(ModelPlain):
     """KAIR's `gan`: a generator trained with pixel, perceptual and adversarial losses against a discriminator.
 

@@ -43,9 +43,16 @@ from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import Choice
+from utils.options.foreign import REDUX, Foreign
 
 
-@MODELS.register('plain')
+# BasicSR's model classes (and those of the repositories built on it) that train one network as this model does
+FOREIGN_NAMES = [Foreign(name) for name in ('SRModel', 'SwinIRModel', 'HATModel', 'DATModel', 'ATDModel', 'DRCTModel')] + [
+    Foreign('RealESRNetModel', note='the degradations of its realesrgan training set run on the device in the step'),
+    Foreign('SRModel', REDUX)]
+
+
+@MODELS.register('plain', foreign=FOREIGN_NAMES)
 class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
 

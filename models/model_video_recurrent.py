@@ -20,9 +20,10 @@ from models.model_plain import ModelPlain
 from models.registry import MODELS
 from models.staged_training import StagedTraining, staged_keys
 from models.video_restorer import VideoRestorer
+from utils.options.foreign import Foreign
 
 
-@MODELS.register('video_recurrent')
+@MODELS.register('video_recurrent', foreign=[Foreign('VideoRecurrentModel')])
 class ModelVideoRecurrent(StagedTraining):
     """BasicVSR, IconVSR, BasicVSR++ as BasicSR trains them: `fix_flow`, `flow_lr_mul` (see the module docstring)."""
 

@@ -17,6 +17,7 @@ import torch
 
 from utils.errors import UserError
 from utils.options import Key, at_least, betas, closed_unit, non_negative, open_unit, positive, rule, unit_interval
+from utils.options.foreign import BASICSR, REDUX, Foreign
 from utils.registry import Registry
 
 PYTORCH_OPTIMIZER = 'pytorch_optimizer'  # the package's module name (requirements.txt: pytorch-optimizer)
@@ -90,11 +91,22 @@ _SF_OPTIONS = {'r': Key(0.0, _NUM, non_negative, 'iterate t weighs t ** r in the
                'weight_lr_power': Key(2.0, _NUM, non_negative, 'iterates also weigh (largest lr so far) ** this in '
                                       'the average, so warm-up iterates count less (0: off)')}
 
+# torch's Adam/AdamW as BasicSR and traiNNer-redux name them (`optim_g: {type: Adam, lr, betas, weight_decay}`); torch's
+# AdamW decays by 0.01 when the file gives no weight_decay, and SGD has no momentum by default
+_TORCH_ADAM = dict(keys={'weight_decay': 'wd'}, unneeded={'amsgrad': False, 'maximize': False, 'capturable': False,
+                                                           'differentiable': False, 'foreach': None})
+
+
+def _torch_names(name: str, **extra: Any) -> List[Foreign]:
+    return [Foreign(name, BASICSR, **_TORCH_ADAM, **extra), Foreign(name, REDUX, **_TORCH_ADAM, **extra)]
+
+
 OPTIMIZERS = Registry('optimizer')
-OPTIMIZERS.register('adam', options=ADAM_OPTIONS)(OptimizerKind(
+OPTIMIZERS.register('adam', options=ADAM_OPTIONS, foreign=_torch_names('Adam'))(OptimizerKind(
     torch.optim.Adam, _ADAM_KW, summary='Adam (Kingma & Ba), torch\'s; KAIR\'s and BasicSR\'s default'))
-OPTIMIZERS.register('adamw', options=ADAM_OPTIONS)(OptimizerKind(
-    torch.optim.AdamW, _ADAM_KW, summary='AdamW: Adam with decoupled weight decay (Loshchilov & Hutter), torch\'s'))
+OPTIMIZERS.register('adamw', options=ADAM_OPTIONS, foreign=_torch_names('AdamW', defaults={'weight_decay': 0.01}))(
+    OptimizerKind(torch.optim.AdamW, _ADAM_KW,
+                  summary='AdamW: Adam with decoupled weight decay (Loshchilov & Hutter), torch\'s'))
 _BETAS2 = 'moment decays [beta1, beta2]: of the gradient mean and of the squared gradient'
 OPTIMIZERS.register('nadam', options={
     'betas': Key([0.9, 0.999], (list,), betas, _BETAS2), 'wd': WD, 'eps': EPS,
@@ -113,7 +125,9 @@ OPTIMIZERS.register('sgd', options={
     'dampening': Key(0.0, _NUM, closed_unit,
                      'share of the new gradient left out of the momentum buffer'),
     'nesterov': Key(False, (bool,), help='Nesterov momentum (needs momentum > 0 and dampening 0)'),
-    'wd': WD, 'fused': FUSED})(OptimizerKind(torch.optim.SGD, {
+    'wd': WD, 'fused': FUSED}, foreign=[Foreign('SGD', t, keys={'weight_decay': 'wd'}, defaults={'momentum': 0},
+                                              unneeded={'maximize': False, 'foreach': None}) for t in (BASICSR, REDUX)])(
+    OptimizerKind(torch.optim.SGD, {
         'momentum': 'momentum', 'dampening': 'dampening', 'nesterov': 'nesterov', 'wd': 'weight_decay'},
         summary="SGD with momentum, torch's"))
 OPTIMIZERS.register('adan', options={

@@ -22,6 +22,7 @@ from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options import (REQUIRED, Key, above, at_least, non_negative, one_of, open_unit, positive, rule, unit_interval,
                            up_to_one)
+from utils.options.foreign import BASICSR, REDUX, Foreign
 from utils.registry import Registry
 
 _NUM = (int, float)
@@ -53,7 +54,12 @@ class IterationLR(LRScheduler):
     kind 'onecycle' (torch's OneCycleLR without momentum cycling): from base / div_factor up to base over the
         first pct_start of `end_iter` iterations, then down to base / div_factor / final_div_factor at `end_iter`
         (cosine or linear `anneal`); that minimum after it.
-    Warmup multiplies these by min(1, (t + 1) / warmup_iter).
+    kind 'multistep_restart' (BasicSR's MultiStepRestartLR): as 'multistep', the lr set back to base x
+        restart_weights[i] at each of `restarts` (milestones then count from there).
+    Warmup multiplies these by min(1, (t + 1) / warmup_iter); with `warmup_style` 'basicsr' (BasicSR's schedulers)
+        it replaces them, as BasicSR sets the lr: base x (t + 1) / warmup_iter while t + 1 < warmup_iter, and a
+        'multistep_restart' schedule goes on from the last warm-up lr (BasicSR's scheduler multiplies the lr it
+        finds), so the lr after the warm-up is base x (warmup_iter - 1) / warmup_iter until a milestone or restart.
     kind 'cosine_decay' (DAT's, ATD's, DRCT's recipe): the warm-up rises to base, then a half cosine from base
         at `warmup_iter` to eta_min at `end_iter` (torch's CosineAnnealingLR when there is no warm-up);
         eta_min after it.
@@ -72,7 +78,7 @@ class IterationLR(LRScheduler):
                  end_iter: int = 0, pct_start: float = 0.3, div_factor: float = 25.0,
                  final_div_factor: float = 1e4, anneal: str = 'cos', decay_start: int = 0,
                  decay_shape: str = 'linear', decay_ratio: float = 0.0, explore_ratio: float = 0.0,
-                 last_epoch: int = -1, net: str = 'G'):
+                 restarts: Sequence[int] = (), warmup_style: str = 'scale', last_epoch: int = -1, net: str = 'G'):
         self.net = net  # whose `<net>_scheduler_*` keys built it, for the notes of `differences`
         self.kind = kind
         self.milestones = sorted(int(m) for m in milestones)
@@ -91,11 +97,15 @@ class IterationLR(LRScheduler):
         # the options decay_start comes from (wsd's, knee's), compared on resume by `differences`
         self.decay_ratio = float(decay_ratio)
         self.explore_ratio = float(explore_ratio)
+        self.restarts = [int(r) for r in restarts]
+        self.warmup_style = warmup_style
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr: float, t: int) -> float:
         """The lr of a group with base lr `base_lr` after `t` steps (the lr in force at iteration t + 1)."""
         warm = self.warmup_iter
+        if self.warmup_style == 'basicsr' or self.kind == 'multistep_restart':
+            return self._basicsr(base_lr, t)
         if self.kind in AFTER_WARMUP or self.kind in HOLD_THEN_DECAY:
             if warm > 0 and t < warm:
                 return base_lr * (t + 1) / warm
@@ -118,6 +128,25 @@ class IterationLR(LRScheduler):
         if warm > 0 and t < warm:
             lr *= (t + 1) / warm
         return lr
+
+    def _basicsr(self, base_lr: float, t: int) -> float:
+        """BasicSR's lr at iteration t + 1 (its `update_learning_rate`): the warm-up sets base x (t + 1) / warmup_iter
+        while t + 1 < warmup_iter; its CosineAnnealingRestartLR is a function of t; its MultiStepRestartLR multiplies
+        the lr in force (the last warm-up lr after a warm-up) by gamma at each milestone, and sets base x weight at
+        each restart."""
+        warm = self.warmup_iter
+        if warm > 1 and t + 1 < warm:
+            return base_lr * (t + 1) / warm
+        if self.kind == 'cosine':
+            return self._cosine(base_lr, t)
+        begin = warm - 1 if warm > 1 else 0  # the first step BasicSR's scheduler sets the lr at, after a warm-up
+        restarts = [r for r in self.restarts if begin <= r <= t]
+        if restarts:
+            r = max(restarts)
+            lr, counted = base_lr * self.restart_weights[self.restarts.index(r)], r
+        else:
+            lr, counted = (base_lr * (warm - 1) / warm if warm > 1 else base_lr), begin - 1
+        return lr * self.gamma ** sum(1 for m in self.milestones if counted < m <= t)
 
     def _decay(self, base_lr: float, s: int, span: int) -> float:
         if self.kind == 'exponential':
@@ -163,8 +192,8 @@ class IterationLR(LRScheduler):
             out.append(self.decay_start)
         if self.kind in HOLD_THEN_DECAY or self.kind in ('cosine_decay', 'linear_decay', 'onecycle'):
             out.append(self.end_iter)
-        if self.kind == 'multistep':
-            out += self.milestones
+        if self.kind in ('multistep', 'multistep_restart'):
+            out += self.milestones + self.restarts
         if self.kind == 'cosine' and isinstance(self.periods, list):
             out += [sum(self.periods[:i + 1]) for i in range(len(self.periods))]
         return sorted(set(out))
@@ -204,6 +233,16 @@ class IterationLR(LRScheduler):
                 f'options {show_value(getattr(self, attr))}; the options win'
                 for attr, key in self.OPTION_KEYS.items()
                 if attr in state_dict and not same_value(state_dict[attr], getattr(self, attr))]
+
+    # BasicSR's schedules' attributes (restarts, warm-up style) come from the options alone: left out of the saved
+    # state, which keeps the layout of every earlier checkpoint (only the step counter is restored anyway)
+    UNSAVED = ('restarts', 'warmup_style')
+
+    def state_dict(self) -> Dict[str, Any]:
+        state = super().state_dict()
+        for key in self.UNSAVED:
+            state.pop(key, None)
+        return state
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Continue the saved schedule's position on this schedule, and push its lrs into the optimizer.
@@ -292,7 +331,8 @@ def _decay_start(kwargs: Dict[str, Any], warmup: int, where: str) -> int:
 
 @SCHEDULERS.register('MultiStepLR', 'multistep', options={
     'milestones': Key([], (list,), _int_list, 'iterations at which the learning rate is multiplied by gamma'),
-    'gamma': Key(0.5, (int, float), positive, 'the factor at each milestone')})
+    'gamma': Key(0.5, (int, float), positive, 'the factor at each milestone')},
+    foreign=[Foreign('MultiStepLR', REDUX, defaults={'gamma': 0.1}, note='')])
 def _multistep(where: str, milestones: List[int], gamma: float) -> Dict[str, Any]:
     """Milestones are used in increasing order (as torch's MultiStepLR counts them); given in another order,
     one warning line says so, since an unordered list is more often a typo than a choice."""
@@ -343,7 +383,10 @@ END_ITER = Key(None, (int, type(None)),
 ETA_MIN = Key(0.0, (int, float), non_negative, 'the learning rate at the end of the decay')
 
 
-@SCHEDULERS.register('CosineAnnealingLR', 'cosine', options={'eta_min': ETA_MIN, 'total_iter': END_ITER})
+@SCHEDULERS.register('CosineAnnealingLR', 'cosine', options={'eta_min': ETA_MIN, 'total_iter': END_ITER},
+                     foreign=[Foreign('CosineAnnealingLR', REDUX, keys={'T_max': 'total_iter'},
+                                      note='torch\'s CosineAnnealingLR rises again after T_max; here the lr stays at '
+                                           'eta_min from T_max on')])
 def _cosine_decay(where: str, eta_min: float, total_iter: Optional[int]) -> Dict[str, Any]:
     """A half cosine from the base lr at the end of the warm-up to eta_min at total_iter (DAT's, ATD's, DRCT's
     recipe; torch's CosineAnnealingLR without a warm-up)."""
@@ -404,3 +447,38 @@ def _knee(where: str, explore_ratio: float, eta_min: float, total_iter: Optional
     """traiNNer-redux's KneeLR (Iyer et al., "Wide-minima density hypothesis and the explore-exploit learning rate
     schedule", JMLR 2023): the warm-up, the base lr until `explore_ratio` of the run, then linear to eta_min."""
     return {'kind': 'knee', 'explore_ratio': explore_ratio, 'eta_min': eta_min, 'end_iter': total_iter}
+
+
+# BasicSR's own schedulers (basicsr/models/lr_scheduler.py) with its warm-up (models/base_model.py
+# `update_learning_rate`): the lr BasicSR sets at every iteration, its warm-up included (`IterationLR._basicsr`).
+_RESTART_WEIGHTS = Key([1], (list,), help='the lr at each restart, relative to the base lr (one per restart)')
+
+
+@SCHEDULERS.register('MultiStepRestartLR', options={
+    'milestones': Key(REQUIRED, (list,), _int_list, 'iterations at which the learning rate is multiplied by gamma'),
+    'gamma': Key(0.1, (int, float), positive, 'the factor at each milestone'),
+    'restarts': Key([0], (list,), _int_list, 'iterations at which the lr goes back to base x its restart weight'),
+    'restart_weights': _RESTART_WEIGHTS},
+    foreign=[Foreign('MultiStepLR', BASICSR), Foreign('MultiStepRestartLR', BASICSR)])
+def _multistep_restart(where: str, milestones: List[int], gamma: float, restarts: List[int],
+                       restart_weights: List[float]) -> Dict[str, Any]:
+    """BasicSR's MultiStepRestartLR (what its `MultiStepLR` builds): gamma at each milestone, back to base x weight at
+    each restart; with BasicSR's warm-up, whose last lr the schedule goes on from."""
+    if len(restarts) != len(restart_weights):
+        raise UserError(f'{where}restart_weights: one weight per restart ({len(restarts)}), got {restart_weights!r}')
+    return {'kind': 'multistep_restart', 'gamma': gamma, 'milestones': sorted(milestones), 'restarts': restarts,
+            'restart_weights': restart_weights, 'warmup_style': 'basicsr'}
+
+
+@SCHEDULERS.register('CosineAnnealingRestartLR', options={
+    'periods': Key(REQUIRED, (list,), _periods, 'the length of each cosine cycle, in iterations'),
+    'restart_weights': _RESTART_WEIGHTS,
+    'eta_min': Key(0.0, (int, float), non_negative, 'the learning rate at the bottom of each cycle')},
+    foreign=[Foreign('CosineAnnealingRestartLR', BASICSR), Foreign('CosineAnnealingRestartLR', REDUX)])
+def _cosine_restart(where: str, periods: List[int], restart_weights: List[float], eta_min: float) -> Dict[str, Any]:
+    """BasicSR's CosineAnnealingRestartLR: a cosine from eta_min + weight x (base - eta_min) down to eta_min over
+    each period in turn (eta_min after the last), with BasicSR's warm-up (the base lr ramped, not the cosine)."""
+    if len(restart_weights) != len(periods):
+        raise UserError(f'{where}restart_weights: one weight per period ({len(periods)}), got {restart_weights!r}')
+    return {'kind': 'cosine', 'periods': list(periods), 'restart_weights': restart_weights, 'eta_min': eta_min,
+            'warmup_style': 'basicsr'}

@@ -18,7 +18,7 @@ import fnmatch
 import importlib
 import importlib.util
 import pkgutil
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 from utils.errors import UserError
 from utils.suggest import did_you_mean
@@ -40,11 +40,15 @@ class Registry:
         self.pattern = pattern
         self._members: Dict[str, Any] = {}
         self._options: Dict[str, Dict[str, Any]] = {}
+        self._foreign: Dict[str, List[Any]] = {}
         self._scanned = False
 
-    def register(self, *names: str, options: Optional[Mapping[str, Any]] = None) -> Callable[[T], T]:
+    def register(self, *names: str, options: Optional[Mapping[str, Any]] = None,
+                 foreign: Sequence[Any] = ()) -> Callable[[T], T]:
         """Decorator registering a class or function under one or more names; `options` declares the
-        keys it reads (for objects that cannot carry an `OPTIONS` attribute, such as torch's classes)."""
+        keys it reads (for objects that cannot carry an `OPTIONS` attribute, such as torch's classes);
+        `foreign`: the names other trainers' option files give it (utils/options/foreign.py `Foreign`),
+        declared for the first name."""
         def deco(obj: T) -> T:
             for name in names:
                 if name in self._members and self._members[name] is not obj:
@@ -52,6 +56,8 @@ class Registry:
                 self._members[name] = obj
                 if options is not None:
                     self._options[name] = dict(options)
+            if foreign:
+                self._foreign.setdefault(names[0], []).extend(foreign)
             return obj
         return deco
 
@@ -94,6 +100,12 @@ class Registry:
     def read(self, name: str, section: Mapping[str, Any], prefix: str, where: str) -> Dict[str, Any]:
         """Member `name`'s keys from a validated options `section`, where they are `<prefix><key>`, unprefixed."""
         return {key: section[prefix + key] for key in self.options(name, where)}
+
+    def foreign(self) -> Dict[str, List[Any]]:
+        """{member name: the names other trainers give it} (`register(foreign=...)`), every member module
+        imported first: what the readers of other trainers' option files look names up in."""
+        self._import_all()
+        return {name: list(f) for name, f in self._foreign.items()}
 
     def names(self) -> List[str]:
         """Every registered name, importing all member modules first."""

@@ -49,7 +49,7 @@ class DatasetBlindSR(ImageDataset):
     }
 
     def check_options(self) -> None:
-        opt, where = self.opt, self.where
+        opt = self.opt
         self.scale = opt['scale']
         self.lq_patchsize = opt['lq_patchsize']
         self.degradation = opt['degradation_type']

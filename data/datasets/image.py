@@ -18,6 +18,7 @@ The options check each value alone (the `Key`s in OPTIONS, utils/options/checks.
 dataset checks what relates several keys and the header of every file when it is built (data/checks.py), so a
 bad value or file ends the run at start-up with one line per problem.
 """
+import os
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -35,8 +36,8 @@ from data.registry import DATASETS
 from data.sampler import parse_key
 from metrics.fidelity import metric_border
 from utils.errors import UserError
-from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, image_peak, imread_uint, imresize_bicubic, list_images,
-                         to_float_image, uint8_tensor)
+from utils.image import (IMG_EXTENSIONS, bgr_to_rgb, image_peak, imread_uint, imresize_bicubic, is_image_file,
+                         list_images, to_float_image, uint8_tensor)
 from utils.options import REQUIRED, Key, at_least, one_of
 from utils.paths import folder_problem
 
@@ -46,11 +47,24 @@ PATCH_PROBLEM = 'smaller than the training patch'
 
 
 def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
-    """Sorted image paths of the folder in option `key`; UserError if missing or empty."""
+    """Sorted image paths of the folder in option `key` (of each folder in turn, for a list of folders, as
+    traiNNer-redux's files give several); UserError if one is missing or empty."""
+    return [path for folder in folders(opt, key) for path in folder_images(opt, key, folder)]
+
+
+def folders(opt: Dict[str, Any], key: str) -> List[str]:
+    """The folder(s) of option `key`: one path, or a non-empty list of them."""
+    value = opt[key]
+    given = value if isinstance(value, list) and value else [value]
+    for folder in given:
+        if not isinstance(folder, str) or not folder:
+            raise UserError(f'{opt["_where"]}.{key}: expected a folder path or a list of them, got {value!r}')
+    return given
+
+
+def folder_images(opt: Dict[str, Any], key: str, folder: str) -> List[str]:
+    """Sorted image paths of one folder of option `key`."""
     where = f'{opt["_where"]}.{key}'
-    folder = opt[key]
-    if not isinstance(folder, str) or not folder:
-        raise UserError(f'{where}: expected a folder path, got {folder!r}')
     problem = folder_problem(folder)
     if problem:
         raise UserError(f'{where}: {problem}')
@@ -58,6 +72,28 @@ def list_folder(opt: Dict[str, Any], key: str) -> List[str]:
     if not paths:
         raise UserError(f'{where}: no images ({", ".join(IMG_EXTENSIONS)}) in {folder}')
     return paths
+
+
+META_INFO_FILE = Key(None, (str, type(None)), help='a text file listing the HR images (BasicSR\'s meta info: the '
+                     'first word of each line, relative to dataroot_H; null: every image of the folder)')
+
+
+def meta_info_images(opt: Dict[str, Any], folder: str) -> List[str]:
+    """The images of `folder` that the file of option `meta_info_file` names (BasicSR's meta info files: the first
+    word of each line), in its order; UserError naming the key for an unreadable file or a listed non-image."""
+    path, where = opt['meta_info_file'], f'{opt["_where"]}.meta_info_file'
+    try:
+        with open(path, encoding='utf-8') as f:
+            names = [line.split(' ')[0].strip() for line in f if line.strip()]
+    except OSError as e:
+        raise UserError(f'{where}: cannot read {path}: {e.strerror}') from None
+    missing = [n for n in names if not is_image_file(n) or not os.path.isfile(os.path.join(folder, n))]
+    if missing:
+        raise UserError(f'{where}: {path} lists {missing[0]}, which is not an image in {folder}'
+                        + (f' ({len(missing)} such lines)' if len(missing) > 1 else ''))
+    if not names:
+        raise UserError(f'{where}: {path} lists no images')
+    return names
 
 
 # Keys every image dataset takes beside its own: its folders, augmentation, scoring conventions, cache_data.
@@ -105,14 +141,7 @@ class ImageDataset(Dataset):
         self.where = opt['_where']
         self.train = opt['phase'] == 'train'
         self.check_options()
-        self.paths_H = list_folder(opt, 'dataroot_H')
-        self.paths_L: Optional[List[str]] = None
-        if opt['dataroot_L'] or self.needs_L:
-            self.paths_L = list_folder(opt, 'dataroot_L')
-            if len(self.paths_L) != len(self.paths_H):
-                raise UserError(f'{self.where}.dataroot_L: {len(self.paths_L)} images in '
-                                f'{opt["dataroot_L"]} but {len(self.paths_H)} in {opt["dataroot_H"]}; '
-                                'the folders must pair up one to one')
+        self.paths_H, self.paths_L = self.list_files()
         self.files_checked_for_training = False
         self.check_files()
         paths = self.paths_H + (self.paths_L or [])
@@ -121,6 +150,19 @@ class ImageDataset(Dataset):
         self.cache: Optional[FrameCache] = cache_frames(
             opt['cache_data'], frame_shapes(paths, self.header_sizes, self.n_channels), self._decode, self.where,
             {p: np.dtype(np.uint16) for p, bits in depths.items() if bits == 16})
+
+    def list_files(self) -> Tuple[List[str], Optional[List[str]]]:
+        """(the high-quality images, the low-quality ones paired with them in order, or None when L is made from H):
+        the folders' images in sorted order, which must pair up one to one."""
+        opt = self.opt
+        paths_H = list_folder(opt, 'dataroot_H')
+        if not (opt['dataroot_L'] or self.needs_L):
+            return paths_H, None
+        paths_L = list_folder(opt, 'dataroot_L')
+        if len(paths_L) != len(paths_H):
+            raise UserError(f'{self.where}.dataroot_L: {len(paths_L)} images in {opt["dataroot_L"]} but '
+                            f'{len(paths_H)} in {opt["dataroot_H"]}; the folders must pair up one to one')
+        return paths_H, paths_L
 
     def check_options(self) -> None:
         """What relates several option values, at construction (the options check each value alone)."""

@@ -18,14 +18,15 @@ only trains: a test section uses paired folders (`sr` or `plain` with `dataroot_
 validates on fixed LR images.
 """
 import json
+import os
 import random
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from data.checks import Size, fmt
-from data.datasets.image import IMAGE_OPTIONS, ImageDataset, scale
+from data.datasets.image import IMAGE_OPTIONS, META_INFO_FILE, ImageDataset, folders, meta_info_images, scale
 from data.datasets.transforms import random_crop
 from data.degradations.batch_transforms import TRANSFORM_KEY
 from data.degradations.realesrgan import (KERNEL_KEYS, KERNEL_KINDS, MIN_KERNEL_SIZE, PLAN_KEY, USM_RADIUS,
@@ -34,7 +35,8 @@ from data.patches import fits, indivisible, patch_hw, patch_key, shown, warn_if_
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, uint8_tensor
-from utils.options import Check, Key, at_least, between, only, rule
+from utils.options import REQUIRED, Check, Key, at_least, between, only, rule
+from utils.options.foreign import BASICSR, Foreign, Only
 
 PROBABILITY = between(0, 1, 'a probability')
 
@@ -121,12 +123,20 @@ def _stage_keys(suffix: str, sigma: list, noise: list, poisson: list, resize_pro
     }
 
 
-@DATASETS.register('realesrgan')
+# BasicSR's RealESRGANDataset (its RealESRNetModel / RealESRGANModel read the second stage's keys and gt_size at the
+# top level: the reader of its files moves them here); its kernel keys have the same names here
+FOREIGN = [Foreign('RealESRGANDataset', BASICSR, keys={'dataroot_gt': 'dataroot_H', 'meta_info': 'meta_info_file'},
+                   unneeded={'io_backend': Only({'type': 'disk'}, 'images are read from files')})]
+
+
+@DATASETS.register('realesrgan', foreign=FOREIGN)
 class DatasetRealESRGAN(ImageDataset):
     """Real-ESRGAN's training data: GT patches and a random second-order degradation plan, applied on the device."""
 
     OPTIONS = {
         **IMAGE_OPTIONS,
+        'dataroot_H': Key(REQUIRED, (str, list), help='folder (or list of folders) of the high-quality (target) images'),
+        'meta_info_file': META_INFO_FILE,
         'dataroot_L': Key(None, (str, type(None)), only(None, 'realesrgan makes L from H on the device; validate on '
                                                           'paired folders in datasets.test (dataset_type sr)')),
         'n_channels': Key(3, (int,), only(3, 'the Real-ESRGAN degradations are colour')),
@@ -192,6 +202,15 @@ class DatasetRealESRGAN(ImageDataset):
     def _warn_if_tiny(self) -> None:
         """The network's training input is gt_size / scale."""
         warn_if_tiny(f'{self.where}.gt_size', f'{shown(self.gt_size)} / scale {self.scale}', self.gt_size, self.scale)
+
+    def list_files(self) -> Tuple[List[str], Optional[List[str]]]:
+        """The GT images: of the folder(s), or those the meta info file lists (BasicSR's `meta_info`)."""
+        if self.opt['meta_info_file'] is None:
+            return super().list_files()
+        roots = folders(self.opt, 'dataroot_H')
+        if len(roots) > 1:
+            raise UserError(f'{self.where}.meta_info_file: lists the images of one dataroot_H folder; give one folder')
+        return [os.path.join(roots[0], name) for name in meta_info_images(self.opt, roots[0])], None
 
     def _single_problem(self, size: Size, train: bool) -> Optional[Tuple[str, str]]:
         """A training image at least gt_size wide and high (smaller than crop_pad_size: padded, as in BasicSR)."""

@@ -32,6 +32,7 @@ from data.patches import divided, patch_hw
 from data.registry import DATASETS
 from utils.errors import UserError
 from utils.image import bgr_to_rgb, imread_uint, list_images
+from utils.options.foreign import Foreign, Only
 from utils.options import REQUIRED, Key, one_of, rule
 
 REDS_VAL_PARTITIONS = {
@@ -40,7 +41,8 @@ REDS_VAL_PARTITIONS = {
 }
 
 
-@DATASETS.register('VideoRecurrentTrainDataset', 'video_train', 'REDSRecurrentDataset')
+@DATASETS.register('VideoRecurrentTrainDataset', 'video_train', 'REDSRecurrentDataset',
+                   foreign=[Foreign('REDSRecurrentDataset', unneeded={'dataroot_flow': None})])
 class VideoRecurrentTrainDataset(TrainingWindows):
     """Random `num_frame`-frame crops around every frame of the listed clips (GoPro/REDS training; BasicSR calls
     it REDSRecurrentDataset: BasicVSR, IconVSR, BasicVSR++ train on 15/30-frame windows of it).
@@ -225,7 +227,7 @@ class VideoRecurrentTrainDataset(TrainingWindows):
         return stack_tensor(out[:n]), stack_tensor(out[n:])
 
 
-@DATASETS.register('REDSDataset')
+@DATASETS.register('REDSDataset', foreign=[Foreign('REDSDataset')])
 class REDSDataset(VideoRecurrentTrainDataset):
     """EDVR's training set (BasicSR's REDSDataset): `num_frame` (odd) LQ frames centred on a frame of the clip,
     with the GT of the centre frame only (H is C×H×W): the sliding-window networks restore one frame.
@@ -264,7 +266,16 @@ class REDSDataset(VideoRecurrentTrainDataset):
         return {'L': L, 'H': H[0], 'key': item_key, 'folder': clip}
 
 
-@DATASETS.register('VideoRecurrentTestDataset', 'video_test')
+# BasicSR's VideoTestDataset (EDVR's validation): whole clips, each frame restored from netG.num_frame frames around it
+# (the model's sliding window, padded at the clip's ends by val.padding)
+_SCORED_WHOLE = Only(0, 'clips are scored whole here (no border cropped)')
+_TEST_FOREIGN = [Foreign('VideoRecurrentTestDataset', unneeded={'crop_border': _SCORED_WHOLE}),
+                 Foreign('VideoTestDataset', keys={'padding': '/val.padding'},
+                         unneeded={'crop_border': _SCORED_WHOLE, 'num_frame': Only(
+                             (1, 3, 5, 7, 9), 'the window is netG.num_frame; whole clips are tested')})]
+
+
+@DATASETS.register('VideoRecurrentTestDataset', 'video_test', foreign=_TEST_FOREIGN)
 class VideoRecurrentTestDataset(WholeClips):
     """One whole clip per index: every clip folder of dataroot_lq with its GT (and spike) frames.
 
@@ -280,6 +291,8 @@ class VideoRecurrentTestDataset(WholeClips):
         'dataroot_lq': REQUIRED,
         'io_backend': IO_BACKEND_DISK,
         'num_frame': Key(-1, (int,), all_or_first('clips')),
+        'meta_info_file': Key(None, (str, type(None)), help='a text file naming the clips to test (BasicSR\'s meta info: '
+                              'the first word of each line; null: every clip folder of dataroot_lq)'),
         'cache_data': CACHE_DATA,  # decoded frames in RAM, one copy per node (spike streams are read per item)
         'sigma': NOISE_STD,            # KAIR's non-blind denoising test (VRT 008): L = GT + noise + level map
         **SPIKE_OPTIONS,
@@ -299,7 +312,7 @@ class VideoRecurrentTestDataset(WholeClips):
         spike_root = check_folder(opt['dataroot_spike'], f'{p}.dataroot_spike') if self.spike else None
 
         self.clips: List[Tuple[str, List[str], List[str], List[str]]] = []
-        for clip_dir in sorted(d for d in lq_root.iterdir() if d.is_dir()):
+        for clip_dir in self._clip_folders(lq_root):
             clip = clip_dir.name
             lq_paths = [str(x) for x in list_images(str(clip_dir))]
             if not lq_paths:
@@ -326,6 +339,25 @@ class VideoRecurrentTestDataset(WholeClips):
         cached = [path for _, lqs, gts, _ in self.clips for path in (gts if self.sigma is not None else gts + lqs)]
         self.cache = cache_frames(opt['cache_data'], frame_shapes(cached, self.header_sizes, 3),
                                   lambda path: imread_uint(path, 3, icc=opt['icc']), p)
+
+    def _clip_folders(self, lq_root: Any) -> List[Any]:
+        """The clip folders of dataroot_lq to test: all of them, or those `meta_info_file` names (BasicSR's
+        VideoTestDataset: REDS4's four clips of the training folder)."""
+        folders = sorted(d for d in lq_root.iterdir() if d.is_dir())
+        path = self.opt['meta_info_file']
+        if path is None:
+            return folders
+        try:
+            with open(path, encoding='utf-8') as f:
+                names = list(dict.fromkeys(line.split(' ')[0].split('/')[0].strip() for line in f if line.strip()))
+        except OSError as e:
+            raise UserError(f'{self.prefix}.meta_info_file: cannot read {path}: {e.strerror}') from None
+        by_name = {d.name: d for d in folders}
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise UserError(f'{self.prefix}.meta_info_file: {path} names clip {missing[0]}, which is not a folder of '
+                            f'{lq_root}')
+        return [by_name[n] for n in names]
 
     def check_files(self) -> None:
         """Header and size of every frame and spike file of every clip (see check_frames)."""

@@ -46,6 +46,7 @@ from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.logger import get_logger
+from utils.options.foreign import Foreign
 from utils.options import REQUIRED, Key, at_least, only, rule
 
 Size = Tuple[int, int]
@@ -253,7 +254,7 @@ class VideoRecurrentTrainVimeoDataset(TrainingWindows):
                 'key': seq, 'folder': seq}
 
 
-@DATASETS.register('Vimeo90KRecurrentDataset')
+@DATASETS.register('Vimeo90KRecurrentDataset', foreign=[Foreign('Vimeo90KRecurrentDataset')])
 class Vimeo90KRecurrentDataset(VideoRecurrentTrainVimeoDataset):
     """BasicSR's Vimeo-90K training set for recurrent networks (BasicVSR, IconVSR), with its keys: every frame of
     each septuplet (`num_frame` -1, BasicSR's "not needed", or 7) and `flip_sequence`, the clip followed by its

@@ -28,6 +28,7 @@ from models.networks.edvr import PCDAlignment, PyramidAlignFuse, TSAFusion, lrel
 from models.networks.layers.basicsr import ConvResidualBlocks, ResidualBlockNoBN, residual_blocks
 from models.networks.layers.flow import SpyNet, flow_warp
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 from utils.checkpoint import load as load_checkpoint, unwrap_params
 from utils.errors import UserError
 
@@ -114,7 +115,7 @@ def _check_frames(x: torch.Tensor, least: int, name: str) -> None:
                          f'got {x.shape[-2]}x{x.shape[-1]}')
 
 
-@NETWORKS.register('basicvsr')
+@NETWORKS.register('basicvsr', foreign=[Foreign('BasicVSR')])
 class BasicVSR(UpsampleX4):
     """BasicVSR with BasicSR's keywords: `num_feat` channels, `num_block` residual blocks per branch,
     `spynet_path` a local SpyNet weights file (null: SpyNet starts random; nothing is downloaded)."""
@@ -188,7 +189,7 @@ class EDVRFeatureExtractor(PyramidAlignFuse):
         return self.align_and_fuse(lrelu(self.conv_first(x.reshape(n * t, c, h, w))), n, t)
 
 
-@NETWORKS.register('iconvsr')
+@NETWORKS.register('iconvsr', foreign=[Foreign('IconVSR')])
 class IconVSR(UpsampleX4):
     """IconVSR with BasicSR's keywords: keyframes every `keyframe_stride` frames (and the last), each refilled by
     the EDVR extractor over `temporal_padding` frames on each side (the clip mirrored at its ends as BasicSR does:

@@ -35,6 +35,7 @@ from models.networks.layers.basicsr import ConvResidualBlocks, ResidualBlockNoBN
 from models.networks.layers.deform_conv import ModulatedDeformConvPack
 from models.networks.layers.flow import SpyNet, flow_warp
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 from utils.errors import UserError
 
 BRANCHES = ('backward_1', 'forward_1', 'backward_2', 'forward_2')
@@ -78,7 +79,7 @@ class SecondOrderDeformableAlignment(ModulatedDeformConvPack):
         return self.deform(x, torch.cat([off_1, off_2], 1), torch.sigmoid(mask))
 
 
-@NETWORKS.register('basicvsrpp')
+@NETWORKS.register('basicvsrpp', foreign=[Foreign('BasicVSRPlusPlus')])
 class BasicVSRPlusPlus(nn.Module):
     """BasicVSR++ with BasicSR's keywords: `mid_channels`, `num_blocks` per propagation branch,
     `max_residue_magnitude`, `is_low_res_input`, `spynet_path` (a local SpyNet weights file; null: random),

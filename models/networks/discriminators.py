@@ -18,6 +18,7 @@ from torch.nn.utils import spectral_norm
 
 from models.networks.layers.kair import conv, sequential
 from models.registry import NETWORKS
+from utils.options.foreign import BASICSR, REDUX, Foreign
 from utils.errors import UserError
 
 PATCHGAN_NORM_TYPES = ('batch', 'instance', 'spectral', 'batchspectral', 'instancespectral', 'none')
@@ -186,7 +187,10 @@ class DiscriminatorPatchGAN(nn.Module):
         return self.model(x)
 
 
-@NETWORKS.register('discriminator_unet')
+@NETWORKS.register('discriminator_unet', foreign=[
+    Foreign(name, trainer, keys={'num_in_ch': 'in_nc', 'num_feat': 'base_nc'}, passthrough=False,
+            unneeded={'skip_connection': True}) for name, trainer in (('UNetDiscriminatorSN', BASICSR),
+                                                                      ('UNetDiscriminatorSN', REDUX))])
 class DiscriminatorUNet(nn.Module):
     """Real-ESRGAN's U-Net discriminator with spectral norm (Wang et al., ICCVW 2021), used by BSRGAN
     and SwinIR's real-world GAN training: it gives one logit per pixel (an HxW map), so it judges both

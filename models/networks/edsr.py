@@ -12,6 +12,7 @@ from torch import nn
 
 from models.networks.layers.basicsr import ResidualSR
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 
 DIV2K_MEAN = (0.4488, 0.4371, 0.4040)
 
@@ -30,7 +31,7 @@ class ResidualBlockNoBN(nn.Module):
         return x + self.conv2(self.relu(self.conv1(x))) * self.res_scale
 
 
-@NETWORKS.register('edsr')
+@NETWORKS.register('edsr', foreign=[Foreign('EDSR')])
 class EDSR(ResidualSR):
     """Super-resolution by `upscale` (inherited from the top-level scale): 2^n or 3."""
 

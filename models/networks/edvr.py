@@ -22,6 +22,7 @@ from torch import nn
 from models.networks.layers.basicsr import ResidualBlockNoBN, residual_blocks
 from models.networks.layers.deform_conv import ModulatedDeformConvPack
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 from utils.errors import UserError
 
 LEVELS = ('l3', 'l2', 'l1')  # coarse to fine: the order the offsets are refined in (and BasicSR's key order)
@@ -210,7 +211,7 @@ class PyramidAlignFuse(nn.Module):
         return self.fusion(aligned.flatten(1, 2))
 
 
-@NETWORKS.register('edvr')
+@NETWORKS.register('edvr', foreign=[Foreign('EDVR')])
 class EDVR(PyramidAlignFuse):
     """EDVR with BasicSR's constructor keywords. `center_frame_idx` null is the middle frame; `with_tsa` false
     fuses by one 1×1 conv (the first training stage of the recipe); `hr_in` needs `with_predeblur` (the only

@@ -12,6 +12,7 @@ from torch import nn
 
 from models.networks.rrdbnet import RRDB
 from models.registry import NETWORKS
+from utils.options.foreign import REDUX, Foreign
 from utils.errors import UserError
 
 UNSHUFFLE = {1: 4, 2: 2, 4: 1}  # scale → pixel-unshuffle factor before the x4 network
@@ -20,7 +21,17 @@ UNSHUFFLE = {1: 4, 2: 2, 4: 1}  # scale → pixel-unshuffle factor before the x4
 BASICSR_NAMES = ('rdb1', 'rdb2', 'rdb3')  # BasicSR's names of an RRDB's dense blocks (KAIR: RDB1..3)
 
 
-@NETWORKS.register('esrgan')
+# traiNNer-redux's esrgan presets build spandrel's ESRGAN, the same network under the old ESRGAN parameter names
+# (model.0.weight, ...): trained here, its weights carry BasicSR's names (conv_first, body.0.rdb1, ...)
+_REDUX_KEYS = {'scale': 'scale', 'in_nc': 'num_in_ch', 'out_nc': 'num_out_ch', 'num_filters': 'num_feat', 'num_blocks': 'num_block'}
+_REDUX_NOTE = 'built as BasicSR\'s RRDBNet (the same network; weight names conv_first, body.N.rdbM..., not model.N...)'
+
+
+@NETWORKS.register('esrgan', foreign=[
+    Foreign('RRDBNet'),
+    *[Foreign(name, REDUX, keys=_REDUX_KEYS, defaults=defaults, unneeded={'use_pixel_unshuffle': True},
+              passthrough=False, note=_REDUX_NOTE)
+      for name, defaults in (('esrgan', {}), ('esrgan_lite', {'num_filters': 32, 'num_blocks': 12}))]])
 class RRDBNetBasicSR(nn.Module):
     """Super-resolution by `scale` in {1, 2, 4} (BasicSR's keyword; give the top-level scale's value)."""
 

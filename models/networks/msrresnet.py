@@ -1,6 +1,8 @@
 """MSRResNet (KAIR `msrresnet1` = BasicSR `MSRResNet_wo_bn`): SRResNet without BN plus a bilinear skip.
 
-Attribute names follow BasicSR/KAIR so their checkpoints load unchanged.
+Attribute names follow BasicSR/KAIR so their checkpoints load unchanged: `msrresnet1` has KAIR's and the released
+BasicSR MSRResNet_x4 checkpoint's (`recon_trunk`, `HRconv`), `msrresnet` BasicSR 1.4.2's (`body`, `conv_hr`, with its
+keywords), what BasicSR's option files build.
 """
 import torch
 import torch.nn.functional as F
@@ -8,6 +10,7 @@ from torch import nn
 
 from models.networks.layers.init import scaled_kaiming_
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 from utils.errors import UserError
 
 
@@ -52,10 +55,34 @@ class MSRResNet(nn.Module):
         if upscale == 4:
             scaled_kaiming_([self.upconv2], 0.1)
 
+    def trunk(self) -> nn.Module:
+        return self.recon_trunk
+
+    def hr_conv(self) -> nn.Module:
+        return self.HRconv
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.recon_trunk(self.lrelu(self.conv_first(x)))
+        out = self.trunk()(self.lrelu(self.conv_first(x)))
         out = self.lrelu(self.pixel_shuffle(self.upconv1(out)))
         if self.upscale == 4:
             out = self.lrelu(self.pixel_shuffle(self.upconv2(out)))
-        out = self.conv_last(self.lrelu(self.HRconv(out)))
+        out = self.conv_last(self.lrelu(self.hr_conv()(out)))
         return out + F.interpolate(x, scale_factor=self.upscale, mode='bilinear', align_corners=False)
+
+
+@NETWORKS.register('msrresnet', foreign=[Foreign('MSRResNet')])
+class MSRResNetBasicSR(MSRResNet):
+    """The same network with BasicSR 1.4.2's keywords and parameter names (`body`, `conv_hr`): `upscale` 2, 3 or 4."""
+
+    def __init__(self, num_in_ch: int = 3, num_out_ch: int = 3, num_feat: int = 64, num_block: int = 16,
+                 upscale: int = 4):
+        super().__init__(num_in_ch, num_out_ch, num_feat, num_block, upscale)
+        # the same modules under BasicSR's names, in the same places of the state_dict
+        renamed = {'recon_trunk': 'body', 'HRconv': 'conv_hr'}
+        self._modules = type(self._modules)((renamed.get(k, k), v) for k, v in self._modules.items())
+
+    def trunk(self) -> nn.Module:
+        return self.body
+
+    def hr_conv(self) -> nn.Module:
+        return self.conv_hr

@@ -17,6 +17,7 @@ from models.networks.edsr import DIV2K_MEAN
 from models.networks.layers.basicsr import ResidualSR
 from models.networks.layers.rename import renamed
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 
 # BasicSR's names (ours) → the original code's; {num_block}: the index of a group's closing conv after its RCABs,
 # {num_group}: that of the conv after the body, after the groups
@@ -71,7 +72,7 @@ class ResidualGroup(nn.Module):
         return x + self.conv(self.residual_group(x))
 
 
-@NETWORKS.register('rcan')
+@NETWORKS.register('rcan', foreign=[Foreign('RCAN')])
 class RCAN(ResidualSR):
     """Super-resolution by `upscale` (inherited from the top-level scale): 2^n or 3."""
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.registry import NETWORKS
+from utils.options.foreign import Foreign
 from utils.errors import UserError
 
 LAYER_NORM_TYPES = ('WithBias', 'BiasFree')
@@ -116,7 +117,7 @@ class Resample(nn.Module):
         return self.body(x)
 
 
-@NETWORKS.register('restormer')
+@NETWORKS.register('restormer', foreign=[Foreign('Restormer')])
 class Restormer(nn.Module):
     """Image restoration at the input's size (H, W multiples of 8). `dual_pixel_task`: the two
     dual-pixel views come in as 6 channels and the output has no image residual (a skip conv of the

@@ -20,6 +20,7 @@ from torch import nn
 
 from models.registry import NETWORKS
 from utils.errors import UserError
+from utils.options.foreign import BASICSR, REDUX, Foreign, Only, Refusal
 
 SPANDREL_REQUIREMENT = 'spandrel==0.4.2'
 
@@ -39,6 +40,8 @@ class Architecture:
     variants: Tuple[str, ...] = ()  # every class `choose` can pick (`cls` is the first)
     # (built module, our kwargs) → the module to use: what the constructor does not do (NAFNet's TLC)
     finish: Optional[Callable[..., nn.Module]] = None
+    # the names BasicSR-format files give it (the official repositories' class names, traiNNer-redux's presets)
+    foreign: Tuple[Foreign, ...] = ()
 
     def load(self, cls: Optional[str] = None) -> type:
         """spandrel's class `cls` (default: `self.cls`), importing spandrel; a UserError when spandrel is not
@@ -103,7 +106,7 @@ def spandrel_network(arch: Architecture) -> type:
     cls = type(name, (), {'__new__': __new__, '__init__': LazySignature(arch), 'architecture': arch,
                           '__doc__': f'{arch.paper} (spandrel\'s {arch.package}.{arch.cls}; original code: '
                                      f'{arch.licence}).', '__module__': __name__})
-    return NETWORKS.register(arch.net_type)(cls)
+    return NETWORKS.register(arch.net_type, foreign=arch.foreign)(cls)
 
 
 def realplksr_kwargs(*, in_ch: int = 3, out_ch: int = 3, dim: int = 64, n_blocks: int = 28,
@@ -215,6 +218,33 @@ def realcugan_class(*, scale: int = 2, **_: Any) -> str:
     return f'UpCunet{scale}x'
 
 
+def official(*names: str, **extra: Any) -> Tuple[Foreign, ...]:
+    """The class names the official repositories' BasicSR-format files write (`type: HAT`), with the constructor's
+    own keywords."""
+    return tuple(Foreign(name, BASICSR, **extra) for name in names)
+
+
+def redux(scale_key: str, presets: Dict[str, Dict[str, Any]], **extra: Any) -> Tuple[Foreign, ...]:
+    """traiNNer-redux's registry functions for this architecture (`type: hat_m`): each is spandrel's class with its
+    own defaults (`presets`: {name: the defaults that differ from spandrel's}), the top-level scale as
+    `scale_key`. Facts read from traiNNer-redux's traiNNer/archs/*_arch.py (Apache-2.0)."""
+    keys = {'scale': scale_key, **extra.pop('keys', {})}
+    return tuple(Foreign(name, REDUX, keys=keys, defaults=defaults, **extra) for name, defaults in presets.items())
+
+
+_SIXES = [6] * 6
+_TWELVE = [6] * 12
+_CHECKPOINT = Only((False, True), 'activation checkpointing changes memory, not the network')
+_MOSR_UPSAMPLERS = {'pixelshuffle': 'ps', 'dysample': 'dys', 'geoensemblepixelshuffle': 'gps'}
+
+
+def _mosr_upsampler(value: Any) -> str:
+    """traiNNer-redux's MoSR upsampler names → spandrel's."""
+    if value not in _MOSR_UPSAMPLERS:
+        raise Refusal(f'MoSR upsamplers: {", ".join(_MOSR_UPSAMPLERS)}')
+    return _MOSR_UPSAMPLERS[value]
+
+
 APACHE = 'Apache-2.0'
 # Read second-hand: neosr's table of the licences of the code it took in; the repositories hold no licence file.
 NEOSR_APACHE = 'Apache-2.0 (as neosr\'s licence table lists it; no licence file in the repository)'
@@ -222,62 +252,111 @@ NEOSR_APACHE = 'Apache-2.0 (as neosr\'s licence table lists it; no licence file 
 NO_LICENCE = 'not stated (no licence file or statement in the repository)'
 ARCHITECTURES: List[Architecture] = [
     Architecture('hat', 'HAT', 'HAT', 'Chen et al., Activating More Pixels in Image Super-Resolution Transformer, '
-                 'CVPR 2023', APACHE),
+                 'CVPR 2023', APACHE, foreign=official('HAT') + redux('upscale', {
+                     'hat_s': dict(embed_dim=144, depths=_SIXES, num_heads=_SIXES, window_size=16, compress_ratio=24,
+                                   squeeze_factor=24, mlp_ratio=2.0),
+                     'hat_m': dict(embed_dim=180, depths=_SIXES, num_heads=_SIXES, window_size=16, mlp_ratio=2.0),
+                     'hat_l': dict(embed_dim=180, depths=_TWELVE, num_heads=_TWELVE, window_size=16, mlp_ratio=2.0)})),
     Architecture('dat', 'DAT', 'DAT', 'Chen et al., Dual Aggregation Transformer for Image Super-Resolution, '
-                 'ICCV 2023', APACHE),
+                 'ICCV 2023', APACHE, foreign=official('DAT') + redux('upscale', {
+                     'dat': dict(split_size=[8, 32], depth=_SIXES, num_heads=_SIXES),
+                     'dat_2': dict(split_size=[8, 32], depth=_SIXES, num_heads=_SIXES, expansion_factor=2),
+                     'dat_s': dict(split_size=[8, 16], depth=_SIXES, num_heads=_SIXES, expansion_factor=2),
+                     'dat_2_l': dict(split_size=[8, 32], depth=_TWELVE, num_heads=_TWELVE, expansion_factor=2),
+                     'dat_light': dict(split_size=[8, 32], depth=[18], embed_dim=60, num_heads=[6], expansion_factor=2,
+                                       resi_connection='3conv')}, unneeded={'unshuffle_mod': False})),
     Architecture('span', 'SPAN', 'SPAN', 'Wan et al., Swift Parameter-free Attention Network for Efficient '
-                 'Super-Resolution, CVPRW 2024', APACHE),
+                 'Super-Resolution, CVPRW 2024', APACHE, foreign=official('SPAN') + redux('upscale', {
+                     name: dict(num_in_ch=3, num_out_ch=3, feature_channels=width, norm=False)
+                     for name, width in (('span', 52), ('span_s', 48), ('span_f32', 32), ('span_f64', 64),
+                                         ('span_f96', 96))}, unneeded={'num_blocks': 6})),
     Architecture('plksr', 'PLKSR', 'PLKSR', 'Lee et al., Partial Large Kernel CNNs for Efficient '
-                 'Super-Resolution, arXiv 2024', 'MIT'),
+                 'Super-Resolution, arXiv 2024', 'MIT', foreign=official('PLKSR') + redux('upscaling_factor', {
+                     'plksr': dict(ccm_type='DCCM'),
+                     'plksr_tiny': dict(n_blocks=12, ccm_type='DCCM', kernel_size=13, use_ea=False)})),
     Architecture('realplksr', 'PLKSR', 'RealPLKSR', 'RealPLKSR (community variant of PLKSR, neosr / '
-                 'traiNNer-redux; no paper)', APACHE, realplksr_kwargs),
+                 'traiNNer-redux; no paper)', APACHE, realplksr_kwargs, foreign=official('RealPLKSR') + redux('upscaling_factor', {
+                     'realplksr': {}, 'realplksr_tiny': dict(n_blocks=12, kernel_size=13, use_ea=False),
+                     'realplksr_large': dict(dim=96)})),
     Architecture('srvggnet', 'Compact', 'Compact', 'Wang et al., Real-ESRGAN (compact SRVGGNet), ICCVW 2021',
-                 'BSD-3-Clause'),
+                 'BSD-3-Clause', foreign=official('SRVGGNetCompact') + redux('upscale', {
+                     'compact': {}, 'ultracompact': dict(num_conv=8), 'superultracompact': dict(num_feat=24, num_conv=8)},
+                     unneeded={'learn_residual': True})),
     Architecture('nafnet', 'NAFNet', 'NAFNet', 'Chen et al., Simple Baselines for Image Restoration, ECCV 2022 '
                  '(`tlc`: Chu et al., Improving Image Restoration by Revisiting Global Information Aggregation, '
-                 'ECCV 2022)', 'MIT', nafnet_kwargs, finish=nafnet_tlc),
+                 'ECCV 2022)', 'MIT', nafnet_kwargs, finish=nafnet_tlc, foreign=official('NAFNet') + (Foreign('NAFNetLocal', BASICSR, defaults={'tlc': True},
+                                          unneeded={'fast_imp': False},
+                                          keys={'train_size': 'tlc'}, convert={'train_size': lambda v: list(v)[-2:]}),)),
     Architecture('omnisr', 'OmniSR', 'OmniSR', 'Wang et al., Omni Aggregation Networks for Lightweight Image '
-                 'Super-Resolution, CVPR 2023', 'MIT'),
+                 'Super-Resolution, CVPR 2023', 'MIT', foreign=official('OmniSR') + redux('up_scale', {'omnisr': dict(res_num=5)})),
     Architecture('atd', 'ATD', 'ATD', 'Zhang et al., Transcending the Limit of Local Window: Advanced '
-                 'Super-Resolution Transformer with Adaptive Token Dictionary, CVPR 2024', APACHE),
+                 'Super-Resolution Transformer with Adaptive Token Dictionary, CVPR 2024', APACHE, foreign=official('ATD') + redux('upscale', {
+                     'atd': dict(img_size=96, embed_dim=210, depths=_SIXES, num_heads=_SIXES, window_size=16,
+                                 num_tokens=128, reducted_dim=20, upsampler='pixelshuffle'),
+                     'atd_light': dict(embed_dim=48, window_size=16, category_size=128, reducted_dim=8,
+                                       convffn_kernel_size=7, mlp_ratio=1, upsampler='pixelshuffledirect')})),
     Architecture('drct', 'DRCT', 'DRCT', 'Hsu et al., DRCT: Saving Image Super-Resolution away from '
-                 'Information Bottleneck, CVPRW 2024', 'MIT'),
+                 'Information Bottleneck, CVPRW 2024', 'MIT', foreign=official('DRCT') + redux('upscale', {
+                     'drct': dict(upsampler='pixelshuffle'),
+                     'drct_l': dict(depths=_TWELVE, num_heads=_TWELVE, upsampler='pixelshuffle'),
+                     'drct_xl': dict(depths=[6] * 14, num_heads=[6] * 14, upsampler='pixelshuffle')},
+                     unneeded={'use_checkpoint': _CHECKPOINT})),
     Architecture('safmn', 'SAFMN', 'SAFMN', 'Sun et al., Spatially-Adaptive Feature Modulation for Efficient '
-                 'Image Super-Resolution, ICCV 2023', NO_LICENCE),
+                 'Image Super-Resolution, ICCV 2023', NO_LICENCE, foreign=official('SAFMN') + redux('upscaling_factor', {'safmn': dict(dim=36), 'safmn_l': dict(dim=128, n_blocks=16)})),
     Architecture('scunet', 'SCUNet', 'SCUNet', 'Zhang et al., Practical Blind Image Denoising via Swin-Conv-UNet '
-                 'and Data Synthesis, MIR 2023', APACHE),
+                 'and Data Synthesis, MIR 2023', APACHE, foreign=official('SCUNet')),
     Architecture('swin2sr', 'Swin2SR', 'Swin2SR', 'Conde et al., Swin2SR: SwinV2 Transformer for Compressed '
-                 'Image Super-Resolution and Restoration, ECCVW 2022', APACHE),
+                 'Image Super-Resolution and Restoration, ECCVW 2022', APACHE, foreign=official('Swin2SR') + redux('upscale', {
+                     'swin2sr_s': dict(embed_dim=60, window_size=8, mlp_ratio=2.0, upsampler='pixelshuffledirect'),
+                     'swin2sr_m': dict(embed_dim=180, depths=_SIXES, num_heads=_SIXES, window_size=8, mlp_ratio=2.0,
+                                       upsampler='pixelshuffle'),
+                     'swin2sr_l': dict(embed_dim=240, depths=[6] * 9, num_heads=[8] * 9, window_size=8, mlp_ratio=2.0,
+                                       upsampler='nearest+conv', resi_connection='3conv')})),
     Architecture('rgt', 'RGT', 'RGT', 'Chen et al., Recursive Generalization Transformer for Image '
-                 'Super-Resolution, ICLR 2024', APACHE),
+                 'Super-Resolution, ICLR 2024', APACHE, foreign=official('RGT') + redux('upscale', {
+                     'rgt': dict(depth=[6] * 8, num_heads=[6] * 8, mlp_ratio=2.0, split_size=[8, 32]),
+                     'rgt_s': dict(depth=_SIXES, num_heads=_SIXES, mlp_ratio=2.0, split_size=[8, 32])})),
     Architecture('grl', 'GRL', 'GRL', 'Li et al., Efficient and Explicit Modelling of Image Hierarchies for '
-                 'Image Restoration, CVPR 2023', 'MIT'),
-    Architecture('mosr', 'MoSR', 'MoSR', 'MoSR (community architecture, umzi2; no paper)', NO_LICENCE),
-    Architecture('moesr', 'MoESR', 'MoESR', 'MoESR (community architecture, umzi2; no paper)', NO_LICENCE),
+                 'Image Restoration, CVPR 2023', 'MIT', foreign=official('GRL') + redux('upscale', {
+                     name: dict(embed_dim=dim, upsampler=up, depths=depths, num_heads_window=[heads] * len(depths),
+                                num_heads_stripe=[heads] * len(depths), window_size=32, stripe_size=[64, 64],
+                                stripe_shift=True, mlp_ratio=2.0, anchor_window_down_factor=4, local_connection=local)
+                     for name, dim, up, depths, heads, local in (
+                         ('grl_s', 128, 'pixelshuffle', [4, 4, 4, 4], 2, False),
+                         ('grl_b', 180, 'pixelshuffle', [4, 4, 8, 8, 8, 4, 4], 3, True),
+                         ('grl_t', 64, 'pixelshuffledirect', [4, 4, 4, 4], 2, False))})),
+    Architecture('mosr', 'MoSR', 'MoSR', 'MoSR (community architecture, umzi2; no paper)', NO_LICENCE, foreign=redux('upscale', {'mosr': {}, 'mosr_t': dict(n_block=5, dim=48)}, convert={'upsampler': _mosr_upsampler})),
+    Architecture('moesr', 'MoESR', 'MoESR', 'MoESR (community architecture, umzi2; no paper)', NO_LICENCE, foreign=redux('scale', {'moesr2': dict(expansion_factor=8 / 3)},
+                     note='traiNNer-redux\'s MoESR2 as spandrel\'s MoESR builds it')),
     Architecture('seemore', 'SeemoRe', 'SeemoRe', 'Zamfir et al., See More Details: Efficient Image '
-                 'Super-Resolution by Experts Mining, ICML 2024', NO_LICENCE),
+                 'Super-Resolution by Experts Mining, ICML 2024', NO_LICENCE, foreign=official('SeemoRe') + redux('scale', {'seemore_t': dict(num_experts=3, embedding_dim=36, lr_space='exp')})),
     Architecture('craft', 'CRAFT', 'CRAFT', 'Li et al., Feature Modulation Transformer: Cross-Refinement and '
-                 'Spatial-Frequency Modulation for Lightweight SR (CRAFT), ICCV 2023', NEOSR_APACHE),
+                 'Spatial-Frequency Modulation for Lightweight SR (CRAFT), ICCV 2023', NEOSR_APACHE, foreign=official('CRAFT') + redux('upscale', {'craft': {}})),
     Architecture('dctlsa', 'DCTLSA', 'DCTLSA', 'Zeng et al., Densely Connected Transformer with Linear '
-                 'Self-Attention for Lightweight Image Super-Resolution, TIM 2023', NEOSR_APACHE),
+                 'Self-Attention for Lightweight Image Super-Resolution, TIM 2023', NEOSR_APACHE, foreign=official('DCTLSA') + redux('upscale', {'dctlsa': {}})),
     Architecture('ditn', 'DITN', 'DITN', 'Liu et al., Unfolding Once is Enough: A Deployment-Friendly '
-                 'Transformer Unit for Super-Resolution, ACM MM 2023', NEOSR_APACHE),
+                 'Transformer Unit for Super-Resolution, ACM MM 2023', NEOSR_APACHE, foreign=official('DITN') + redux('upscale', {'ditn_real': {}})),
     Architecture('fftformer', 'FFTformer', 'FFTformer', 'Kong et al., Efficient Frequency Domain-based '
-                 'Transformers for High-Quality Image Deblurring, CVPR 2023', 'MIT'),
+                 'Transformers for High-Quality Image Deblurring, CVPR 2023', 'MIT', foreign=official('fftformer')),
     Architecture('uformer', 'Uformer', 'Uformer', 'Wang et al., Uformer: A General U-Shaped Transformer for '
-                 'Image Restoration, CVPR 2022', 'MIT'),
+                 'Image Restoration, CVPR 2022', 'MIT', foreign=official('Uformer')),
     Architecture('fdat', 'FDAT', 'FDAT', 'FDAT (community architecture, a lighter DAT; traiNNer-redux; no paper)',
-                 NO_LICENCE),
+                 NO_LICENCE, foreign=redux('scale', {
+                     'fdat_tiny': dict(embed_dim=96, num_groups=2, depth_per_group=2, num_heads=3,
+                                       ffn_expansion_ratio=1.5, drop_path_rate=0.05),
+                     'fdat_light': dict(embed_dim=108, num_groups=3, depth_per_group=2, drop_path_rate=0.08),
+                     'fdat_medium': {}, 'fdat_large': dict(embed_dim=180, depth_per_group=4, num_heads=6),
+                     'fdat_xl': dict(embed_dim=180, num_groups=6, depth_per_group=6, num_heads=6)})),
     Architecture('realcugan', 'RealCUGAN', 'UpCunet2x', 'Real-CUGAN (bilibili AI Lab, anime super-resolution; '
-                 'no paper)', 'MIT', realcugan_kwargs, realcugan_class, ('UpCunet3x', 'UpCunet4x')),
+                 'no paper)', 'MIT', realcugan_kwargs, realcugan_class, ('UpCunet3x', 'UpCunet4x'), foreign=redux('scale', {'realcugan': {}}, unneeded={'fast': False})),
     Architecture('swiftsrgan', 'SwiftSRGAN', 'SwiftSRGAN', 'Krishnan & Krishnan, SwiftSRGAN: Rethinking '
                  'Super-Resolution for Efficient and Real-time Inference, arXiv 2021', 'CC0-1.0'),
     Architecture('kbnet_s', 'KBNet', 'KBNet_s', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '
-                 'arXiv 2023 (the NAFNet-based variant)', NO_LICENCE, kbnet_s_kwargs),
+                 'arXiv 2023 (the NAFNet-based variant)', NO_LICENCE, kbnet_s_kwargs, foreign=official('KBNet_s')),
     Architecture('kbnet_l', 'KBNet', 'KBNet_l', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '
-                 'arXiv 2023 (the Restormer-based variant)', NO_LICENCE),
+                 'arXiv 2023 (the Restormer-based variant)', NO_LICENCE, foreign=official('KBNet_l')),
     Architecture('retinexformer', 'RetinexFormer', 'RetinexFormer', 'Cai et al., Retinexformer: One-stage '
-                 'Retinex-based Transformer for Low-light Image Enhancement, ICCV 2023', 'MIT'),
+                 'Retinex-based Transformer for Low-light Image Enhancement, ICCV 2023', 'MIT', foreign=official('RetinexFormer')),
     Architecture('mixdehazenet', 'MixDehazeNet', 'MixDehazeNet', 'Lu et al., MixDehazeNet: Mix Structure Block for '
                  'Image Dehazing Network, arXiv 2023', 'MIT'),
     Architecture('hvicidnet', 'HVICIDNet', 'HVICIDNet', 'Yan et al., HVI: A New Color Space for Low-light Image '

@@ -23,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from models.networks.layers.kair import DropPath
 from models.networks.layers.window_attention import window_attention
 from models.registry import NETWORKS
+from utils.options.foreign import REDUX, Foreign
 from utils.errors import UserError
 
 UPSAMPLERS = ('pixelshuffle', 'pixelshuffledirect', 'nearest+conv', None)
@@ -278,7 +279,19 @@ def _check_options(upscale: int, img_size: int, patch_size: int, window_size: in
         raise UserError(f'netG.num_heads: embed_dim {embed_dim} must be divisible by every entry of {list(num_heads)}')
 
 
-@NETWORKS.register('swinir')
+_SIXES = [6] * 6
+
+
+# BasicSR's SwinIR, and traiNNer-redux's presets of it (its swinir_* functions build spandrel's SwinIR, the same
+# network and weight names): their defaults where ours differ
+@NETWORKS.register('swinir', foreign=[Foreign('SwinIR')] + [
+    Foreign(name, REDUX, keys={'scale': 'upscale'}, defaults=defaults, unneeded={'start_unshuffle': 1})
+    for name, defaults in (
+        ('swinir_s', dict(embed_dim=60, window_size=8, mlp_ratio=2.0, upsampler='pixelshuffledirect')),
+        ('swinir_m', dict(img_size=48, embed_dim=180, depths=_SIXES, num_heads=_SIXES, window_size=8, mlp_ratio=2.0,
+                          upsampler='pixelshuffle')),
+        ('swinir_l', dict(embed_dim=240, depths=[6] * 9, num_heads=[8] * 9, window_size=8, mlp_ratio=2.0,
+                          upsampler='nearest+conv', resi_connection='3conv')))])
 class SwinIR(nn.Module):
     """Image restoration with residual Swin Transformer blocks (classical/lightweight/real-world SR,
     denoising, JPEG artefact removal); the upsampler picks the head.

@@ -21,11 +21,14 @@ def load_options(path: str, rules: Rules, overrides: Sequence[str] = (), test_se
 
 
 def options_from_data(data: Dict[str, Any], rules: Rules, source: str, overrides: Sequence[str] = (),
-                      test_sets: Optional[str] = None, replaced: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                      test_sets: Optional[str] = None, replaced: Optional[Mapping[str, Any]] = None,
+                      spelling: Optional[Mapping[str, str]] = None,
+                      given: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Override, validate and complete an option file's data (`source`: what errors name, and `opt_path`); with
     `test_sets`, an option file whose test sets replace those of the data (`with_test_sets`). `replaced`:
     top-level sections put in place of the data's after the overrides (netG "auto" resolved); their mistakes
-    are reported against the file."""
+    are reported against the file. Data translated from another trainer's file (readers/basicsr/) comes with
+    `spelling` (how that file names our keys) and `given` (our keys its `--set` arguments gave)."""
     data = copy.deepcopy(data)
     sections = set(data)
     shown = source
@@ -33,14 +36,14 @@ def options_from_data(data: Dict[str, Any], rules: Rules, source: str, overrides
     if test_sets is not None:
         data, sets_scale = with_test_sets(data, test_sets)
         shown = f'{source} with the test sets of {test_sets}'
-    overridden = apply_overrides(data, overrides)
+    overridden = {**(given or {}), **apply_overrides(data, overrides)}
     data.update(replaced or {})
     ours = data.get('scale', SCHEMA['scale'].default)
     if sets_scale is not None and sets_scale != ours:  # its low-quality folders are made for its scale
         raise options_error(f'{test_sets}: scale: {show(sets_scale)}: its test sets are made for scale '
                             f'{show(sets_scale)}, but {source} restores at scale {show(ours)}; use the test sets '
                             f'of scale {show(ours)}')
-    opt = validate(data, rules, source=shown, overridden=overridden)
+    opt = validate(data, rules, source=shown, overridden=overridden, spelling=spelling)
     opt['_missing'] = missing_sections(sections)  # from the file: a `--set train.x=...` adds no train section
     opt['opt_path'] = source
     derive_paths(opt, source=source, overridden=overridden)

@@ -1,7 +1,7 @@
 """How the options speak: one-line errors that name where the mistake is (the option file or the `--set`
 argument, then the key), and secrets redacted wherever a value is shown or saved."""
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from utils.errors import OptionsError
 
@@ -33,8 +33,18 @@ def source_of(where: str, source: str, overridden: Mapping[str, str]) -> str:
     return f'--set {overridden[max(keys, key=len)]}' if keys else source
 
 
-def located(where: str, source: str, overridden: Mapping[str, str]) -> str:
-    """`source: where` as messages begin, the source being the option file or the `--set` argument."""
+def located(where: str, source: str, overridden: Mapping[str, str],
+            spelling: Optional[Mapping[str, str]] = None) -> str:
+    """`source: where` as messages begin, the source being the option file or the `--set` argument. `spelling`: for
+    options translated from another trainer's file, {our key: `file:line: their.key`} (readers/basicsr/), so that a
+    message names the key as the file spells it; a key without an entry is named under its nearest section's."""
+    if spelling:
+        if where in spelling:
+            return spelling[where]
+        above = [k for k in spelling if where.startswith(k + '.')]
+        if above:
+            k = max(above, key=len)
+            return f'{spelling[k]}.{where[len(k) + 1:]}'
     return f'{source_of(where, source, overridden)}: {where}'
 
 

@@ -16,10 +16,12 @@ from utils.options.values import check_values, show
 
 
 def validate(data: Dict[str, Any], rules: Rules, source: str = '<options>',
-             overridden: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+             overridden: Optional[Mapping[str, str]] = None,
+             spelling: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Check `data` and return a new dict with every key present (defaults filled). `overridden`: the `--set`
-    arguments that gave keys of `data` (apply_overrides), named instead of `source` in their messages."""
-    v = Validator(source, overridden)
+    arguments that gave keys of `data` (apply_overrides), named instead of `source` in their messages; `spelling`:
+    how a file of another trainer names our keys (messages.located)."""
+    v = Validator(source, overridden, spelling)
     data = _top_level(v, data)
     opt, extra = _loop_sections(v, data, rules)
     _discriminator(v, opt, data, rules, 'netD' in extra)

@@ -34,14 +34,16 @@ def _has_type(value: Any, types: Tuple[type, ...]) -> bool:
 class Validator:
     """Validates one parsed option dict; every error names `file: section.key`."""
 
-    def __init__(self, source: str, overridden: Optional[Mapping[str, str]] = None):
+    def __init__(self, source: str, overridden: Optional[Mapping[str, str]] = None,
+                 spelling: Optional[Mapping[str, str]] = None):
         self.source = source
         self.overridden = dict(overridden or {})  # {KEY.PATH: --set argument} (apply_overrides)
+        self.spelling = dict(spelling or {})  # {KEY.PATH: how a translated file names it} (messages.located)
         self.notes: List[str] = []  # warnings for the log (keys accepted and ignored)
 
     def fail(self, where: str, msg: str) -> None:
         """Stop with `msg` about option `where`, naming the file or the `--set` argument that gave it."""
-        raise options_error(f'{located(where, self.source, self.overridden)}: {msg}')
+        raise options_error(f'{located(where, self.source, self.overridden, self.spelling)}: {msg}')
 
     def not_a_section(self, where: str, data: Any, holds: str = 'keys') -> None:
         """A list, string or number given where a section (an object of `holds`) belongs."""
@@ -144,6 +146,8 @@ class Validator:
         try:
             return lookup(data, where)
         except UserError as e:
+            if where in self.spelling:
+                raise options_error(f'{self.spelling[where]}: {e}') from None
             raise options_error(f'{source_of(where, self.source, self.overridden)}: {e}') from None
 
     def names(self, opt: Dict[str, Any], names: Mapping[str, Callable[[str, str], Any]]) -> None:

@@ -57,7 +57,7 @@ def _line_col(text: str, offset: int) -> Tuple[int, int]:
     return line, offset - (text.rfind('\n', 0, offset) + 1) + 1
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
     """The file's text; an unreadable or non-UTF-8 file is one line naming it (and the line and column)."""
     try:
         with open(path, 'rb') as f:
@@ -75,7 +75,7 @@ def _read_text(path: str) -> str:
 
 def parse_json_file(path: str) -> Dict[str, Any]:
     """Read a commented JSON file; syntax errors become `file:line:col: message`."""
-    text = _read_text(path)
+    text = read_text(path)
 
     def no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
         d: Dict[str, Any] = {}
