@@ -136,8 +136,8 @@ def test_set_takes_the_files_own_key_names(tmp_path):
 
 
 def test_a_traiNNer_redux_file_is_read_as_traiNNer_redux_reads_it():
-    """HAT_M: its hat_m preset's sizes, lq_size as the LR patch, AdamW, charbonnier (eps 1e-12), EMA with the power
-    warm-up as its nearest key, bf16 AMP with channels-last."""
+    """HAT_M: its hat_m preset's sizes, lq_size as the LR patch, AdamW, charbonnier (eps 1e-12), EMA with its power
+    warm-up (E_warmup_power, the same curve), bf16 AMP with channels-last."""
     opt = read_options(HAT)
     net, train, data = opt['netG'], opt['train'], opt['datasets']['train']
     assert (net['net_type'], net['embed_dim'], net['depths'], net['window_size'], net['upscale']) == \
@@ -146,8 +146,23 @@ def test_a_traiNNer_redux_file_is_read_as_traiNNer_redux_reads_it():
         ('paired', 64 * 4, ['datasets/train/dataset1/hr', 'datasets/train/dataset1/hr2'])
     assert (train['G_optimizer_type'], train['G_optimizer_wd'], train['G_lossfn_type'], train['G_charbonnier_eps']) == \
         ('adamw', 0, 'charbonnier', 1e-12)
-    assert (train['E_decay'], train['E_warmup_iter'], train['amp'], train['channels_last']) == (0.999, 9999, 'bf16', True)
-    assert any('ema_power' in note for note in opt['_notes'])
+    assert (train['E_decay'], train['E_warmup_power'], train['E_warmup_iter'], train['amp'], train['channels_last']) == \
+        (0.999, 0.75, 0, 'bf16', True)
+
+
+def test_a_file_without_ema_power_keeps_its_trainers_own_ema(tmp_path):
+    """BasicSR's EMA has no warm-up (E_warmup_power 0, with a note saying what ema_power would do); traiNNer-redux's
+    default power is 10 (the average starts as the network after the first update)."""
+    opt = read_options(_write(tmp_path, SMALL.replace('  total_iter: 200\n', '  total_iter: 200\n  ema_decay: 0.999\n')))
+    assert (opt['train']['E_decay'], opt['train']['E_warmup_power']) == (0.999, 0)
+    assert any('ema_decay: 0.999 without ema_power' in note for note in opt['_notes'])
+    with open(HAT) as f:
+        hat = f.read()
+    assert 'ema_power: 0.75' in hat
+    redux = _write(tmp_path, hat.replace('ema_power: 0.75', ''), 'redux.yml')
+    assert read_options(redux)['train']['E_warmup_power'] == 10
+    message = _refused(_write(tmp_path, hat.replace('ema_power: 0.75', 'ema_power: 0'), 'zero.yml'))
+    assert 'ema_power' in message and 'expected a number > 0' in message
 
 
 def test_a_traiNNer_redux_gan_template_trains_its_losses_against_its_discriminator():

@@ -1,6 +1,5 @@
 """The sections of a BasicSR or traiNNer-redux file: the model, `network_g`/`network_d`, `datasets`, `train` and
 `val`, read through the translator's tables (loop.py) and the members' declarations (members.py)."""
-import math
 from typing import Any, Dict, Mapping
 
 from utils.options.foreign import BASICSR, REDUX, first, lookup
@@ -181,23 +180,36 @@ def _warmup(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any])
         ctx.put(f'train.{net}_scheduler_warmup_iter', value, keys)
 
 
+# What a file without `ema_power` gets from its own trainer: BasicSR's EMA has no warm-up (decay ema_decay from its
+# start at the initialisation); traiNNer-redux's (ema-pytorch's) curve 1 - (1 + t)^-power with its default power 10
+# is 0 at the first update (the average starts as the network after it) and ema_decay from the second on.
+ABSENT_EMA_POWER = {BASICSR: 0, REDUX: 10}
+
+
+def _ema_decay(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) -> None:
+    """`ema_decay`, and, where the file gives no `ema_power`, its trainer's own warm-up (ABSENT_EMA_POWER): the
+    file's EMA exactly, where a JSON option file's default would warm it up (`E_warmup_power` null)."""
+    ctx.put('train.E_decay', value, keys)
+    if 'ema_power' in section or not value:
+        return
+    power = ABSENT_EMA_POWER[ctx.trainer]
+    ctx.put('train.E_warmup_power', power, keys, f'{ctx.trainer}\'s EMA without ema_power')
+    if power == 0:
+        ctx.note(f'train.ema_decay: {show(value)} without ema_power: BasicSR\'s EMA exactly, no warm-up: the first '
+                 f'validations score an average still near the network\'s initialisation; ema_power: 0.75 warms it '
+                 f'up (decay min(ema_decay, 1 - t^-0.75) at iteration t, traiNNer-redux\'s)')
+
+
 def _ema_power(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) -> None:
-    """traiNNer-redux's EMA warm-up (ema-pytorch: decay 1 - (1 + t)^-power, at most ema_decay): here the linear
-    E_warmup_iter up to the iteration where that curve reaches ema_decay (the nearest key until the curve itself is
-    offered)."""
-    decay = section.get('ema_decay', 0)
+    """traiNNer-redux's EMA warm-up (ema-pytorch: decay 1 - (1 + t)^-power, at most ema_decay): `E_warmup_power`,
+    the same curve."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise ctx.refuse(keys, 'expected a number > 0', value)
-    if not decay:
+        raise ctx.refuse(keys, 'expected a number > 0 (at 0 traiNNer-redux\'s average would be the network itself)',
+                         value)
+    if not section.get('ema_decay', 0):
         ctx.unneeded(keys, 'read only with ema_decay > 0')
         return
-    reach = max(0, int(math.ceil((1.0 / (1.0 - decay)) ** (1.0 / value) - 1.0)))
-    ctx.put('train.E_warmup_iter', reach if reach > 2 else 0, keys,
-            f'traiNNer-redux\'s power warm-up reaches ema_decay at iteration {reach}')
-    if reach > 2:
-        ctx.note(f'train.ema_power: {show(value)}: traiNNer-redux ramps the EMA decay as 1 - (1 + t)^-{show(value)}, '
-                 f'reaching ema_decay {show(decay)} at iteration {reach}; here it ramps linearly to it over those '
-                 f'{reach} iterations (train.E_warmup_iter)')
+    ctx.put('train.E_warmup_power', value, keys)
 
 
 def _grad_clip(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) -> None:
@@ -248,9 +260,9 @@ TRAIN: Dict[str, Rule] = {
     'total_iter': to('train.total_iter', integer),
     'warmup_iter': custom(_warmup, 'train.G_scheduler_warmup_iter, train.D_scheduler_warmup_iter',
                           'BasicSR\'s linear warm-up (-1: none); traiNNer-redux: -1 only'),
-    'ema_decay': to('train.E_decay'),
-    'ema_power': custom(_ema_power, 'train.E_warmup_iter', 'the iteration where traiNNer-redux\'s power warm-up '
-                                                           'reaches ema_decay (a linear ramp here)'),
+    'ema_decay': custom(_ema_decay, 'train.E_decay (and train.E_warmup_power without ema_power)',
+                        'without ema_power: BasicSR\'s EMA (E_warmup_power 0), traiNNer-redux\'s (10)'),
+    'ema_power': custom(_ema_power, 'train.E_warmup_power', 'the same warm-up curve'),
     'ema_switch_iter': to('train.E_switch_iter', integer),
     'ema_update_after_step': unneeded('0', only=(0,), otherwise='the EMA updates from the first iteration here'),
     'grad_clip': custom(_grad_clip, 'train.G_optimizer_clipgrad', 'with grad_clip_max_norm'),
