@@ -21,7 +21,8 @@ def build_generator(opt: Dict[str, Any], device: torch.device, channels_last: bo
     init_weights(net, netG['init_type'], netG['init_bn_type'], netG['init_gain'])
     folded = False
     if opt['path']['pretrained_netG']:
-        folded = load_weights(net, opt['path']['pretrained_netG'], opt['train']['G_param_strict'], 'params',
+        folded = load_weights(net, opt['path']['pretrained_netG'], opt['train']['G_param_strict'],
+                              opt['train']['G_param_key'],
                               'path.pretrained_netG', allow_unsafe_load, opt['merge_bn'])
     if folded:
         get_logger().info('path.pretrained_netG holds weights saved after merge_bn folded BatchNorm: netG is '

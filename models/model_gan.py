@@ -48,7 +48,7 @@ from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
 from utils.options.foreign import REDUX, Foreign, Refusal
-from utils.options import Choice, Key, at_least, learning_rate, non_negative, unit_interval
+from utils.options import Choice, Key, at_least, learning_rate, non_negative, one_of, unit_interval
 from utils.oom import is_out_of_memory
 
 
@@ -123,6 +123,9 @@ class ModelGAN(ModelPlain):
                                                                        'constant)'),
         'D_scheduler_warmup_iter': Key(0, (int,), non_negative, 'linear warm-up of netD\'s learning rate'),
         'D_param_strict': Key(True, (bool,), help='path.pretrained_netD must match netD key for key'),
+        'D_param_key': Key('params', (str,), one_of('params', 'params_ema'),
+                           help='the entry of a BasicSR-format file (params, or params_ema: its EMA weights) that '
+                                'path.pretrained_netD loads (the other where it lacks it; a bare state_dict as it is)'),
         # pix2pixHD's multi-scale discrimination: copies of netD
         'D_num_scales': Key(1, (int,), at_least(1), 'copies of netD, copy k judging the image halved k times '
                                                      '(pix2pixHD)'),
@@ -161,7 +164,7 @@ class ModelGAN(ModelPlain):
         self.multi_scale = len(copies) > 1
         net_d = MultiScaleDiscriminator(copies) if self.multi_scale else copies[0]
         if opt['path']['pretrained_netD']:
-            load_weights(net_d, opt['path']['pretrained_netD'], t['D_param_strict'], 'params',
+            load_weights(net_d, opt['path']['pretrained_netD'], t['D_param_strict'], t['D_param_key'],
                          'path.pretrained_netD', allow_unsafe_load)
         self.perceptual: Optional[PerceptualLoss] = None
         if t['F_lossfn_weight'] > 0:

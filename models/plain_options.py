@@ -61,6 +61,9 @@ TRAIN_OPTIONS: Dict[str, Any] = {
     'G_regularizer_clipstep': Key(None, (int, type(None)), positive,
                                   'KAIR\'s weight-clipping regulariser every this many iterations (null: off)'),
     'G_param_strict': Key(True, (bool,), help='path.pretrained_netG must match netG key for key'),
+    'G_param_key': Key('params', (str,), one_of('params', 'params_ema'),
+                           help='the entry of a BasicSR-format file (params, or params_ema: its EMA weights) that '
+                                'path.pretrained_netG loads (the other where it lacks it; a bare state_dict as it is)'),
     'E_param_strict': Key(True, (bool,), help='path.pretrained_netE must match netE key for key'),
     'amp': Key('none', (str,), one_of('none', 'bf16', 'fp16'), 'mixed precision: none, bf16, or fp16 (CUDA '
                                                                 'only, with loss scaling)'),

@@ -152,12 +152,11 @@ def _param_key(which: str) -> Rule:
         if section.get(f'pretrain_network_{which}') is None:
             ctx.unneeded(keys, f'read only with pretrain_network_{which}')
             return
-        if value not in (None, 'params'):
-            raise ctx.refuse(keys, f'pretrained weights are read from a file\'s "params" (or a bare state_dict) here; '
-                             f'{"for the EMA weights use path.pretrained_netE" if which == "g" else ""}'.rstrip('; '),
-                             value)
-        ctx.unneeded(keys, '"params" (or a bare state_dict), as here')
-    return custom(how, '', 'null or "params" only')
+        if value is None:
+            ctx.unneeded(keys, 'null: "params" (or a bare state_dict), as here')
+            return
+        ctx.put(f'train.{which.upper()}_param_key', value, keys)
+    return custom(how, f'train.{which.upper()}_param_key', 'the entry of the file loaded (params or params_ema)')
 
 
 def _resume_state(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]) -> None:
