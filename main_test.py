@@ -7,6 +7,7 @@ per set; --watch writes results_by_iter.csv and test_curves.png.
     python main_test.py --opt options/train_dncnn_demo.json [--weights path/to/1000_E.pth or x.safetensors]
     python main_test.py --opt <run options> --test-sets options/test/test_sr_benchmarks_x4.json
     python main_test.py --opt <run options> --watch [FOLDER] [--follow]
+    python main_test.py --opt test_MSRResNet_x4.yml   (BasicSR's or traiNNer-redux's test file: its sets, its weights)
     python main_test.py --weights W --input PATH [--out DIR] [--frames] [--tile N] [--x8] [--amp bf16]
 
 Without `--weights` the newest checkpoint of the run is used (EMA weights when present); without `--opt`
@@ -54,6 +55,7 @@ from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED
 from utils.logger import get_logger, setup_logger
 from utils.oom import OutOfMemory, caught, on_out_of_memory
 from utils.options import SCHEMA
+from utils.options.readers.yaml_file import is_yaml_file
 from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
 
 
@@ -135,12 +137,17 @@ def flag_overrides(args: argparse.Namespace) -> Any:
 
 def read_test_options(args: argparse.Namespace) -> Tuple[Dict[str, Any], str, Optional[str]]:
     """(options, where the network came from, the weights or None for the run's newest): `--opt` wins, else the
-    weights' own (models/discovery.py); `--set` and the flags apply either way."""
+    weights' own (models/discovery.py); `--set` and the flags apply either way. A BasicSR or traiNNer-redux test
+    file is read as their test.py reads it: its test sets, and without --weights its path.pretrain_network_g."""
     if args.opt is not None:
         weights = args.weights
         if weights is not None and os.path.isdir(weights):  # a run folder: its newest checkpoint, as without --opt
             weights = run_weights(weights, with_options=False)
-        return read_options(args.opt, args.set, flag_overrides(args), args.test_sets), f'--opt {args.opt}', weights
+        opt = read_options(args.opt, args.set, flag_overrides(args), args.test_sets, testing=True)
+        if is_yaml_file(args.opt) and not opt['val']['save_img']:  # their test.py writes images only then
+            args.no_images = True
+            opt['_notes'].append('val.save_img: false: no restored images written (the tables only)')
+        return opt, f'--opt {args.opt}', weights or opt['_file_weights']
     opt, found = read_weights_options(args.weights, args.set, flag_overrides(args), args.test_sets)
     return opt, found.note, found.weights
 
@@ -164,7 +171,7 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
                                 'to its end has its results.csv)')
     if models is None:
         weights = weights or newest_weights(opt['path']['models'])
-        net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
+        net = eval_network(opt, weights, device, args)
         with out_of_memory_told(opt, device, 'in main_test', net):
             evaluate_once(restorer_class.from_options(net, opt, device), sets, output_root(opt, sets, args.out),
                           weights, images=not args.no_images, page=not args.no_page)
@@ -179,6 +186,16 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
               lambda path: build_eval_network(opt['netG'], path, device, '--watch', args.allow_unsafe_load,
                                               opt['merge_bn']),
               models, root, opt['train']['total_iter'], args.follow, args.allow_unsafe_load)
+
+
+def eval_network(opt: Dict[str, Any], weights: str, device: torch.device, args: argparse.Namespace) -> torch.nn.Module:
+    """netG with `weights`: a BasicSR or traiNNer-redux test file's own weights (path.pretrain_network_g) with its
+    param_key_g and strict_load_g, as their test.py loads them; other weights strictly, the entry by their name."""
+    if weights == opt['_file_weights']:
+        t = opt['train']
+        return build_eval_network(opt['netG'], weights, device, 'path.pretrain_network_g', args.allow_unsafe_load,
+                                  opt['merge_bn'], t['G_param_key'], t['G_param_strict'])
+    return build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
 
 
 def out_of_memory_told(opt: Dict[str, Any], device: torch.device, where: str, net: torch.nn.Module) -> Any:
@@ -202,7 +219,7 @@ def run_inputs(opt: Dict[str, Any], args: argparse.Namespace, device: torch.devi
     check_output_folder(out_dir, args.input)
     for path, problem in found.bad:
         log.warning(f'skipped {path}: {problem}')
-    net = build_eval_network(opt['netG'], weights, device, '--weights', args.allow_unsafe_load, opt['merge_bn'])
+    net = eval_network(opt, weights, device, args)
     dropped = needing_targets(opt['val'])
     if dropped:
         log.info(f'val.metrics: {", ".join(dropped)} need targets: not scored (inputs without targets)')

@@ -49,7 +49,7 @@ MoreOverrides = Callable[[Dict[str, Any]], List[str]]
 
 
 def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOverrides] = None,
-                 test_sets: Optional[str] = None) -> Dict[str, Any]:
+                 test_sets: Optional[str] = None, testing: bool = False) -> Dict[str, Any]:
     """The option file at `path` with `--set` overrides, validated and completed; with `test_sets`, the test sets
     of that option file instead of its own (main_test's `--test-sets`, utils/options/load.py `with_test_sets`).
 
@@ -58,13 +58,16 @@ def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOv
     netG (`train.teacher`) is completed and checked as netG is (`resolve_teacher`).
 
     A BasicSR or traiNNer-redux YAML file (`.yml`, `.yaml`) is translated first (`translate_foreign_file`): its
-    `--set` overrides name the file's own keys, and every message names the key as the file spells it.
+    `--set` overrides name the file's own keys, and every message names the key as the file spells it. With
+    `testing` (main_test) it is read as their test.py reads it; a test file (no `train` section) names the
+    weights it tests in path.pretrain_network_g: `opt['_file_weights']` (None otherwise).
     """
     if is_yaml_file(path):
-        translation = translate_foreign_file(path, overrides)
+        translation = translate_foreign_file(path, overrides, testing)
         opt = read_options_data(translation.data, path, (), more, test_sets, translation.spelling,
                                 translation.overridden)
         opt['_notes'][:0] = [translation.summary(), *translation.notes]
+        opt['_file_weights'] = opt['path']['pretrained_netG'] if translation.test_file else None
         return opt
     return read_options_data(read_option_file(path), path, overrides, more, test_sets)
 
@@ -83,10 +86,10 @@ def foreign_vocabulary() -> Vocabulary:
             'metric': collect(METRIC_REGISTRY.foreign())}
 
 
-def translate_foreign_file(path: str, overrides: Sequence[str] = ()) -> Translation:
+def translate_foreign_file(path: str, overrides: Sequence[str] = (), testing: bool = False) -> Translation:
     """A BasicSR or traiNNer-redux YAML option file as this project's option data (utils/options/readers/basicsr/),
-    with `--set` overrides in the file's own key names."""
-    return read_basicsr_file(path, foreign_vocabulary(), overrides)
+    with `--set` overrides in the file's own key names; `testing`: read for main_test, as their test.py reads it."""
+    return read_basicsr_file(path, foreign_vocabulary(), overrides, testing)
 
 
 def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str] = (),
@@ -107,6 +110,7 @@ def read_options_data(data: Dict[str, Any], source: str, overrides: Sequence[str
     if resolved is not None:
         opt['_notes'].append(resolved[1])
     resolve_teacher(opt, source)
+    opt['_file_weights'] = None  # a BasicSR or traiNNer-redux test file's own (read_options)
     return opt
 
 

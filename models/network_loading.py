@@ -87,14 +87,16 @@ def load_weights(net: nn.Module, path: str, strict: bool, prefer: str, where: st
 
 
 def build_eval_network(netG: Dict[str, Any], weights: str, device: torch.device, where: str,
-                       allow_unsafe_load: bool = False, merge_bn: bool = False) -> nn.Module:
+                       allow_unsafe_load: bool = False, merge_bn: bool = False, prefer: Optional[str] = None,
+                       strict: bool = True) -> nn.Module:
     """netG with exactly the weights of `weights` (strict), in eval mode on `device`.
 
     No initialisation, optimizer, loss, DDP or EMA: testing needs only the trained weights. From a
-    BasicSR/VRT file holding both, an `_E.pth` name takes `params_ema`, any other name `params`.
+    BasicSR/VRT file holding both, an `_E.pth` name takes `params_ema`, any other name `params`, unless
+    `prefer` names the entry (a BasicSR test file's param_key_g; `strict`: its strict_load_g).
     With `merge_bn`, weights saved before or after the BatchNorm fold both load.
     """
     net = build_checked_network(netG)
-    prefer = 'params_ema' if weights.endswith('_E.pth') else 'params'
-    load_weights(net, weights, True, prefer, where, allow_unsafe_load, merge_bn)
+    prefer = prefer or ('params_ema' if weights.endswith('_E.pth') else 'params')
+    load_weights(net, weights, strict, prefer, where, allow_unsafe_load, merge_bn)
     return net.to(device).eval()

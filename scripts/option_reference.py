@@ -1,5 +1,6 @@
-"""Write the option reference (docs/options.md) and the options' JSON Schema (options/schema.json) from the
-options' rules, or check that both are up to date.
+"""Write the option reference (docs/options.md), the options' JSON Schema (options/schema.json) and the BasicSR /
+traiNNer-redux mapping table of docs/option_files.md (foreign_reference.py) from the options' rules, or check that
+they are up to date.
 
     python scripts/option_reference.py           # (re)write both files
     python scripts/option_reference.py --check   # exit 1 when either differs from what the rules give
@@ -22,12 +23,14 @@ if ROOT not in sys.path:
 
 from option_catalog import NO_HELP, Catalog, KeyInfo, Member, catalog  # noqa: E402
 from option_schema import json_schema  # noqa: E402
+from foreign_reference import with_foreign_section  # noqa: E402
 from models.registry import KAIR_SHARED_D_KEYS, KAIR_SHARED_KEYS, MODELS  # noqa: E402
 from data.registry import TRAIN_ONLY_OPTIONS  # noqa: E402
 from utils.options import GIVEN_INHERITED, INHERITED, SCHEMA_POINTER  # noqa: E402
 
 DOC = os.path.join('docs', 'options.md')
 SCHEMA_FILE = os.path.join('options', 'schema.json')
+FOREIGN_DOC = os.path.join('docs', 'option_files.md')  # only its part between foreign_reference's markers
 KINDS = {  # kind: (heading, anchor, what chooses it)
     'network': ('Networks', 'networks', '`netG.net_type` (and `netD.net_type` for model gan)'),
     'dataset': ('Datasets', 'datasets', '`datasets.<phase>.dataset_type`'),
@@ -230,10 +233,17 @@ def reference(cat: Catalog) -> str:
 
 
 def outputs() -> Dict[str, str]:
-    """{path relative to the project: text} of every generated file."""
+    """{path relative to the project: text} of every generated file; docs/option_files.md, where it exists, with
+    its generated part (foreign_reference.py) replaced."""
     cat = catalog()
     schema = json.dumps(json_schema(cat), indent=1, ensure_ascii=False) + '\n'
-    return {DOC: reference(cat), SCHEMA_FILE: schema}
+    out = {DOC: reference(cat), SCHEMA_FILE: schema}
+    try:
+        with open(os.path.join(ROOT, FOREIGN_DOC), encoding='utf-8') as f:
+            out[FOREIGN_DOC] = with_foreign_section(f.read())
+    except FileNotFoundError:
+        pass
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -43,6 +43,7 @@ class Translation:
     mapped: int
     spelling: Dict[str, str] = field(default_factory=dict)  # {our dotted key: `file:line: their.key`}
     overridden: Dict[str, str] = field(default_factory=dict)  # {our dotted key: the --set argument that gave it}
+    test_file: bool = False  # no `train` section: a test file, whose path.pretrain_network_g is what it tests
 
     def summary(self) -> str:
         """The one log line: how the file was read."""
@@ -96,10 +97,12 @@ def mapping_rows() -> List[Tuple[str, str, str, str]]:
     return rows
 
 
-def translate(doc: YamlDocument, vocabulary: Vocabulary, overridden: Mapping[str, str] = ()) -> Translation:
-    """The document's data (their spelling, `--set` already applied) as this project's option data."""
+def translate(doc: YamlDocument, vocabulary: Vocabulary, overridden: Mapping[str, str] = (),
+              testing: bool = False) -> Translation:
+    """The document's data (their spelling, `--set` already applied) as this project's option data; `testing`:
+    read for main_test (every dataset section but `train` a test set, Context)."""
     data = doc.data
-    ctx = Context(doc, which_trainer(data), vocabulary, dict(overridden or {}))
+    ctx = Context(doc, which_trainer(data), vocabulary, dict(overridden or {}), testing)
     for ours, theirs in REQUIRED_SPELLING.items():  # a missing required key is named as the file would write it
         ctx.spell(ours, theirs)
     choose_model(ctx, data)
@@ -118,13 +121,14 @@ def translate(doc: YamlDocument, vocabulary: Vocabulary, overridden: Mapping[str
         rule.how(ctx, (key,), value, data)
     place_degradations(ctx)
     return Translation(doc.path, ctx.trainer, ctx.out, ctx.origins, ctx.notes, ctx.unneeded_keys, ctx.mapped,
-                       ctx.spelling(), ctx.our_overridden())
+                       ctx.spelling(), ctx.our_overridden(), test_file='train' not in data)
 
 
-def read_basicsr_file(path: str, vocabulary: Vocabulary, overrides: Sequence[str] = ()) -> Translation:
+def read_basicsr_file(path: str, vocabulary: Vocabulary, overrides: Sequence[str] = (),
+                      testing: bool = False) -> Translation:
     """Read a BasicSR or traiNNer-redux YAML option file, apply the `--set` overrides (the file's own key names),
-    and translate it (see the module docstring)."""
+    and translate it (see the module docstring); `testing`: for main_test (`translate`)."""
     doc = parse_yaml_file(path)
     overridden = apply_overrides(doc.data, overrides)
-    return translate(doc, vocabulary, overridden)
+    return translate(doc, vocabulary, overridden, testing)
 

@@ -37,11 +37,14 @@ def shown(keys: KeyPath) -> str:
 @dataclass
 class Context:
     """One translation in progress. `trainer`: whose file it is (BASICSR or REDUX: some keys mean different things).
-    `overridden`: {their key path as `shown` writes it: the `--set` argument} (utils/options/overrides.py)."""
+    `overridden`: {their key path as `shown` writes it: the `--set` argument} (utils/options/overrides.py).
+    `testing`: read for main_test, as their test.py reads it: every dataset section but `train` is a test set,
+    whatever the `val` section says about validation during training."""
     doc: YamlDocument
     trainer: str
     vocabulary: Vocabulary = field(default_factory=dict)
     overridden: Mapping[str, str] = field(default_factory=dict)
+    testing: bool = False
     model: str = ''  # our model, chosen first (model_type, or what a traiNNer-redux file trains)
     model_type: str = ''  # their model class (BasicSR's model_type), '' for a traiNNer-redux file
     model_foreign: Optional[Foreign] = None  # the model's declaration (its `convert`: model-specific loop values)

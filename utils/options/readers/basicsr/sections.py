@@ -23,6 +23,10 @@ def choose_model(ctx: Context, data: Mapping[str, Any]) -> None:
         keys = ('model_type',)
         f = declaration(ctx, ctx.vocabulary, 'model', (), data, 'model_type')
         ctx.model, ctx.model_type, ctx.model_foreign = f.ours, data['model_type'], f
+        if ctx.testing and f.ours == 'gan' and data.get('network_d') is None:
+            ctx.model = 'plain'  # a GAN's test file (BasicSR's SRGANModel tests network_g alone)
+            ctx.put('model', 'plain', None, f'{f.name} tested: network_g alone, as BasicSR tests it')
+            return
         ctx.put('model', f.ours, keys)
         if f.note:
             ctx.note(f'model_type: {f.name}: {f.note}')
@@ -110,6 +114,11 @@ def datasets(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]
             ctx.unneeded(here, validating[1])
             continue
         data = dict(ctx.section(here, data))
+        if str(data.get('type', '')).lower() == 'singleimagedataset':
+            raise ctx.refuse(here + ('type',), f'LR images without targets: test sets here are scored against '
+                                               f'their targets; main_test.py --weights W --input '
+                                               f'{show(data.get("dataroot_lq", "FOLDER"))} restores them',
+                             data['type'])
         lq_size = 'lq_size' in data
         if lq_size:  # traiNNer-redux's patch size: of the LR image (gt_size = lq_size x scale)
             if 'gt_size' in data:
@@ -130,7 +139,9 @@ def datasets(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]
 
 def _validates(ctx: Context, data: Mapping[str, Any]) -> tuple:
     """(whether the file validates, why not): BasicSR validates when a `val` section exists; traiNNer-redux when
-    val.val_enabled."""
+    val.val_enabled. Read for main_test (`ctx.testing`), its test sets are always tested, as their test.py does."""
+    if ctx.testing:
+        return True, ''
     val = data.get('val')
     if not isinstance(val, dict):
         return False, 'the file has no val section: no validation during training'

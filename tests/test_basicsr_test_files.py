@@ -1,0 +1,141 @@
+"""BasicSR's and traiNNer-redux's TEST option files run by main_test.py as its own JSON test options run: their test
+sets (`test_1`, `test_2`, ..., traiNNer-redux's `val`), the network they name, the weights of
+path.pretrain_network_g with param_key_g and strict_load_g, results.md with a row per set; a file naming what this
+project lacks is refused in one line."""
+import os
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from anchor_runs import ANCHORS
+from conftest import run_main
+from option_rules import read_options
+from utils.errors import UserError
+
+BASICSR_TEST = os.path.join(ANCHORS, 'basicsr', 'options', 'test')
+REDUX_TEST = os.path.join(ANCHORS, 'traiNNer-redux', 'options', '_templates', 'test')
+TEST_FILES = sorted(os.path.relpath(os.path.join(root, name), ANCHORS)
+                    for folder in (BASICSR_TEST, REDUX_TEST) for root, _, names in os.walk(folder)
+                    for name in names if name.endswith('.yml'))
+
+
+def _pairs(root, scale: int, count: int = 2, lr: int = 12) -> tuple:
+    """`count` smooth HR images and their area-downscaled LR images, in root/hr and root/lr."""
+    rng = np.random.default_rng(scale + count)
+    for kind in ('hr', 'lr'):
+        os.makedirs(os.path.join(root, kind), exist_ok=True)
+    for i in range(count):
+        small = rng.integers(0, 256, (4, 4, 3)).astype(np.uint8)
+        hr = cv2.resize(small, (lr * scale, lr * scale), interpolation=cv2.INTER_CUBIC)
+        cv2.imwrite(os.path.join(root, 'hr', f'{i}.png'), hr)
+        cv2.imwrite(os.path.join(root, 'lr', f'{i}.png'), cv2.resize(hr, (lr, lr), interpolation=cv2.INTER_AREA))
+    return os.path.join(root, 'hr'), os.path.join(root, 'lr')
+
+
+def _write_yaml(path, data) -> str:
+    with open(path, 'w') as f:
+        yaml.safe_dump(data, f, sort_keys=False)
+    return str(path)
+
+
+def _save_weights(opt_path: str, weights: str, entries: tuple = ('params',)) -> torch.nn.Module:
+    """A network of the file's network_g, initialised at random, saved as BasicSR saves it ({entry: state_dict})."""
+    from models.network_loading import build_checked_network
+    torch.manual_seed(0)
+    net = build_checked_network(read_options(opt_path, testing=True)['netG'])
+    state = net.state_dict()
+    torch.save({e: state if i == 0 else {k: v + 0.5 for k, v in state.items()}  # other entries: other weights
+                for i, e in enumerate(entries)}, weights)
+    return net
+
+
+def _results_rows(path) -> list:
+    """The lines of results.md's first table (the network's scores), header included."""
+    with open(path) as f:
+        text = f.read()
+    table = text[text.index('\n|'):].strip().split('\n\n')[0]
+    return table.splitlines()
+
+
+def test_a_basicsr_test_file_runs_its_sets_with_its_weights_and_writes_results_md(tmp_path):
+    with open(os.path.join(BASICSR_TEST, 'SRResNet_SRGAN', 'test_MSRResNet_x4.yml')) as f:
+        data = yaml.safe_load(f)
+    hr, lr = _pairs(str(tmp_path / 'data'), 4)
+    for section in data['datasets'].values():  # edited to the tiny data only
+        section.update(dataroot_gt=hr, dataroot_lq=lr)
+        section.pop('filename_tmpl', None)
+    data['network_g'].update(num_feat=8, num_block=1)
+    weights = str(tmp_path / 'net_g.pth')
+    data['path'].update(pretrain_network_g=weights, param_key_g='params_ema')
+    opt_path = _write_yaml(tmp_path / 'test_MSRResNet_x4.yml', data)
+    _save_weights(opt_path, weights, ('params_ema', 'params'))  # param_key_g picks params_ema
+    out = tmp_path / 'out'
+    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'read as BasicSR YAML' in res.stdout + res.stderr
+    rows = _results_rows(out / 'results.md')
+    assert [r.split('|')[1].strip() for r in rows[2:]] == ['Set5', 'Set14', 'DIV2K100'], rows
+    assert all(float(r.split('|')[3]) > 5 for r in rows[2:]), rows  # PSNR of each set
+    assert sorted(os.listdir(out / 'Set5')) == ['0.png', '1.png', 'index.html', 'input', 'results.csv', 'target']
+
+    zeros = run_main('main_test', ['--opt', opt_path, '--out', str(tmp_path / 'zeros'),
+                                   '--set', 'path.param_key_g=params'], cwd=str(tmp_path))
+    assert zeros.returncode == 0, zeros.stderr[-2000:]
+    assert _results_rows(tmp_path / 'zeros' / 'results.md')[2:] != rows[2:]  # the other entry: other scores
+
+
+def test_a_traiNNer_redux_test_template_runs_like_its_own(tmp_path):
+    """UltraCompact's test template, its LR-only validation folder made a paired one of tiny data (LR-only sets are
+    main_test --input's), its weights a .safetensors of the network as traiNNer-redux writes them."""
+    from safetensors.torch import save_file
+    with open(os.path.join(REDUX_TEST, 'Compact', 'UltraCompact.yml')) as f:
+        data = yaml.safe_load(f)
+    hr, lr = _pairs(str(tmp_path / 'data'), 4)
+    data['datasets']['val'].update(type='pairedimagedataset', dataroot_gt=[hr], dataroot_lq=[lr])
+    data['use_amp'] = False  # CPU
+    weights = str(tmp_path / 'net_g_ema_1000.safetensors')
+    data['path']['pretrain_network_g'] = weights
+    opt_path = _write_yaml(tmp_path / 'UltraCompact.yml', data)
+    torch.manual_seed(0)
+    from models.network_loading import build_checked_network
+    save_file(build_checked_network(read_options(opt_path, testing=True)['netG']).state_dict(), weights)
+    out = tmp_path / 'out'
+    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'read as traiNNer-redux YAML' in res.stdout + res.stderr
+    rows = _results_rows(out / 'results.md')
+    assert len(rows) == 3 and float(rows[2].split('|')[3]) > 5, rows
+    assert os.path.exists(out / 'results.csv') and os.path.exists(out / 'index.html')
+
+
+def test_a_test_file_naming_a_network_this_project_lacks_is_refused_in_one_line(tmp_path):
+    path = os.path.join(REDUX_TEST, 'ArtCNN', 'ArtCNN_R16F96.yml')
+    res = run_main('main_test', ['--opt', path, '--out', str(tmp_path / 'out')], cwd=str(tmp_path))
+    assert res.returncode == 2 and res.stderr.count('\n') == 1, res.stderr[-2000:]
+    assert 'network_g.type: no network "artcnn_r16f96" here' in res.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_lr_only_test_sets_point_to_main_test_input(tmp_path):
+    path = os.path.join(BASICSR_TEST, 'SRResNet_SRGAN', 'test_MSRResNet_x4_woGT.yml')
+    with pytest.raises(UserError, match=r'datasets\.test_1\.type: "SingleImageDataset": LR images without targets'
+                                        r'.*main_test\.py --weights W --input "datasets/Set5/LRbicx4"'):
+        read_options(path, testing=True)
+
+
+@pytest.mark.parametrize('name', TEST_FILES)
+def test_every_anchor_test_file_translates_or_is_refused_in_one_line(name):
+    """Read only (no run): every test file of tests/data/anchor_options gives validated options, or one line naming
+    the file, its key and why (a network, a model or a dataset type this project lacks; LR-only sets)."""
+    try:
+        opt = read_options(os.path.join(ANCHORS, name), testing=True)
+    except UserError as e:
+        message = str(e)
+        assert '\n' not in message and message.startswith(os.path.join(ANCHORS, name)), message
+        assert any(w in message for w in ('type: no network', 'model_type: no model', 'type: no dataset type',
+                                          'LR images without targets', 'unknown key')), message
+        return
+    assert [s['name'] for s in opt['datasets'].values() if s['phase'] == 'test']
