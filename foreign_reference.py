@@ -29,9 +29,7 @@ NOT_SUPPORTED: Dict[str, Tuple[Tuple[str, ...], str]] = {
     'on-the-fly degradations': (('high_order_degradation',), 'traiNNer-redux\'s own OTF pipeline (its resize modes, '
                                                              'thick lines, LQ sharpening); Real-ESRGAN\'s, which '
                                                              'BasicSR\'s RealESRGANDataset files use, is offered'),
-    'dataset types': (('SingleImageDataset', 'singleimagedataset', 'VideoTestVimeo90KDataset'),
-                      'LR-only sets are restored by `main_test.py --weights W --input FOLDER` (no scores); '
-                      'Vimeo-90K\'s test septuplets from BasicSR files are not read'),
+    'dataset types': (('VideoTestVimeo90KDataset',), 'Vimeo-90K\'s test septuplets from BasicSR files are not read'),
     'losses': (('perceptual_opt with EDVRModel',), 'the VGG perceptual loss trains with the GAN model only'),
 }
 

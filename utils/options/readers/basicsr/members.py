@@ -65,7 +65,7 @@ def apply(ctx: Context, f: Foreign, keys: KeyPath, section: Mapping[str, Any], t
         if their in f.unneeded:
             only = f.unneeded[their]
             only = only if isinstance(only, Only) else Only(only)
-            if value not in only.values:
+            if not only.any and value not in only.values:
                 allowed = ' or '.join(show(v) for v in only.values)
                 raise ctx.refuse(here, f'only {allowed} is supported here ({f.name}){": " + only.why if only.why else ""}',
                                  value)
