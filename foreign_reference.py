@@ -29,7 +29,6 @@ NOT_SUPPORTED: Dict[str, Tuple[Tuple[str, ...], str]] = {
     'on-the-fly degradations': (('high_order_degradation',), 'traiNNer-redux\'s own OTF pipeline (its resize modes, '
                                                              'thick lines, LQ sharpening); Real-ESRGAN\'s, which '
                                                              'BasicSR\'s RealESRGANDataset files use, is offered'),
-    'dataset types': (('VideoTestVimeo90KDataset',), 'Vimeo-90K\'s test septuplets from BasicSR files are not read'),
     'losses': (('perceptual_opt with EDVRModel',), 'the VGG perceptual loss trains with the GAN model only'),
 }
 

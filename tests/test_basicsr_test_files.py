@@ -207,6 +207,52 @@ def test_lr_only_sets_cannot_train_nor_validate_training(tmp_path):
     assert not read_options(str(path), testing=True)['datasets']['test']['_targets']
 
 
+@pytest.mark.parametrize('name', ['BasicVSR/test_BasicVSR_Vimeo90K_BDx4.yml', 'BasicVSR/test_IconVSR_Vimeo90K_BIx4.yml',
+                                  'EDVR/test_EDVR_L_x4_SR_Vimeo90K.yml'])
+def test_basicsr_vimeo90k_test_files_score_the_centre_frame_of_each_septuplet(name):
+    """BasicSR's VideoTestVimeo90KDataset is this project's: the same centred window of each listed septuplet; its
+    GT is the centre frame (im4) alone, so the centre frame is what is scored (val.center_frame_only)."""
+    opt = read_options(os.path.join(BASICSR_TEST, name), testing=True)
+    test = next(s for s in opt['datasets'].values() if s['phase'] == 'test')
+    assert (test['dataset_type'], test['num_frame'], opt['val']['center_frame_only']) == \
+        ('VideoTestVimeo90KDataset', 7, True)
+    assert any('the centre frame is what is scored' in note for note in opt['_notes'])
+    if name.startswith('EDVR'):
+        assert opt['val']['padding'] == 'reflection_circle'
+
+
+def test_a_basicsr_vimeo90k_test_file_runs_scoring_im4(tmp_path):
+    """test_BasicVSR_Vimeo90K_BDx4.yml on two tiny septuplets: one row per sequence, its target im4."""
+    with open(os.path.join(BASICSR_TEST, 'BasicVSR', 'test_BasicVSR_Vimeo90K_BDx4.yml')) as f:
+        data = yaml.safe_load(f)
+    rng = np.random.default_rng(0)
+    seqs = ['00001/0001', '00002/0003']
+    for seq in seqs:
+        for kind, side in (('gt', 144), ('lq', 36)):  # SpyNet needs frames over 32 px
+            os.makedirs(tmp_path / kind / seq)
+            for i in range(1, 8):
+                small = rng.integers(0, 256, (4, 4, 3)).astype(np.uint8)
+                cv2.imwrite(str(tmp_path / kind / seq / f'im{i}.png'),
+                            cv2.resize(small, (side, side), interpolation=cv2.INTER_CUBIC))
+    (tmp_path / 'meta.txt').write_text(''.join(f'{s} 7 (144,144,3)\n' for s in seqs))
+    data['datasets']['test_1'].update(dataroot_gt=str(tmp_path / 'gt'), dataroot_lq=str(tmp_path / 'lq'),
+                                      meta_info_file=str(tmp_path / 'meta.txt'))
+    data['network_g'].update(num_feat=4, num_block=1, spynet_path=None)
+    weights = str(tmp_path / 'net_g.pth')
+    data['path']['pretrain_network_g'] = weights
+    opt_path = _write_yaml(tmp_path / 'vimeo.yml', data)
+    _save_weights(opt_path, weights)
+    out = tmp_path / 'out'
+    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = _results_rows(out / 'results.md')
+    assert len(rows) == 3 and rows[2].split('|')[2].strip() == '2', rows
+    for seq in seqs:
+        folder, name = seq.split('/')
+        target = cv2.imread(str(out / 'target' / folder / f'{name}.png'))
+        assert np.array_equal(target, cv2.imread(str(tmp_path / 'gt' / seq / 'im4.png')))
+
+
 @pytest.mark.parametrize('name', TEST_FILES)
 def test_every_anchor_test_file_translates_or_is_refused_in_one_line(name):
     """Read only (no run): every test file of tests/data/anchor_options gives validated options, or one line naming
@@ -223,7 +269,8 @@ def test_every_anchor_test_file_translates_or_is_refused_in_one_line(name):
 
 
 def test_how_many_anchor_test_files_translate():
-    """The counts of the parametrized test above (printed): LR-only sets (every traiNNer-redux test template) run."""
+    """The counts of the parametrized test above (printed): LR-only sets (every traiNNer-redux test template) and
+    BasicSR's Vimeo-90K test sets run."""
     translated, refused = [], []
     for name in TEST_FILES:
         try:
@@ -232,4 +279,4 @@ def test_how_many_anchor_test_files_translate():
         except UserError:
             refused.append(name)
     print(f'anchor test files: {len(translated)} translate, {len(refused)} refused')
-    assert (len(translated), len(refused)) == (45, 35)
+    assert (len(translated), len(refused)) == (50, 30)
