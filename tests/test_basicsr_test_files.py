@@ -253,6 +253,32 @@ def test_a_basicsr_vimeo90k_test_file_runs_scoring_im4(tmp_path):
         assert np.array_equal(target, cv2.imread(str(tmp_path / 'gt' / seq / 'im4.png')))
 
 
+def test_traiNNer_redux_rcan_unshuffle_template_restores_with_weights_in_its_layout(tmp_path):
+    """traiNNer-redux's rcan family is spandrel's RCAN (`rcan_original`: the original code's head/body/tail, no mean
+    shift): RCAN_unshuffle's test template at scale 2 (where its pixel-unshuffle head acts), tiny, loads weights of
+    that layout strictly and restores each LR image at LR x 2."""
+    from safetensors.torch import save_file
+    from spandrel.architectures.RCAN import RCAN
+    with open(os.path.join(REDUX_TEST, 'RCAN', 'RCAN_unshuffle.yml')) as f:
+        data = yaml.safe_load(f)
+    data.update(scale=2, use_amp=False)
+    data['datasets']['val']['dataroot_lq'] = [_lr_images(tmp_path / 'lr')]
+    data['network_g'].update(n_resgroups=1, n_resblocks=1, n_feats=16)
+    weights = str(tmp_path / 'net_g_ema_1000.safetensors')
+    data['path']['pretrain_network_g'] = weights
+    opt_path = _write_yaml(tmp_path / 'RCAN_unshuffle.yml', data)
+    netG = read_options(opt_path, testing=True)['netG']
+    assert (netG['net_type'], netG['norm'], netG['unshuffle_mod'], netG['scale']) == ('rcan_original', False, True, 2)
+    torch.manual_seed(0)
+    theirs = RCAN(scale=2, n_resgroups=1, n_resblocks=1, n_feats=16, norm=False, unshuffle_mod=True)
+    assert 'head.1.weight' in theirs.state_dict()  # the unshuffle head: a conv after PixelUnshuffle
+    save_file(theirs.state_dict(), weights)
+    out = tmp_path / 'out'
+    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [cv2.imread(str(out / f'{i}.png')).shape for i in range(2)] == [(20, 24, 3)] * 2
+
+
 @pytest.mark.parametrize('name', TEST_FILES)
 def test_every_anchor_test_file_translates_or_is_refused_in_one_line(name):
     """Read only (no run): every test file of tests/data/anchor_options gives validated options, or one line naming
@@ -269,8 +295,8 @@ def test_every_anchor_test_file_translates_or_is_refused_in_one_line(name):
 
 
 def test_how_many_anchor_test_files_translate():
-    """The counts of the parametrized test above (printed): LR-only sets (every traiNNer-redux test template) and
-    BasicSR's Vimeo-90K test sets run."""
+    """The counts of the parametrized test above (printed): LR-only sets (every traiNNer-redux test template),
+    BasicSR's Vimeo-90K test sets and traiNNer-redux's rcan_unshuffle run."""
     translated, refused = [], []
     for name in TEST_FILES:
         try:
@@ -279,4 +305,4 @@ def test_how_many_anchor_test_files_translate():
         except UserError:
             refused.append(name)
     print(f'anchor test files: {len(translated)} translate, {len(refused)} refused')
-    assert (len(translated), len(refused)) == (50, 30)
+    assert (len(translated), len(refused)) == (51, 29)
