@@ -52,6 +52,19 @@ def _save_weights(opt_path: str, weights: str, entries: tuple = ('params',)) -> 
     return net
 
 
+def _run_with_fresh_weights(tmp_path, data: dict, name: str) -> tuple:
+    """(output folder, log) of main_test on `data` written as tmp_path/name, its path.pretrain_network_g a network
+    of its network_g initialised at random (`_save_weights`); the run must succeed."""
+    weights = str(tmp_path / 'net_g.pth')
+    data['path']['pretrain_network_g'] = weights
+    opt_path = _write_yaml(tmp_path / name, data)
+    _save_weights(opt_path, weights)
+    out = tmp_path / 'out'
+    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out, res.stdout + res.stderr
+
+
 def _results_rows(path) -> list:
     """The lines of results.md's first table (the network's scores), header included."""
     with open(path) as f:
@@ -167,15 +180,8 @@ def test_a_file_with_a_paired_set_and_an_lr_only_set_scores_one_and_restores_the
     data['datasets']['test_1'].update(type='PairedImageDataset', dataroot_gt=hr, dataroot_lq=lr)
     data['datasets']['test_2']['dataroot_lq'] = _lr_images(tmp_path / 'lr_only', 3)
     data['network_g'].update(num_feat=8, num_block=1)
-    weights = str(tmp_path / 'net_g.pth')
-    data['path']['pretrain_network_g'] = weights
     data['val']['save_img'] = False
-    opt_path = _write_yaml(tmp_path / 'mixed.yml', data)
-    _save_weights(opt_path, weights)
-    out = tmp_path / 'out'
-    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
-    assert res.returncode == 0, res.stderr[-2000:]
-    log = res.stdout + res.stderr
+    out, log = _run_with_fresh_weights(tmp_path, data, 'mixed.yml')
     assert 'the restored images of the sets without ground truth are written all the same' in log
     rows = _results_rows(out / 'results.md')
     assert [r.split('|')[1].strip() for r in rows[2:]] == ['Set5', 'Set14'], rows
@@ -238,13 +244,7 @@ def test_a_basicsr_vimeo90k_test_file_runs_scoring_im4(tmp_path):
     data['datasets']['test_1'].update(dataroot_gt=str(tmp_path / 'gt'), dataroot_lq=str(tmp_path / 'lq'),
                                       meta_info_file=str(tmp_path / 'meta.txt'))
     data['network_g'].update(num_feat=4, num_block=1, spynet_path=None)
-    weights = str(tmp_path / 'net_g.pth')
-    data['path']['pretrain_network_g'] = weights
-    opt_path = _write_yaml(tmp_path / 'vimeo.yml', data)
-    _save_weights(opt_path, weights)
-    out = tmp_path / 'out'
-    res = run_main('main_test', ['--opt', opt_path, '--out', str(out)], cwd=str(tmp_path))
-    assert res.returncode == 0, res.stderr[-2000:]
+    out, _ = _run_with_fresh_weights(tmp_path, data, 'vimeo.yml')
     rows = _results_rows(out / 'results.md')
     assert len(rows) == 3 and rows[2].split('|')[2].strip() == '2', rows
     for seq in seqs:
