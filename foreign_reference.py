@@ -16,12 +16,12 @@ NOT_SUPPORTED: Dict[str, Tuple[Tuple[str, ...], str]] = {
     'networks (network_g.type) of traiNNer-redux\'s templates': (
         ('artcnn_r16f96', 'cascadedgaze', 'dis_balanced', 'dis_fast', 'docres_base', 'dwt_s', 'eimn_a', 'eimn_l',
          'elan', 'elan_light', 'emt', 'escrealm', 'gaterv3_r', 'gaterv3_s', 'hit_sng', 'hit_srf', 'lkfmixer_l',
-         'lkfmixer_t', 'lmlt_large', 'man_light', 'man_tiny', 'metaflexnet', 'mosrv2', 'rcan', 'rcan_unshuffle',
-         'rtmosr_l', 'rtmosr_ul', 'scunet_aaf6aa', 'sebica', 'spanplus', 'spanplus_sts', 'srformer',
-         'srformer_light', 'temporalspan', 'temporalspanv2', 'tfdat', 'tscunet'),
-        'not built here: spandrel 0.4.2 has none of them but RCAN and SCUNet, whose traiNNer-redux variants '
-        '(`rcan` with its own defaults and pixel-unshuffle mode, `scunet_aaf6aa`) are not declared; BasicSR\'s '
-        '`RCAN` is this project\'s `rcan`'),
+         'lkfmixer_t', 'lmlt_large', 'man_light', 'man_tiny', 'metaflexnet', 'mosrv2', 'rtmosr_l', 'rtmosr_ul',
+         'scunet_aaf6aa', 'sebica', 'spanplus', 'spanplus_sts', 'srformer', 'srformer_light', 'temporalspan',
+         'temporalspanv2', 'tfdat', 'tscunet'),
+        'not built here: spandrel 0.4.2 has none of them but SCUNet, whose traiNNer-redux variant `scunet_aaf6aa` is '
+        'not declared (traiNNer-redux\'s `rcan` and its presets are spandrel\'s RCAN, `rcan_original`; BasicSR\'s '
+        '`RCAN` is this project\'s `rcan`)'),
     'networks (network_g.type) of BasicSR': (('ECBSR', 'DUF', 'TOFlow', 'HiFaceGAN'), 'not written here'),
     'models (model_type)': (('HiFaceGANModel', 'StyleGAN2Model', 'VideoRecurrentGANModel', 'VideoBaseModel'),
                             'face restoration, unconditional generation, video GAN and EDVR-era sliding-window '
@@ -29,9 +29,6 @@ NOT_SUPPORTED: Dict[str, Tuple[Tuple[str, ...], str]] = {
     'on-the-fly degradations': (('high_order_degradation',), 'traiNNer-redux\'s own OTF pipeline (its resize modes, '
                                                              'thick lines, LQ sharpening); Real-ESRGAN\'s, which '
                                                              'BasicSR\'s RealESRGANDataset files use, is offered'),
-    'dataset types': (('SingleImageDataset', 'singleimagedataset', 'VideoTestVimeo90KDataset'),
-                      'LR-only sets are restored by `main_test.py --weights W --input FOLDER` (no scores); '
-                      'Vimeo-90K\'s test septuplets from BasicSR files are not read'),
     'losses': (('perceptual_opt with EDVRModel',), 'the VGG perceptual loss trains with the GAN model only'),
 }
 

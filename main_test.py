@@ -54,7 +54,7 @@ from utils.errors import UserError, WriteFailed, say
 from utils.exit_codes import EXIT_USER_ERROR, EXIT_WRITE_FAILED
 from utils.logger import get_logger, setup_logger
 from utils.oom import OutOfMemory, caught, on_out_of_memory
-from utils.options import SCHEMA
+from utils.options import SCHEMA, all_test_sets
 from utils.options.readers.yaml_file import is_yaml_file
 from utils.watch import RESULTS_BY_ITER, TEST_CURVES, models_folder
 
@@ -144,12 +144,23 @@ def read_test_options(args: argparse.Namespace) -> Tuple[Dict[str, Any], str, Op
         if weights is not None and os.path.isdir(weights):  # a run folder: its newest checkpoint, as without --opt
             weights = run_weights(weights, with_options=False)
         opt = read_options(args.opt, args.set, flag_overrides(args), args.test_sets, testing=True)
-        if is_yaml_file(args.opt) and not opt['val']['save_img']:  # their test.py writes images only then
-            args.no_images = True
-            opt['_notes'].append('val.save_img: false: no restored images written (the tables only)')
+        if not file_saves_images(opt) and args.input is None and not args.no_images:
+            targets = {s['_targets'] for s in all_test_sets(opt)}
+            if True in targets:
+                opt['_notes'].append('val.save_img: false: no restored images of the sets with ground truth written '
+                                     '(the tables only)')
+            if False in targets:
+                opt['_notes'].append('val.save_img: false: the restored images of the sets without ground truth are '
+                                     'written all the same (restoring them is all such a set is for)')
         return opt, f'--opt {args.opt}', weights or opt['_file_weights']
     opt, found = read_weights_options(args.weights, args.set, flag_overrides(args), args.test_sets)
     return opt, found.note, found.weights
+
+
+def file_saves_images(opt: Dict[str, Any]) -> bool:
+    """Whether the option file lets main_test write the restored images of its sets with targets: a BasicSR or
+    traiNNer-redux file only with val.save_img (their test.py writes images only then); this project's always."""
+    return not is_yaml_file(opt['opt_path']) or opt['val']['save_img']
 
 
 def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistState, device: torch.device,
@@ -164,8 +175,13 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
     log.info(f'network: {opt["netG"]["net_type"]}, from {source}')
     if args.input is not None:
         return run_inputs(opt, args, device, weights or newest_weights(opt['path']['models']))
-    sets = build_test_sets(opt, state)
     restorer_class = MODELS.get(opt['model'], 'model').restorer_class
+    if models is not None:
+        targetless = [s['_where'] for s in all_test_sets(opt) if not s['_targets']]
+        if targetless:
+            raise UserError(f'--watch: {targetless[0]} has no targets (LR images alone): nothing to score for each '
+                            f'checkpoint; test it once with main_test.py --weights W')
+    sets = build_test_sets(opt, state, clips=issubclass(restorer_class, VideoRestorer))
     if AT_ONCE is not None and len(sets) > 1:
         AT_ONCE.at_once_line = ('stopped: SIGINT (Ctrl-C): testing stopped; results.md not written (each set tested '
                                 'to its end has its results.csv)')
@@ -174,7 +190,8 @@ def run_test(opt: Dict[str, Any], args: argparse.Namespace, state: dist.DistStat
         net = eval_network(opt, weights, device, args)
         with out_of_memory_told(opt, device, 'in main_test', net):
             evaluate_once(restorer_class.from_options(net, opt, device), sets, output_root(opt, sets, args.out),
-                          weights, images=not args.no_images, page=not args.no_page)
+                          weights, images=not args.no_images and file_saves_images(opt), page=not args.no_page,
+                          lr_images=not args.no_images, net_type=opt['netG']['net_type'])
         return
     root = args.out or os.path.join(os.path.dirname(os.path.abspath(models)), 'results')
     if AT_ONCE is not None:

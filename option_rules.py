@@ -9,7 +9,7 @@ import copy
 import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from data.registry import TRAIN_ONLY_OPTIONS, dataset_options
+from data.registry import TRAIN_ONLY_OPTIONS, dataset_options, has_targets
 from metrics.registry import METRICS as METRIC_REGISTRY
 from models.evaluation import METRICS
 from models.networks.layers.init import BN_INITS, WEIGHT_INITS
@@ -27,7 +27,7 @@ def option_rules() -> Rules:
     """What models/, metrics/ and data/ require of the options (the `train` type keys and their members' keys
     come with the model: `model_options`; `val.metrics` names metrics, whose keys sit in `val` unprefixed)."""
     return Rules(network=network_options, dataset=dataset_options, model=model_options,
-                 discriminator=discriminator_options, train_only_dataset_keys=TRAIN_ONLY_OPTIONS,
+                 discriminator=discriminator_options, train_only_dataset_keys=TRAIN_ONLY_OPTIONS, targets=has_targets,
                  names={'model': MODELS.get, 'netG.init_type': WEIGHT_INITS.get, 'netG.init_bn_type': BN_INITS.get,
                         'netD.init_type': WEIGHT_INITS.get, 'netD.init_bn_type': BN_INITS.get},
                  choices={'val': {'metrics': Choice(METRIC_REGISTRY, '')}}, checks=(best_metric_problem,))
@@ -68,8 +68,13 @@ def read_options(path: str, overrides: Sequence[str] = (), more: Optional[MoreOv
                                 translation.overridden)
         opt['_notes'][:0] = [translation.summary(), *translation.notes]
         opt['_file_weights'] = opt['path']['pretrained_netG'] if translation.test_file else None
-        return opt
-    return read_options_data(read_option_file(path), path, overrides, more, test_sets)
+    else:
+        opt = read_options_data(read_option_file(path), path, overrides, more, test_sets)
+    if not testing and 'test' in opt['datasets'] and not opt['datasets']['test']['_targets']:
+        raise OptionsError(f'{path}: datasets.test.dataset_type: {opt["datasets"]["test"]["dataset_type"]}: images '
+                           f'without targets cannot validate training (its scores need ground truth); main_test.py '
+                           f'restores such a set')
+    return opt
 
 
 def foreign_vocabulary() -> Vocabulary:

@@ -70,13 +70,15 @@ class Found:
         return ', '.join(parts) or 'nothing readable'
 
 
-def find_inputs(path: str, clips: bool) -> Found:
+def find_inputs(path: str, clips: bool, named: str = '--input') -> Found:
     """The inputs under `path` (see the module docstring); `clips`: a video model's (folders of frames are clips).
 
     A `path` that does not exist, holds nothing to restore, or is itself one file that cannot be read is a
-    UserError; inside a folder, a file that cannot be read is listed in `Found.bad` and the others go on."""
+    UserError starting with `named` and the path (`--input`, or the option key that gave it); inside a folder, a
+    file that cannot be read is listed in `Found.bad` and the others go on."""
+    label = f'{named} {path}'
     if not os.path.exists(path):
-        raise UserError(f'--input {path}: no such file or folder')
+        raise UserError(f'{label}: no such file or folder')
     if os.path.isfile(path):
         found = Found()
         name = os.path.basename(path)
@@ -86,11 +88,11 @@ def find_inputs(path: str, clips: bool) -> Found:
             size = read_image_size(path)  # a damaged header: its one line
             problem = _profile_problem(path, found)
             if problem:
-                raise UserError(f'--input {path}: {problem}')
+                raise UserError(f'{label}: {problem}')
             found.sources.append(_frames([path], os.path.splitext(name)[0], (name,), size) if clips
                                  else _image(path, name, size))
         else:
-            raise UserError(f'--input {path}: neither an image ({" ".join(IMG_EXTENSIONS)}) nor a video '
+            raise UserError(f'{label}: neither an image ({" ".join(IMG_EXTENSIONS)}) nor a video '
                             f'({" ".join(VIDEO_EXTENSIONS)})')
         return found
     found = Found()
@@ -128,7 +130,7 @@ def find_inputs(path: str, clips: bool) -> Found:
         elif good:
             found.sources.extend(_image(os.path.join(folder, f), rel(f), size) for f, size in good)
     if not found.sources and not found.bad:
-        raise UserError(f'--input {path}: no images ({" ".join(IMG_EXTENSIONS)}) or videos '
+        raise UserError(f'{label}: no images ({" ".join(IMG_EXTENSIONS)}) or videos '
                         f'({" ".join(VIDEO_EXTENSIONS)}) in this folder')
     return found
 

@@ -78,6 +78,20 @@ TRAIN_ONLY_OPTIONS: Dict[str, str] = {
 }
 
 
+class Targetless:
+    """A dataset type whose items have no targets (LR images alone, BasicSR's SingleImageDataset): main_test
+    restores them and scores nothing against ground truth, so it is a test set only, never a training set nor the
+    set a training run validates on. Not a torch Dataset: its inputs are found as `--input`'s are (data/inputs.py)
+    and restored through the same loop (models/input_restore.py)."""
+    OPTIONS: Dict[str, Any] = {}
+
+
+def has_targets(dataset_type: str, where: str = 'dataset_type') -> bool:
+    """Whether the items of `dataset_type` come with targets (every type but the `Targetless` ones): validation
+    records it in each section as `_targets`, which tells main_test how to run the set."""
+    return not issubclass(DATASETS.get(dataset_type, where), Targetless)
+
+
 def dataset_options(dataset_type: str, where: str = 'dataset_type') -> Dict[str, Any]:
     """The keys a `datasets.<phase>` section of `dataset_type` accepts, with their defaults."""
     return {**LOADER_OPTIONS, **DATASETS.get(dataset_type, where).OPTIONS}

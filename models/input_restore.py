@@ -15,6 +15,7 @@ size as `input/<output name>.png`, a video's (with --frames) as `input/<video na
 copy of each output a browser cannot show (TIFF, PPM/PGM) as `preview/<output name>.png`; `Restored.files` says
 what it wrote of each item, for utils/compare_page.py. A video without --frames has no images on the page.
 """
+import copy
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -291,6 +292,14 @@ def restore_inputs(restorer: ImageRestorer, found: Found, out_dir: Optional[str]
     missed = dict.fromkeys(by_name[s.name].source for s in res.skipped)
     return Restored(res, [s.name if s.kind == FRAMES else s.paths[0] for s in missed],
                     writer.files if page else {})
+
+
+def no_reference(restorer: ImageRestorer) -> ImageRestorer:
+    """This restorer (the same network) scoring only its no-reference `val.metrics` (NIQE): items without targets
+    cannot be scored by the others (a test set without targets among sets with them, models/set_runner.py)."""
+    out = copy.copy(restorer)
+    out.metrics = {name: m for name, m in restorer.metrics.items() if not m.needs_reference}
+    return out
 
 
 def needing_targets(val: Dict[str, Any]) -> List[str]:

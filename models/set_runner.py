@@ -8,6 +8,10 @@ through the one evaluation loop (models/evaluation.py). Each set keeps its `resu
 before); with several, each set has `<out>/<set name>/` and `results.md` sits in `<out>`. `write_set_results`
 writes a set's table and comparison page, for the test sets and for `--input` alike; `--watch` runs the same
 sets for each new checkpoint of a job (models/watch_runs.py).
+
+A set without targets (its section's `_targets` false: LR images alone, BasicSR's SingleImageDataset, data/datasets/
+lr_only.py) is its own kind: its images are found and restored as `--input`'s are (models/input_restore.py), written
+where a set's images go, scored by the no-reference `val.metrics` alone; results.md marks its row "no ground truth".
 """
 import csv
 import datetime
@@ -18,10 +22,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
+from data.datasets.image import folders
+from data.datasets.lr_only import lr_inputs
+from data.inputs import Found
 from data.loader import build_val_loader, val_loader_options
 from data.registry import build_dataset
 from data.synthetic.demo import ensure_demo_data
 from models.evaluation import Evaluation, describe_input, describe_scores, evaluate
+from models.input_restore import check_output_folder, no_reference, restore_inputs
 from models.restorer import ImageRestorer
 from utils import dist
 from utils.checkpoint import atomic_write_bytes, atomic_write_text
@@ -33,10 +41,17 @@ from utils.options import all_test_sets
 
 @dataclass
 class TestSet:
-    """One validated test section and its loader (this rank's share of the items), built once per run."""
+    """One validated test section and its loader (this rank's share of the items), built once per run; a set
+    without targets has its inputs instead (found as --input's, every rank alike)."""
     __test__ = False  # not a test class, for pytest
     section: Dict[str, Any]
-    loader: DataLoader
+    loader: Optional[DataLoader]
+    inputs: Optional[Found] = None
+
+    @property
+    def targets(self) -> bool:
+        """Whether its items have targets to score against (validation's `_targets`; False: restored only)."""
+        return self.section['_targets']
 
     @property
     def name(self) -> str:
@@ -51,7 +66,7 @@ class TestSet:
     @property
     def items(self) -> int:
         """How many items the whole set has (the ranks' loaders share them)."""
-        return len(self.loader.dataset)
+        return len(self.loader.dataset) if self.loader is not None else len(self.inputs.sources)
 
 
 @dataclass
@@ -64,9 +79,10 @@ class SetResult:
     files: Dict[str, Dict[str, List[str]]] = field(default_factory=dict)
 
 
-def build_test_sets(opt: Dict[str, Any], state: dist.DistState) -> List[TestSet]:
+def build_test_sets(opt: Dict[str, Any], state: dist.DistState, clips: bool = False) -> List[TestSet]:
     """Every test set of `opt`, in order, its missing demo data generated first (rank 0; every rank learns the
-    outcome), its dataset checked (start-up file checks) and its loader built."""
+    outcome), its dataset checked (start-up file checks) and its loader built; a set without targets has its
+    inputs found (`clips`: a video network's, a folder of frames one clip)."""
     sections = all_test_sets(opt)
     if not sections:
         raise UserError(f'{opt["opt_path"]}: datasets.test: required section is missing')
@@ -78,7 +94,7 @@ def build_test_sets(opt: Dict[str, Any], state: dist.DistState) -> List[TestSet]
     if error is not None:
         raise UserError(error)
     return [TestSet(s, build_val_loader(build_dataset(s), state.world_size, state.rank, **val_loader_options(s)))
-            for s in sections]
+            if s['_targets'] else TestSet(s, None, lr_inputs(s, clips)) for s in sections]
 
 
 def output_root(opt: Dict[str, Any], sets: Sequence[TestSet], given: Optional[str]) -> str:
@@ -96,28 +112,52 @@ def set_folder(root: str, sets: Sequence[TestSet], test_set: TestSet) -> str:
 
 
 def evaluate_sets(restorer: ImageRestorer, sets: Sequence[TestSet], *, score_input: bool,
-                  folder: Optional[Callable[[TestSet], str]] = None, sources: bool = False,
-                  done: Optional[Callable[[SetResult], None]] = None, lines: bool = True) -> List[SetResult]:
-    """Every set through the one evaluation loop with this restorer's network, each scored as its section asks. A
-    collective. `folder(set)`: where its restored images go (None: none written); `sources`: its inputs and
-    targets too (`input/`, `target/`: what the comparison page shows beside the outputs); `done(result)` runs on
-    rank 0 after each set (its table written before the next set starts; a failure there raises on every rank
-    alike, `dist.main_process_write`); `lines`: progress lines off a terminal."""
+                  folder: Optional[Callable[[TestSet], Optional[str]]] = None, sources: bool = False,
+                  done: Optional[Callable[[SetResult], None]] = None, lines: bool = True,
+                  net_type: str = '') -> List[SetResult]:
+    """Every set through the one evaluation loop with this restorer's network, each scored as its section asks (a
+    set without targets restored as --input's, `restore_set`). A collective. `folder(set)`: where its restored
+    images go (None: none written); `sources`: its inputs and targets too (`input/`, `target/`: what the
+    comparison page shows beside the outputs); `done(result)` runs on rank 0 after each set (its table written
+    before the next set starts; a failure there raises on every rank alike, `dist.main_process_write`); `lines`:
+    progress lines off a terminal; `net_type`: netG's, for the start-up check of a set without targets."""
     out = []
     for test_set in sets:
-        scored = restorer.for_test_set(test_set.section)
-        writer = None if folder is None else ItemWriter(folder(test_set))
-        label = 'testing' if len(sets) == 1 else f'testing {test_set.name}'
-        res = evaluate(scored, test_set.loader, test_set.items, score_input=score_input, label=label, lines=lines,
-                       write_item=None if writer is None else writer.write_item,
-                       write_sources=writer.write_sources if writer is not None and sources else None,
-                       where=test_set.where)
-        result = SetResult(test_set, res, scored.metric_border, scored.round_y,
-                           writer.files if writer is not None else {})
+        where = folder(test_set) if folder is not None else None
+        if not test_set.targets:
+            result = restore_set(restorer, test_set, where, sources, net_type)
+        else:
+            scored = restorer.for_test_set(test_set.section)
+            writer = None if where is None else ItemWriter(where)
+            label = 'testing' if len(sets) == 1 else f'testing {test_set.name}'
+            res = evaluate(scored, test_set.loader, test_set.items, score_input=score_input, label=label,
+                           lines=lines, write_item=None if writer is None else writer.write_item,
+                           write_sources=writer.write_sources if writer is not None and sources else None,
+                           where=test_set.where)
+            result = SetResult(test_set, res, scored.metric_border, scored.round_y,
+                               writer.files if writer is not None else {})
         out.append(result)
         if done is not None:
-            dist.main_process_write(lambda: done(result), folder(test_set) if folder is not None else '.')
+            dist.main_process_write(lambda: done(result), where or '.')
     return out
+
+
+def restore_set(restorer: ImageRestorer, test_set: TestSet, where: Optional[str], page: bool,
+                net_type: str) -> SetResult:
+    """A set without targets: its images restored as `--input` restores them (models/input_restore.py), written
+    under `where` (None: not written; `page`: with what the comparison page shows), scored by the no-reference
+    `val.metrics` alone. An image that cannot be read is one warning line and is left out of the count."""
+    log = get_logger()
+    found = test_set.inputs
+    for path, problem in found.bad:
+        log.warning(f'{test_set.where}: skipped {path}: {problem}')
+    scored = no_reference(restorer.for_test_set(test_set.section))
+    restored = restore_inputs(scored, found, where, test_set.section['n_channels'], net_type, page=page)
+    missed = len(found.bad) + len(restored.missed)
+    if missed:
+        log.warning(f'{test_set.name}: {missed} of {len(found.sources) + len(found.bad)} images could not be read '
+                    f'and were skipped (see the warnings above)')
+    return SetResult(test_set, restored.evaluation, scored.metric_border, scored.round_y, restored.files)
 
 
 class ItemWriter:
@@ -144,21 +184,35 @@ class ItemWriter:
 
 
 def evaluate_once(restorer: ImageRestorer, sets: Sequence[TestSet], root: str, weights: str, images: bool,
-                  page: bool = True) -> None:
-    """main_test without --watch: every set once, rank 0 writing each set's images, results.csv and (`page`, with
-    `images`) its index.html comparison page as it ends, then results.md with a row per set."""
+                  page: bool = True, lr_images: bool = True, net_type: str = '') -> None:
+    """main_test without --watch: every set once, rank 0 writing each set's images (`images`; of a set without
+    targets `lr_images`), results.csv and (`page`, with images) its index.html comparison page as it ends, then
+    results.md with a row per set. `net_type`: netG's, for messages."""
     log = get_logger()
     what = f'{sets[0].items} items' if len(sets) == 1 else \
         f'{len(sets)} test sets: {", ".join(f"{s.name} ({s.items} items)" for s in sets)}'
     log.info(f'testing {weights} on {what} -> {root}')
+    writes = {id(s): images if s.targets else lr_images for s in sets}
+    for s in sets:  # before any work: outputs keep their inputs' names, they must not land among them
+        if not s.targets and writes[id(s)]:
+            for lr_folder in folders(s.section, 'dataroot_L'):
+                check_output_folder(set_folder(root, sets, s), lr_folder)
 
     def done(result: SetResult) -> None:
         res, test_set = result.evaluation, result.test_set
-        notes = [f'{weights} on {test_set.name}', f'input: {describe_input(res.input, res.names)}']
-        write_set_results(set_folder(root, sets, test_set), res, result.files, notes if images and page else None,
-                          label='' if len(sets) == 1 else f'{test_set.name}: ', inputs_scored=True)
-    results = evaluate_sets(restorer, sets, score_input=True, sources=images and page,
-                            folder=(lambda s: set_folder(root, sets, s)) if images else None, done=done)
+        shown = describe_input(res.input, res.names) if test_set.targets else 'the LR image scaled to the output\'s ' \
+                                                                                'size (no ground truth)'
+        notes = [f'{weights} on {test_set.name}', f'input: {shown}']
+        label = '' if len(sets) == 1 else f'{test_set.name}: '
+        write_set_results(set_folder(root, sets, test_set), res, result.files,
+                          notes if writes[id(test_set)] and page else None, label=label,
+                          inputs_scored=test_set.targets)
+        if not test_set.targets:
+            log.info(f'{label}{res.means["count"]} images restored (no ground truth: not compared)'
+                     + (f' -> {set_folder(root, sets, test_set)}' if writes[id(test_set)] else ''))
+    results = evaluate_sets(restorer, sets, score_input=True, sources=page and (images or lr_images),
+                            folder=lambda s: set_folder(root, sets, s) if writes[id(s)] else None, done=done,
+                            net_type=net_type)
 
     def write_markdown() -> None:
         path = os.path.join(root, 'results.md')
@@ -201,31 +255,43 @@ def write_table(path: str, names: Sequence[str], rows: List[List[Any]], means: D
     atomic_write_text(path, text.getvalue())
 
 
+NO_GROUND_TRUTH = 'no ground truth'  # results.md's mark of a set without targets: restored, not compared
+
+
 def results_markdown(results: Sequence[SetResult], weights: str) -> str:
     """results.md: the paper-style table of one run of main_test, a row per test set: PSNR/SSIM on RGB and on Y,
     each further `val.metrics` score (its direction marked), the items and how they were scored (the border
-    cropped at each edge, whether Y was rounded); then the inputs' own scores, the score to beat."""
-    names = results[0].evaluation.names
-    better = results[0].evaluation.higher_is_better
+    cropped at each edge, whether Y was rounded); a set without targets is marked NO_GROUND_TRUTH, its scores
+    blank (only a no-reference metric has one); then the inputs' own scores, the score to beat."""
+    scored_sets = [r for r in results if r.test_set.targets] or list(results)
+    names = scored_sets[0].evaluation.names  # a set without targets scores a subset: its no-reference metrics
+    better = {k: v for r in results for k, v in r.evaluation.higher_is_better.items()}
     heads = {'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'psnr_y': 'PSNR Y (dB)', 'ssim_y': 'SSIM Y'}
     header = ['set', 'items', *(heads.get(n, f'{n} {"↑" if better[n] else "↓"}') for n in names), 'scored']
 
     def cells(scores: Dict[str, float]) -> List[str]:
-        return [f'{scores[n]:.2f}' if n in ('psnr', 'psnr_y') else f'{scores[n]:.4f}' for n in names]
+        return ['—' if n not in scores else f'{scores[n]:.2f}' if n in ('psnr', 'psnr_y') else f'{scores[n]:.4f}'
+                for n in names]
 
     def table(rows: List[List[str]], head: List[str]) -> List[str]:
         return ['| ' + ' | '.join(head) + ' |', '|' + '|'.join(['---'] + ['---:'] * (len(head) - 2) + ['---']) + '|',
                 *('| ' + ' | '.join(r) + ' |' for r in rows)]
 
     def scored(r: SetResult) -> str:
+        if not r.test_set.targets:
+            return f'{NO_GROUND_TRUTH}: restored, not compared'
         return f'border {r.border} px, Y {"rounded" if r.round_y else "unrounded"}'
 
     rows = [[r.test_set.name, str(r.evaluation.means['count']), *cells(r.evaluation.means), scored(r)] for r in results]
     when = datetime.datetime.now().strftime('%Y-%m-%d %H:%M')
-    text = ['# Test results', '', f'Weights `{weights}`, tested {when}.', '', *table(rows, header), '',
-            'PSNR and SSIM on RGB and on Y (BT.601 luma), after cropping `border` pixels at each edge (the set\'s '
-            '`metric_border`); "Y rounded": Y rounded to integers before its scores (`metric_round_y`, KAIR\'s SR '
-            'convention). Each set\'s `results.csv` has the score of every item.']
+    text = ['# Test results', '', f'Weights `{weights}`, tested {when}.', '', *table(rows, header)]
+    if any(r.test_set.targets for r in results):
+        text += ['', 'PSNR and SSIM on RGB and on Y (BT.601 luma), after cropping `border` pixels at each edge (the '
+                     'set\'s `metric_border`); "Y rounded": Y rounded to integers before its scores (`metric_round_y`, '
+                     'KAIR\'s SR convention). Each set\'s `results.csv` has the score of every item.']
+    if any(not r.test_set.targets for r in results):
+        text += ['', f'"{NO_GROUND_TRUTH}": a set of LR images alone (BasicSR\'s SingleImageDataset); its images '
+                     f'are restored and written, nothing is compared ("—"; a no-reference metric is scored).']
     inputs = [r for r in results if r.evaluation.input is not None]
     if inputs:
         rows = []

@@ -37,6 +37,7 @@ TINY = {
     'retinexformer': (dict(n_feat=8, stage=1, num_blocks=[1, 1, 1]), 16),
     'mixdehazenet': (dict(embed_dims=[8, 16, 32, 16, 8], depths=[1, 1, 1, 1, 1]), 48),
     'hvicidnet': (dict(channels=[8, 8, 16, 32], heads=[1, 1, 2, 4]), 16),
+    'rcan_original': (dict(n_resgroups=1, n_resblocks=1, n_feats=16, reduction=4, norm=False), 8),
 }
 # Restoration networks keep the size; the rest are x4 SR here (their scale key inherits or defaults to 4).
 SAME_SIZE = ('nafnet', 'scunet', 'fftformer', 'uformer', 'kbnet_s', 'kbnet_l', 'retinexformer', 'mixdehazenet',

@@ -40,13 +40,14 @@ REFUSED: Dict[str, tuple] = {
         'DocRes/DocRes_gan', 'EIMN/EIMN_L_fidelity', 'ELAN/ELAN_light_OTF_gan', 'EMT/EMT_fidelity',
         'ESCRealM/ESCRealM_gan', 'FlexNet/MetaFlexNet_gan', 'GaterV3/GaterV3_S_gan', 'HiT-SR/HiT_SRF_OTF_gan',
         'LKFMixer/LKFMixer_L_fidelity', 'LMLT/LMLT_Large_OTF_fidelity', 'MAN/MAN_tiny_OTF_gan',
-        'MoSRV2/MoSRV2_OTF_fidelity', 'RCAN/RCAN_OTF_gan', 'RTMoSR/RTMoSR_UL_fidelity', 'SCUNet_aaf6aa/SCUNet_aaf6aa_fidelity',
+        'MoSRV2/MoSRV2_OTF_fidelity', 'RTMoSR/RTMoSR_UL_fidelity', 'SCUNet_aaf6aa/SCUNet_aaf6aa_fidelity',
         'SPANPlus/SPANPlus_fidelity', 'SRFormer/SRFormer_light_OTF_gan', 'Sebica/Sebica_fidelity',
         'TFDAT/TFDAT_fidelity', 'TSCUNet/TSCUNet_gan', 'TemporalSPAN/TemporalSPAN_gan',
         'TemporalSPANv2/TemporalSPANv2_gan')},
     **{f'{REDUX}{name}.yml': OTF for name in (
         'ATD/ATD_OTF_fidelity', 'Compact/Compact_OTF_fidelity', 'ESRGAN/ESRGAN_lite_OTF_fidelity',
-        'GRL/GRL_B_OTF_gan', 'MoESR/MoESR2_OTF_fidelity', 'MoSR/MoSR_T_OTF_fidelity', 'SPAN/SPAN_OTF_fidelity')},
+        'GRL/GRL_B_OTF_gan', 'MoESR/MoESR2_OTF_fidelity', 'MoSR/MoSR_T_OTF_fidelity', 'RCAN/RCAN_OTF_gan',
+        'SPAN/SPAN_OTF_fidelity')},
 }
 OUTCOMES: Dict[str, Optional[tuple]] = {path: REFUSED.get(path) for path in TRAIN_FILES}  # None: trains
 LOCAL = {f'{BASICSR}SRResNet_SRGAN/train_MSRResNet_x4.yml', f'{BASICSR}RealESRGAN/train_realesrnet_x2plus.yml',

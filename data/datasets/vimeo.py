@@ -46,7 +46,7 @@ from utils.dist import is_main_process
 from utils.errors import UserError
 from utils.image import imread_uint
 from utils.logger import get_logger
-from utils.options.foreign import Foreign
+from utils.options.foreign import Foreign, Only
 from utils.options import REQUIRED, Key, at_least, only, rule
 
 Size = Tuple[int, int]
@@ -311,7 +311,17 @@ class VideoRecurrentTrainVimeoVFIDataset(VideoRecurrentTrainVimeoDataset):
         return step
 
 
-@DATASETS.register('VideoTestVimeo90KDataset')
+# BasicSR's VideoTestVimeo90KDataset (BasicVSR's, IconVSR's and EDVR's Vimeo-90K tests): the same centred window of
+# each listed septuplet, its GT the centre frame (im4) alone, which is what val.center_frame_only scores here
+_BASICSR_TEST = Foreign('VideoTestVimeo90KDataset', keys={'padding': '/val.padding',
+                                                          'center_frame_only': '/val.center_frame_only'},
+                        defaults={'center_frame_only': True},
+                        unneeded={'crop_border': Only(0, 'clips are scored whole here (no border cropped)')},
+                        note='its GT is the centre frame alone: the centre frame is what is scored '
+                             '(val.center_frame_only)')
+
+
+@DATASETS.register('VideoTestVimeo90KDataset', foreign=[_BASICSR_TEST])
 class VideoTestVimeo90KDataset(WholeClips):
     """Whole Vimeo-90K test septuplets (or their centred `num_frame` window), one per index.
 

@@ -349,6 +349,15 @@ ARCHITECTURES: List[Architecture] = [
                      'fdat_xl': dict(embed_dim=180, num_groups=6, depth_per_group=6, num_heads=6)})),
     Architecture('realcugan', 'RealCUGAN', 'UpCunet2x', 'Real-CUGAN (bilibili AI Lab, anime super-resolution; '
                  'no paper)', 'MIT', realcugan_kwargs, realcugan_class, ('UpCunet3x', 'UpCunet4x'), foreign=redux('scale', {'realcugan': {}}, unneeded={'fast': False})),
+    # traiNNer-redux's rcan is spandrel's RCAN (the original code's head/body/tail layout, its own weights load);
+    # BasicSR's RCAN, another layout and normalisation, is this project's `rcan`
+    Architecture('rcan_original', 'RCAN', 'RCAN', 'Zhang et al., Image Super-Resolution Using Very Deep Residual '
+                 'Channel Attention Networks, ECCV 2018 (the original code\'s layout; `unshuffle_mod`: traiNNer-redux\'s '
+                 'pixel-unshuffle head at scales 1 and 2)', 'as yulunzhang/RCAN states it (built on EDSR-PyTorch, MIT)', foreign=redux('scale', {
+                     'rcan': dict(norm=False), 'rcan_unshuffle': dict(norm=False, unshuffle_mod=True),
+                     'rcan_s': dict(n_resgroups=8, n_resblocks=16, n_feats=48, norm=False, unshuffle_mod=True),
+                     'rcan_l': dict(n_feats=96, norm=False, unshuffle_mod=True),
+                     'rcan_xl': dict(n_resgroups=12, n_resblocks=24, n_feats=96, norm=False, unshuffle_mod=True)})),
     Architecture('swiftsrgan', 'SwiftSRGAN', 'SwiftSRGAN', 'Krishnan & Krishnan, SwiftSRGAN: Rethinking '
                  'Super-Resolution for Efficient and Real-time Inference, arXiv 2021', 'CC0-1.0'),
     Architecture('kbnet_s', 'KBNet', 'KBNet_s', 'Zhang et al., KBNet: Kernel Basis Network for Image Restoration, '

@@ -12,8 +12,8 @@ from utils.suggest import did_you_mean
 
 
 def validate_datasets(v: Validator, opt: Dict[str, Any], data: Dict[str, Any], rules: Rules) -> Tuple[Set[str], bool]:
-    """Fill `opt['datasets']` from the file's `datasets` (each phase's section validated and completed, its `phase`
-    and `_where` added); returns (the top-level keys some section took, whether a section takes `scale`)."""
+    """Fill `opt['datasets']` from the file's `datasets` (each phase's section validated and completed, its `phase`,
+    `_where` and `_targets` added); returns (the top-level keys some section took, whether a section takes `scale`)."""
     datasets = data.get('datasets', {})
     if not isinstance(datasets, dict):
         v.not_a_section('datasets', datasets, 'phases: train, test')
@@ -24,6 +24,10 @@ def validate_datasets(v: Validator, opt: Dict[str, Any], data: Dict[str, Any], r
         checked, used, takes_scale = _dataset_section(v, opt, rules, stored == 'train', where_set, section)
         checked['phase'] = 'train' if stored == 'train' else 'test'
         checked['_where'] = where_set
+        checked['_targets'] = rules.targets(checked['dataset_type'], f'{where_set}.dataset_type')
+        if stored == 'train' and not checked['_targets']:
+            v.fail(f'{where_set}.dataset_type', f'{show(checked["dataset_type"])}: images without targets: a test set '
+                   f'of main_test.py only (training learns from targets)')
         opt['datasets'][stored] = checked
         used_top_level |= used
         scale_used = scale_used or takes_scale

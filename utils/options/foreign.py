@@ -24,9 +24,11 @@ TRAINERS = (BASICSR, REDUX)
 
 class Only:
     """A `Foreign.unneeded` entry: the values of a key that change nothing here (another is refused), and why (the
-    log line's words)."""
+    log line's words); `...` for any value (a key that has nothing to act on here, e.g. a scoring border of a set
+    without targets)."""
 
     def __init__(self, values: Any, why: str = ''):
+        self.any = values is ...
         self.values = tuple(values) if isinstance(values, (tuple, list, set, frozenset)) else (values,)
         self.why = why
 

@@ -28,5 +28,8 @@ class Rules:
     train_only_dataset_keys: Mapping[str, str] = field(default_factory=dict)
     # type keys of other sections than `train` (whose come with the model): {section: {type key: Choice}}
     choices: Mapping[str, Mapping[str, Choice]] = field(default_factory=dict)
+    # `targets(dataset_type, where)`: whether that type's items have targets (False: a test set main_test restores
+    # without scoring; never a training set); validation records it in each dataset section as `_targets`
+    targets: Callable[[str, str], bool] = field(default=lambda dataset_type, where: True)
     # checks of the completed options across keys: each returns (key, problem) or None
     checks: Sequence[Callable[[Dict[str, Any]], Optional[Tuple[str, str]]]] = ()

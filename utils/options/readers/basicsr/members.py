@@ -54,7 +54,7 @@ def apply(ctx: Context, f: Foreign, keys: KeyPath, section: Mapping[str, Any], t
     for their, default in f.defaults.items():
         if their not in given and their not in f.requires and their not in skip:
             ours = f.keys.get(their, their)
-            ctx.put(f'{target}.{prefix}{ours}', default, keys + ('type',), f'{f.trainer}\'s default for {f.name}')
+            ctx.put(_ours(target, prefix, ours), default, keys + ('type',), f'{f.trainer}\'s default for {f.name}')
             put[ours] = default
     for their, value in given.items():
         here = keys + (their,)
@@ -65,7 +65,7 @@ def apply(ctx: Context, f: Foreign, keys: KeyPath, section: Mapping[str, Any], t
         if their in f.unneeded:
             only = f.unneeded[their]
             only = only if isinstance(only, Only) else Only(only)
-            if value not in only.values:
+            if not only.any and value not in only.values:
                 allowed = ' or '.join(show(v) for v in only.values)
                 raise ctx.refuse(here, f'only {allowed} is supported here ({f.name}){": " + only.why if only.why else ""}',
                                  value)
@@ -80,15 +80,21 @@ def apply(ctx: Context, f: Foreign, keys: KeyPath, section: Mapping[str, Any], t
         if ours is None:
             known = sorted({*f.keys, *f.requires, *f.unneeded, *f.refused, *f.convert})
             raise ctx.unknown(here, known, f'{f.name} takes {", ".join(known) or "no keys"}')
-        ctx.put(ours[1:] if ours.startswith('/') else f'{target}.{prefix}{ours}', value, here)
+        ctx.put(_ours(target, prefix, ours), value, here)
         put[ours] = value
     for their, ours in f.keys.items():
-        ctx.spell(ours[1:] if ours.startswith('/') else f'{target}.{prefix}{ours}', keys + (their,))
+        ctx.spell(_ours(target, prefix, ours), keys + (their,))
     if '.' in target or target in ('netG', 'netD'):  # a section of its own (train's keys come from many)
         ctx.spell(target, keys)
     if f.note:
         ctx.note(f'{shown(keys)}: {f.name}: {f.note}')
     return put
+
+
+def _ours(target: str, prefix: str, ours: str) -> str:
+    """Our dotted key of a member key: `<target>.<prefix><key>`, or the whole key after "/" (a key their section
+    holds that is another section's here: `/val.padding`)."""
+    return ours[1:] if ours.startswith('/') else f'{target}.{prefix}{ours}'
 
 
 def member(ctx: Context, vocabulary: Vocabulary, kind: str, keys: KeyPath, section: Any, target: str, type_key: str,

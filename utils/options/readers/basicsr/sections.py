@@ -114,10 +114,9 @@ def datasets(ctx: Context, keys: KeyPath, value: Any, section: Mapping[str, Any]
             ctx.unneeded(here, validating[1])
             continue
         data = dict(ctx.section(here, data))
-        if str(data.get('type', '')).lower() == 'singleimagedataset':
-            raise ctx.refuse(here + ('type',), f'LR images without targets: test sets here are scored against '
-                                               f'their targets; main_test.py --weights W --input '
-                                               f'{show(data.get("dataroot_lq", "FOLDER"))} restores them',
+        if str(data.get('type', '')).lower() == 'singleimagedataset' and not ctx.testing:
+            raise ctx.refuse(here + ('type',), 'LR images without targets cannot validate training (its scores need '
+                                               'ground truth); main_test.py --opt with this file restores them',
                              data['type'])
         lq_size = 'lq_size' in data
         if lq_size:  # traiNNer-redux's patch size: of the LR image (gt_size = lq_size x scale)
