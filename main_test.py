@@ -32,8 +32,10 @@ import argparse  # noqa: E402
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-# OpenMP's idle threads sleep instead of spinning (see main_train.py and utils/dist/group.py set_cpu_threads)
-os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
+# How OpenMP's idle threads wait, chosen before torch loads OpenMP (utils/wait_policy.py)
+from utils import wait_policy  # noqa: E402
+
+wait_policy.choose()
 
 import torch  # noqa: E402
 

@@ -24,10 +24,11 @@ from typing import Any, Dict, List, Optional, Sequence
 # c10d's C++ warnings (store retries, shutdown notes) are noise next to our one-line errors;
 # TORCH_CPP_LOG_LEVEL=INFO shows them. Must be set before torch is imported.
 os.environ.setdefault('TORCH_CPP_LOG_LEVEL', 'ERROR')
-# OpenMP's idle threads sleep instead of spinning, so torch's threads leave a core to a loader worker or
-# another program the moment they do not compute (utils/dist/group.py set_cpu_threads); read once, when torch
-# loads OpenMP.
-os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
+# How OpenMP's idle threads wait (a short spin, then sleep: utils/wait_policy.py): read once, when torch loads
+# OpenMP, so it is chosen before torch is imported.
+from utils import wait_policy  # noqa: E402
+
+wait_policy.choose()
 
 import torch  # noqa: E402
 

@@ -17,8 +17,10 @@ runs interleaved (BasicSR short, ours short, BasicSR long, ours long, repeated),
   busy    beside a busy process: a python doing matmuls on `--busy-threads` threads (default 1), unpinned,
           started by the bench before the cell's runs and killed after them.
 
-The user's OMP_WAIT_POLICY and OMP_NUM_THREADS pass through wherever a cell does not set them; what each trainer
-ran with (torch threads, the thread policy ours logged) is printed before the table.
+The user's OMP_WAIT_POLICY, GOMP_SPINCOUNT and OMP_NUM_THREADS pass through wherever a cell does not set them
+(unset, each trainer chooses: BasicSR leaves OpenMP's default spin, ours samples its cores' load,
+utils/wait_policy.py); what each trainer ran with (torch threads, the thread policy ours logged) is printed before
+the table.
 
 BasicSR is installed by the bench into `--scratch` (default $TMPDIR/bench_peers) on the first full run and reused
 (bench/peer_basicsr.py says how); it never enters requirements.txt. The data, BasicSR's experiment folders and
@@ -248,7 +250,7 @@ def burn(argv: Sequence[str]) -> None:
 def cell(name: str, busy_threads: int) -> Iterator[Tuple[List[str], Dict[str, str], str]]:
     """A cell's command prefix, environment and description; the busy process runs while the cell does."""
     env = dict(USER_ENV)
-    user = ', '.join(f'{k}={USER_ENV.get(k, "unset")}' for k in ('OMP_NUM_THREADS', 'OMP_WAIT_POLICY'))
+    user = ', '.join(f'{k}={USER_ENV.get(k, "unset")}' for k in ('OMP_NUM_THREADS', 'OMP_WAIT_POLICY', 'GOMP_SPINCOUNT'))
     if name == '1core':
         env['OMP_NUM_THREADS'] = '1'
         yield ['taskset', '-c', '0'], env, (f'taskset -c 0, OMP_NUM_THREADS=1 (set by the cell), '

@@ -184,12 +184,13 @@ def test_all_reduce_sum_and_max_pass_their_op_and_return_the_tensor(monkeypatch)
 
 
 def test_a_single_cpu_process_takes_one_thread_per_usable_core_shared_with_its_loader_workers(monkeypatch):
-    """Every usable core (the demo's loader worker is idle 99 % of a step), its threads sleeping when idle, and
-    denormals flushed on CPU (Adam's moments of dead weights decay through them)."""
+    """Every usable core (the demo's loader worker is idle 99 % of a step), the line saying how idle threads wait
+    and who chose it, and denormals flushed on CPU (Adam's moments of dead weights decay through them)."""
     import os
 
     import torch
 
+    from utils import wait_policy
     from utils.dist import set_cpu_threads
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3, 4, 5})
@@ -197,12 +198,26 @@ def test_a_single_cpu_process_takes_one_thread_per_usable_core_shared_with_its_l
     try:
         torch.set_flush_denormal(False)
         assert set_cpu_threads(DistState('single'), 2, {'OMP_WAIT_POLICY': 'PASSIVE'}) == (
-            'CPU: 6 torch threads (one per usable core, shared with 2 loader workers; idle threads sleep: '
-            'OMP_WAIT_POLICY=PASSIVE; OMP_NUM_THREADS overrides)')
+            'CPU: 6 torch threads (one per usable core, shared with 2 loader workers; idle threads sleep at once '
+            '(OMP_WAIT_POLICY=PASSIVE; as given); OMP_NUM_THREADS overrides)')
         assert torch.get_num_threads() == 6
         assert (torch.tensor([1e-39]) * 2).item() == 0  # a denormal is flushed to zero
         assert set_cpu_threads(DistState('single'), 0, {}) == (
-            'CPU: 6 torch threads (one per usable core; idle threads may spin: OMP_WAIT_POLICY=unset; '
+            'CPU: 6 torch threads (one per usable core; idle threads spin for milliseconds, then sleep (GNU '
+            'OpenMP\'s default: OMP_WAIT_POLICY unset); OMP_NUM_THREADS overrides)')
+        env = {}
+        wait_policy.choose(env, load=0.1)  # idle cores: a short spin
+        assert env == {'GOMP_SPINCOUNT': str(wait_policy.SPIN_COUNT)}
+        assert set_cpu_threads(DistState('single'), 1, env) == (
+            f'CPU: 6 torch threads (one per usable core, shared with 1 loader worker; idle threads spin briefly, then '
+            f'sleep (GOMP_SPINCOUNT={wait_policy.SPIN_COUNT}; set here: the usable cores were idle at start (0.1 of 6 '
+            f'busy): small operations stay fast); OMP_NUM_THREADS overrides)')
+        env = {}
+        wait_policy.choose(env, load=1.5)  # cores other processes keep busy: sleep at once
+        assert env == {'OMP_WAIT_POLICY': 'PASSIVE'}
+        assert set_cpu_threads(DistState('single'), 0, env) == (
+            'CPU: 6 torch threads (one per usable core; idle threads sleep at once (OMP_WAIT_POLICY=PASSIVE; set '
+            'here: other processes kept 1.5 of the 6 usable cores busy at start: spinning would take their time); '
             'OMP_NUM_THREADS overrides)')
         assert set_cpu_threads(DistState('single'), 0, {'OMP_NUM_THREADS': '3'}) is None  # the user's choice
         assert set_cpu_threads(DistState('env', world_size=2, rank=0), 0, {}) is None  # DDP: init gives 1 each
@@ -211,16 +226,48 @@ def test_a_single_cpu_process_takes_one_thread_per_usable_core_shared_with_its_l
         torch.set_flush_denormal(False)
 
 
+@pytest.mark.parametrize('given', [{'OMP_WAIT_POLICY': 'PASSIVE'}, {'GOMP_SPINCOUNT': '7'}, {'KMP_BLOCKTIME': '0'}])
+def test_the_users_own_wait_policy_wins(given):
+    from utils import wait_policy
+    env = dict(given)
+    wait_policy.choose(env, load=0.0)
+    assert env == given and 'as given' in wait_policy.describe(env)
+
+
 @pytest.mark.parametrize('entry', ['main_train', 'main_test'])
-def test_the_entry_points_make_openmps_idle_threads_sleep_unless_the_user_says_otherwise(entry):
-    """Set before torch loads OpenMP, which reads it once."""
+def test_the_entry_points_choose_how_openmps_idle_threads_wait_before_torch_loads_unless_the_user_did(entry):
+    """A short spin on idle cores (utils/wait_policy.py; the sampled load is pinned here), set before torch loads
+    OpenMP, which reads it once; the user's OMP_WAIT_POLICY is left alone."""
     import subprocess
     import sys
 
     from tests.conftest import ROOT, clean_env
-    code = f'import os, {entry}; print(os.environ["OMP_WAIT_POLICY"])'
-    env = {k: v for k, v in clean_env().items() if k != 'OMP_WAIT_POLICY'}
-    for given, expected in ((None, 'PASSIVE'), ('ACTIVE', 'ACTIVE')):
-        run_env = dict(env, **({'OMP_WAIT_POLICY': given} if given else {}))
-        out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=run_env, capture_output=True, text=True)
-        assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr[-2000:]
+    from utils import wait_policy
+    code = ('import os, sys\nfrom utils import wait_policy\nchoose = wait_policy.choose\n'
+            'wait_policy.choose = lambda: (print("torch loaded:", "torch" in sys.modules), choose(load=0.0))\n'
+            f'import {entry}\n'
+            'print(os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT"))')
+    env = {k: v for k, v in clean_env().items() if k not in wait_policy.USER_KEYS}
+    for given, expected in (({}, f'None {wait_policy.SPIN_COUNT}'), ({'OMP_WAIT_POLICY': 'ACTIVE'}, 'ACTIVE None')):
+        out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=dict(env, **given), capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split('\n')[:2] == ['torch loaded: False', expected], (given, out.stdout)
+
+
+def test_the_load_of_the_usable_cores_is_read_from_the_kernels_counters(tmp_path, monkeypatch):
+    """Per core busy / total ticks between two readings, only over the cores this process may use."""
+    from utils import wait_policy
+    stat = tmp_path / 'stat'
+    stat.write_text('cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 0 0 0 100 0 0 0 0 0 0\ncpu1 50 0 0 50 0 0 0 0 0 0\n'
+                    'intr 1 2 3\n')
+    before = wait_policy.cpu_times(str(stat))
+    assert before == {0: (0, 100), 1: (50, 100)}
+    after = {0: (100, 200), 1: (100, 200)}  # core 0 busy the whole time, core 1 half of it
+    assert wait_policy.busy_cores(before, after, frozenset({0, 1})) == 1.5
+    assert wait_policy.busy_cores(before, after, frozenset({1})) == 0.5
+    assert wait_policy.cpu_times(str(tmp_path / 'none')) == {}  # not Linux: no sample, a short spin
+    env = {}
+    monkeypatch.setattr(wait_policy, 'others_load', lambda: None)
+    wait_policy.choose(env)
+    assert env == {'GOMP_SPINCOUNT': str(wait_policy.SPIN_COUNT)} and 'load unknown' in wait_policy.describe(env)

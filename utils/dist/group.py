@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 import torch.distributed as dist
 
+from utils import wait_policy
 from utils.cores import fitted_workers, usable_cores
 from utils.dist import departure
 from utils.dist.detect import DistState, cuda_device_index
@@ -89,11 +90,11 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
 
     Why every core: the loader of a restoration run is usually cheap next to the network (the demo's worker
     is busy 0.002 s of a 0.3 s step), so reserving cores for workers left half of a 2-core machine idle.
-    Why that stays right where the loader (or another program) does need a core: the entry points make
-    OpenMP's idle threads sleep at once instead of spinning (`OMP_WAIT_POLICY=PASSIVE`, set before torch is
-    imported unless the user set it), so a thread that is not computing takes no core from a worker. Spinning
-    threads made 2 threads cost 2.6x the CPU time of 1 and 1.54x its wall time on a loaded 2-core machine;
-    sleeping ones cost the same CPU time as 1 (bench note in docs/launching.md, "Devices and CPU threads").
+    Why that stays right where the loader (or another program) does need a core: the entry points let
+    OpenMP's idle threads spin only briefly before they sleep (utils/wait_policy.py, chosen before torch is
+    imported unless the user set a policy), so a thread that is not computing soon takes no core from a worker.
+    Threads spinning for OpenMP's default milliseconds made 2 threads cost 2.6x the CPU time of 1 and 1.54x its
+    wall time on a loaded 2-core machine (bench note in docs/launching.md, "Devices and CPU threads").
     Denormals: after a few hundred iterations a quarter of Adam's first moments (those of weights whose
     gradient is 0) decay through the denormal range; flushing them saved 5 % of the demo's CPU time.
     OMP_NUM_THREADS, when set, decides the count; DDP ranks get 1 thread each (`init`).
@@ -108,10 +109,8 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
     torch.set_num_threads(cores)
     workers = fitted_workers(max(0, int(loader_workers)), cores, env)  # as data/loader.py starts them
     shared = f', shared with {workers} loader worker{"s" if workers != 1 else ""}' if workers else ''
-    policy = env.get('OMP_WAIT_POLICY', 'unset')
-    return (f'CPU: {cores} torch thread{"s" if cores > 1 else ""} (one per usable core{shared}; idle threads '
-            f'{"sleep" if policy.upper() == "PASSIVE" else "may spin"}: OMP_WAIT_POLICY={policy}; '
-            f'OMP_NUM_THREADS overrides)')
+    return (f'CPU: {cores} torch thread{"s" if cores > 1 else ""} (one per usable core{shared}; '
+            f'{wait_policy.describe(env)}; OMP_NUM_THREADS overrides)')
 
 
 def wait_for_master(state: DistState, timeout_s: float, poll_s: float = 0.5) -> None:
