@@ -128,7 +128,7 @@ TAIL = (('zoo', 'options/zoo/*_tiny.json'), ('gan', 'options/gan/*_tiny.json'), 
         ('rvrt', 'options/rvrt/*_tiny.json'), ('realesrgan', 'options/realesrgan/tiny/*.json'),
         ('archs', 'options/archs/*_tiny.json'))
 OUTPUTS = ('gpu_check.txt', 'gpu_check.json', 'gpu_check_logs.tar.gz')
-NOTE_WIDTH = 50  # of the printed table's notes (the file keeps them whole): ~95 rows stay inside 12,000 characters
+NOTE_WIDTH = 48  # of the printed table's notes (the file keeps them whole): ~100 rows stay inside 12,000 characters
 
 
 # ------------------------------------------------------------------------------------------------ rows
