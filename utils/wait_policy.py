@@ -6,7 +6,7 @@ region spins for GOMP_SPINCOUNT iterations before it sleeps: 300,000 by default 
 OMP_WAIT_POLICY=PASSIVE. Neither end suits every machine:
 - on idle cores, sleeping at once makes every parallel region pay a wake-up, which networks made of many small
   operations (channel attention: pooling to 1x1, 1x1 convolutions, sigmoids) cannot hide; a short spin catches
-  the next region, whose gap is microseconds;
+  the next region when it follows closely, as the operations of one forward or backward pass do;
 - on cores that other programs keep busy, any spin takes time slices from them and from this run's own
   threads; sleeping at once is the fastest there.
 So the choice is made from the cores themselves: their load over a short sample before torch starts (this
