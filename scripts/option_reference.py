@@ -233,13 +233,17 @@ def reference(cat: Catalog) -> str:
 
 
 def outputs() -> Dict[str, str]:
-    """{path relative to the project: text} of every generated file; docs/option_files.md with its generated part
-    (foreign_reference.py) replaced."""
+    """{path relative to the project: text} of every generated file; docs/option_files.md, where it exists, with
+    its generated part (foreign_reference.py) replaced."""
     cat = catalog()
     schema = json.dumps(json_schema(cat), indent=1, ensure_ascii=False) + '\n'
-    with open(os.path.join(ROOT, FOREIGN_DOC), encoding='utf-8') as f:
-        foreign = with_foreign_section(f.read())
-    return {DOC: reference(cat), SCHEMA_FILE: schema, FOREIGN_DOC: foreign}
+    out = {DOC: reference(cat), SCHEMA_FILE: schema}
+    try:
+        with open(os.path.join(ROOT, FOREIGN_DOC), encoding='utf-8') as f:
+            out[FOREIGN_DOC] = with_foreign_section(f.read())
+    except FileNotFoundError:
+        pass
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
