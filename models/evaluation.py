@@ -24,7 +24,7 @@ import torch
 
 from models.restorer import ImageRestorer
 from utils import dist
-from utils.errors import UserError
+from utils.errors import InputShapeError, UserError
 from utils.image import encode_image, to_uint8
 from utils.logger import get_logger
 from utils.memory import peak_memory
@@ -97,8 +97,9 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
     frames, for the items `source_items(name)` names (None: all).
     A `Skipped` from a loader goes to `skip_item` (rank 0) and `Evaluation.skipped` (every rank).
     `label` and `lines` are the progress display's (a bar on a terminal; `lines`: also in logs). A restored
-    item of another size than its target (`where`: the test section, for the message) ends the evaluation on
-    every rank, after the round's gather, with one UserError; an out-of-memory error on any rank's item ends it
+    item of another size than its target (`where`: the test section, for the message), or one the network cannot
+    take (an `InputShapeError`: frames too small or too few for it), ends the evaluation on every rank, after the
+    round's gather, with one UserError naming the item; an out-of-memory error on any rank's item ends it
     there too, as an `OutOfMemory` naming the item, the rank and its peak (models/out_of_memory.py words the line).
     """
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -120,6 +121,8 @@ def evaluate(restorer: ImageRestorer, loader: Iterable[Any], num_items: int, *,
                 problem = restore_batch(restorer, batch, mine, score_input=score_input, targets=targets,
                                         sources=sources, encode=encode if encoded else None, previews=previews,
                                         num_previews=num_previews, source_items=source_items)
+            except InputShapeError as e:  # an item the network cannot take: one line naming it, every rank together
+                problem = f'{item_text(batch, rank, world)}: {e}'
             except Exception as e:  # out of memory on this item: every rank leaves after the gather, together
                 if not is_out_of_memory(e):
                     raise

@@ -296,3 +296,31 @@ def test_main_test_writes_every_frame_of_every_clip_and_the_table_for_edvr(tmp_p
     assert rows[0][:5] == ['name', 'psnr', 'ssim', 'psnr_y', 'ssim_y']
     assert [r[0] for r in rows[1:]] == ['000', '011', 'mean']
     assert 'input: the input upscaled by bicubic x4' in res.stdout
+
+
+def test_main_test_on_frames_too_small_for_the_flow_network_ends_in_one_line_naming_the_clip(tmp_path):
+    """BasicVSR's SpyNet needs frames of 33 pixels or more: a test set of 16x16 LR clips is the data's doing, told
+    as one line that names the test set and the clip (exit 2), not as a traceback from inside the network."""
+    import os
+    import cv2
+    import numpy as np
+    from models.registry import build_network
+    from option_rules import read_options
+    from conftest import ROOT, run_main
+    for clip in ('000', '011'):
+        for side, folder in ((64, 'GT'), (16, 'LQ')):
+            os.makedirs(tmp_path / folder / clip)
+            for t in range(3):
+                cv2.imwrite(str(tmp_path / folder / clip / f'{t:08d}.png'),
+                            np.random.default_rng(t).integers(0, 256, (side, side, 3), dtype=np.uint8))
+    tiny = os.path.join(ROOT, 'options', 'basicvsr', 'train_BasicVSR_tiny.json')
+    weights = tmp_path / 'w.pth'
+    torch.save({'params': build_network(read_options(tiny)['netG']).state_dict()}, weights)
+    sets = [f'path.root={tmp_path / "exp"}', f'datasets.test.dataroot_gt={tmp_path / "GT"}',
+            f'datasets.test.dataroot_lq={tmp_path / "LQ"}', 'datasets.test.generate_demo=null']
+    res = run_main('main_test', ['--opt', tiny, '--weights', str(weights), '--out', str(tmp_path / 'out')]
+                   + [a for s in sets for a in ('--set', s)])
+    assert res.returncode == 2 and 'Traceback' not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        'error: datasets.test: on clip 000 (3 frames of 16x16): BasicVSR needs frames of at least 33x33 pixels '
+        '(SpyNet), got 16x16')

@@ -14,6 +14,12 @@ class OptionsError(UserError):
     """An invalid option file or override. The message names the file and the key."""
 
 
+class InputShapeError(UserError, ValueError):
+    """An input a network cannot take (too few frames, frames too small for its flow network, a size its layout
+    cannot divide): the data's or the patch size's doing, not a bug. Networks raise it from forward; an evaluation
+    names the item (models/evaluation.py), training's start-up check the training set."""
+
+
 class WriteFailed(Exception):
     """A write of results that failed (rank 0's, raised on every rank: `dist.main_process_write`); the message is
     its one line (`no space left on <mount> (N MB free)`, or the OS error's first line). main_test exits 5."""

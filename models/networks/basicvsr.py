@@ -30,7 +30,7 @@ from models.networks.layers.flow import SpyNet, flow_warp
 from models.registry import NETWORKS
 from utils.options.foreign import Foreign
 from utils.checkpoint import load as load_checkpoint, unwrap_params
-from utils.errors import UserError
+from utils.errors import InputShapeError, UserError
 
 
 def neighbour_flows(spynet: SpyNet, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -107,12 +107,12 @@ SPYNET_MIN_SIZE = 33  # SpyNet resizes to a multiple of 32 and halves 5 times: 3
 
 def _check_frames(x: torch.Tensor, least: int, name: str) -> None:
     if x.dim() != 5 or x.shape[2] != 3:
-        raise ValueError(f'{name} takes N×T×3×H×W clips, got {tuple(x.shape)}')
+        raise InputShapeError(f'{name} takes N×T×3×H×W clips, got {tuple(x.shape)}')
     if x.shape[1] < least:
-        raise ValueError(f'{name} needs at least {least} frames, got {x.shape[1]}')
+        raise InputShapeError(f'{name} needs at least {least} frames, got {x.shape[1]}')
     if min(x.shape[-2:]) < SPYNET_MIN_SIZE:
-        raise ValueError(f'{name} needs frames of at least {SPYNET_MIN_SIZE}x{SPYNET_MIN_SIZE} pixels (SpyNet), '
-                         f'got {x.shape[-2]}x{x.shape[-1]}')
+        raise InputShapeError(f'{name} needs frames of at least {SPYNET_MIN_SIZE}x{SPYNET_MIN_SIZE} pixels '
+                              f'(SpyNet), got {x.shape[-2]}x{x.shape[-1]}')
 
 
 @NETWORKS.register('basicvsr', foreign=[Foreign('BasicVSR')])

@@ -36,7 +36,7 @@ from models.networks.layers.deform_conv import ModulatedDeformConvPack
 from models.networks.layers.flow import SpyNet, flow_warp
 from models.registry import NETWORKS
 from utils.options.foreign import Foreign
-from utils.errors import UserError
+from utils.errors import InputShapeError, UserError
 
 BRANCHES = ('backward_1', 'forward_1', 'backward_2', 'forward_2')
 # SpyNet resizes frames to a multiple of 32 and halves them 5 times: up to 32 px nothing is left of them. BasicSR
@@ -130,8 +130,8 @@ class BasicVSRPlusPlus(nn.Module):
         """{'backward': N×(T-1)×2×h×w flows warping frame i+1 onto i, 'forward': frame i onto i+1}."""
         n, t, c, h, w = lqs.shape
         if min(h, w) < MIN_FLOW_SIZE:
-            raise ValueError(f'BasicVSR++ needs frames of at least {MIN_FLOW_SIZE}x{MIN_FLOW_SIZE} pixels for its '
-                             f'flows (SpyNet, at the low resolution), got {h}x{w}')
+            raise InputShapeError(f'BasicVSR++ needs frames of at least {MIN_FLOW_SIZE}x{MIN_FLOW_SIZE} pixels for '
+                                  f'its flows (SpyNet, at the low resolution), got {h}x{w}')
         x1, x2 = lqs[:, :-1].reshape(-1, c, h, w), lqs[:, 1:].reshape(-1, c, h, w)
         backward = self.spynet(x1, x2).view(n, t - 1, 2, h, w)
         forward = backward.flip(1) if mirrored else self.spynet(x2, x1).view(n, t - 1, 2, h, w)
@@ -170,12 +170,13 @@ class BasicVSRPlusPlus(nn.Module):
 
     def forward(self, lqs: torch.Tensor) -> torch.Tensor:
         if lqs.dim() != 5 or lqs.shape[2] != 3:
-            raise ValueError(f'BasicVSR++ takes N×T×3×H×W clips, got {tuple(lqs.shape)}')
+            raise InputShapeError(f'BasicVSR++ takes N×T×3×H×W clips, got {tuple(lqs.shape)}')
         n, t, c, h, w = lqs.shape
         if t < 2:
-            raise ValueError(f'BasicVSR++ needs at least 2 frames, got {t}')
+            raise InputShapeError(f'BasicVSR++ needs at least 2 frames, got {t}')
         if not self.is_low_res_input and (h % 4 or w % 4):
-            raise ValueError(f'BasicVSR++ with full-size input needs height and width divisible by 4, got {h}x{w}')
+            raise InputShapeError(f'BasicVSR++ with full-size input needs height and width divisible by 4, '
+                                  f'got {h}x{w}')
         device = lqs.device
         cache = t > self.cpu_cache_length  # frame by frame, features kept on the CPU (no-op moves on a CPU)
 

@@ -23,7 +23,7 @@ from models.networks.layers.basicsr import ResidualBlockNoBN, residual_blocks
 from models.networks.layers.deform_conv import ModulatedDeformConvPack
 from models.registry import NETWORKS
 from utils.options.foreign import Foreign
-from utils.errors import UserError
+from utils.errors import InputShapeError, UserError
 
 LEVELS = ('l3', 'l2', 'l1')  # coarse to fine: the order the offsets are refined in (and BasicSR's key order)
 
@@ -270,9 +270,9 @@ class EDVR(PyramidAlignFuse):
         """x: N×num_frame×C×H×W → the restored centre frame N×C×(4H or H)×(4W or W)."""
         n, t, c, h, w = x.shape
         if t != self.num_frame:
-            raise ValueError(f'EDVR takes num_frame={self.num_frame} frames, got {t}')
+            raise InputShapeError(f'EDVR takes num_frame={self.num_frame} frames, got {t}')
         if h % self.size_multiple or w % self.size_multiple:
-            raise ValueError(f'EDVR needs frame height and width divisible by {self.size_multiple}, got {h}x{w}')
+            raise InputShapeError(f'EDVR needs frame height and width divisible by {self.size_multiple}, got {h}x{w}')
         center = x[:, self.center_frame_idx]
         frames = x.reshape(n * t, c, h, w)
         if self.with_predeblur:

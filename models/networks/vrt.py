@@ -26,7 +26,7 @@ from models.networks.layers.flow import SpyNet, flow_warp  # noqa: F401
 from models.networks.layers.kair import DropPath
 from models.networks.layers.window_attention import window_attention
 from models.registry import NETWORKS
-from utils.errors import UserError
+from utils.errors import InputShapeError, UserError
 
 
 class FrameConv3d(nn.Conv3d):
@@ -587,11 +587,12 @@ class VRT(nn.Module):
         """x: N×T×C×H×W (RGB, then the noise-level map if nonblind, then the spike channels)."""
         t, h, w = x.shape[1], x.shape[-2], x.shape[-1]
         if self.pa_frames and t < self.pa_frames // 2 + 1:
-            raise ValueError(f'VRT with pa_frames={self.pa_frames} needs >= {self.pa_frames // 2 + 1} frames, got {t}')
+            raise InputShapeError(f'VRT with pa_frames={self.pa_frames} needs >= {self.pa_frames // 2 + 1} frames, '
+                                  f'got {t}')
         min_size = max(8 * max(self.window_size[1:]), 33 if self.pa_frames else 0)
         if h % 8 or w % 8 or min(h, w) < min_size:
-            raise ValueError(f'VRT needs frame height/width divisible by 8 and >= {min_size} (8x window size at '
-                             f'the 1/8 scale{", > 32 for SpyNet" if self.pa_frames else ""}); got {h}x{w}')
+            raise InputShapeError(f'VRT needs frame height/width divisible by 8 and >= {min_size} (8x window size '
+                                  f'at the 1/8 scale{", > 32 for SpyNet" if self.pa_frames else ""}); got {h}x{w}')
         x, extra = x[:, :, :self.in_chans], x[:, :, self.in_chans:]
         if self.pa_frames:
             x_lq = x
