@@ -10,7 +10,10 @@ before the end.
 
 Figure: steady seconds per iteration = (T(long run) - T(short run)) / (difference in iterations), T the wall
 time of a whole process (start-up, imports and the final save are the same in both runs and cancel out); the
-runs interleaved (BasicSR short, ours short, BasicSR long, ours long, repeated), the median over the reps. Cells:
+runs interleaved (BasicSR short, ours short, BasicSR long, ours long, repeated), the median over the reps. Beside
+it, the same figure read inside each long run: the seconds between its first and last status lines (each logger's
+own millisecond timestamps, a line every `--iters-short` iterations) over the iterations between them; it leaves
+out start-up and the first iterations, whose time varies most on a shared machine. Cells:
 
   2cores  both trainers as they start by default (threads: their own choice; no pinning);
   1core   `taskset -c 0` and OMP_NUM_THREADS=1 for both (one torch thread each);
@@ -214,6 +217,30 @@ def trained_iterations(trainer: str, log: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+# a status line of ours (utils/logger.py, training/status.py): `26-12-03 17:48:52.123 INFO: <epoch:  0, iter:   5, ...`
+OURS_STATUS = re.compile(r'^(\d\d-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) INFO: <epoch:\s*\d+, iter:\s*([\d,]+),',
+                         re.MULTILINE)
+
+
+def status_times(trainer: str, log: str) -> List[Tuple[int, float]]:
+    """(iteration, seconds) of each status line a run logged, from its logger's timestamps."""
+    if trainer == 'basicsr':
+        return peer_basicsr.status_times(log)
+    import datetime
+    return [(int(it.replace(',', '')),
+             datetime.datetime.strptime(stamp, '%y-%m-%d %H:%M:%S').timestamp() + int(ms) / 1000)
+            for stamp, ms, it in OURS_STATUS.findall(log)]
+
+
+def in_log(trainer: str, log: str) -> float:
+    """Seconds per iteration between a run's first and last status lines."""
+    times = status_times(trainer, log)
+    if len(times) < 2:
+        raise RuntimeError(f'{trainer}: fewer than 2 status lines with a timestamp in its log')
+    (first_it, first_s), (last_it, last_s) = times[0], times[-1]
+    return (last_s - first_s) / (last_it - first_it)
+
+
 def ours_threads(log: str) -> str:
     """What ours logged about its CPU threads: the thread-policy line, else the thread count."""
     policy = re.search(r'INFO: (CPU: .*)', log)
@@ -269,11 +296,18 @@ def cell(name: str, busy_threads: int) -> Iterator[Tuple[List[str], Dict[str, st
         burner.wait()
 
 
+class Figures(NamedTuple):
+    """One trainer's steady seconds per iteration in one cell: medians over the reps."""
+    whole: float  # (T(long) - T(short)) / difference in iterations, whole processes
+    logged: float  # between the first and last status lines of the long runs
+
+
 def measure(name: str, cell_name: str, trainers: Sequence[str], a: argparse.Namespace, setup: Setup, prefix: List[str],
-            env: Dict[str, str]) -> Tuple[Dict[str, float], str]:
-    """Each trainer's steady seconds per iteration (median over reps of long - short), the runs interleaved;
-    and what ours logged about its threads."""
+            env: Dict[str, str]) -> Tuple[Dict[str, Figures], str]:
+    """Each trainer's steady seconds per iteration (medians over reps), the runs interleaved; and what ours logged
+    about its threads."""
     per_it: Dict[str, List[float]] = {t: [] for t in trainers}
+    logged: Dict[str, List[float]] = {t: [] for t in trainers}
     threads = ''
     for rep in range(a.reps):
         seconds: Dict[Tuple[str, int], float] = {}
@@ -281,23 +315,29 @@ def measure(name: str, cell_name: str, trainers: Sequence[str], a: argparse.Name
             for trainer in trainers:
                 seconds[trainer, iters], log = run_once(trainer, name, cell_name, iters, setup, prefix, env)
                 threads = ours_threads(log) if trainer == 'ours' else threads
+                if iters == a.iters_long:
+                    logged[trainer].append(in_log(trainer, log))
                 print(f'  {name} {cell_name} rep {rep + 1}/{a.reps}: {trainer} {iters} iterations '
                       f'{seconds[trainer, iters]:.2f} s', flush=True)
         for trainer in trainers:
             long_s, short_s = seconds[trainer, a.iters_long], seconds[trainer, a.iters_short]
             per_it[trainer].append((long_s - short_s) / (a.iters_long - a.iters_short))
-    return {t: statistics.median(v) for t, v in per_it.items()}, threads
+    return {t: Figures(statistics.median(per_it[t]), statistics.median(logged[t])) for t in trainers}, threads
 
 
-def table(results: Dict[Tuple[str, str], Dict[str, float]]) -> None:
-    """network x cell -> BasicSR s/it, ours s/it, ours / BasicSR ('-' where BasicSR was not run)."""
-    print(f'{"network":<14} {"cell":<7} {"BasicSR s/it":>12} {"ours s/it":>10} {"ours/BasicSR":>13}')
+def table(results: Dict[Tuple[str, str], Dict[str, Figures]]) -> None:
+    """network x cell -> BasicSR s/it, ours s/it, ours / BasicSR ('-' where BasicSR was not run), whole processes
+    and in the logs."""
+    print(f'{"":<22} {"whole processes":^37} {"in the logs (long runs)":^37}'.rstrip())
+    print((f'{"network":<14} {"cell":<7} ' + 2 * f'{"BasicSR s/it":>12} {"ours s/it":>10} {"ours/BasicSR":>13} ').rstrip())
     order = {key: i for i, key in enumerate(list(NETWORKS) + list(CELLS))}
     for (name, cell_name), r in sorted(results.items(), key=lambda kv: (order[kv[0][0]], order[kv[0][1]])):
-        peer = r.get('basicsr')
-        ratio = '-' if peer is None else f'{r["ours"] / peer:.2f}'
-        print(f'{name:<14} {cell_name:<7} {"-" if peer is None else f"{peer:.4f}":>12} {r["ours"]:>10.4f} '
-              f'{ratio:>13}')
+        row = f'{name:<14} {cell_name:<7} '
+        for figure in Figures._fields:
+            ours, peer = getattr(r['ours'], figure), getattr(r['basicsr'], figure) if 'basicsr' in r else None
+            ratio = '-' if peer is None else f'{ours / peer:.2f}'
+            row += f'{"-" if peer is None else f"{peer:.4f}":>12} {ours:>10.4f} {ratio:>13} '
+        print(row.rstrip())
 
 
 def arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -356,7 +396,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if a.quick:
         check_ours_options(setup)
     trainers = TRAINERS if version else ('ours',)
-    results: Dict[Tuple[str, str], Dict[str, float]] = {}
+    results: Dict[Tuple[str, str], Dict[str, Figures]] = {}
     ran_with: List[str] = []
     for cell_name in a.cells:
         with cell(cell_name, a.busy_threads) as (prefix, env, described):

@@ -114,8 +114,9 @@ EXPECTED: Dict[str, Expected] = {
         r'^our JSON of every network validates: msrresnet, edsr_m, rrdb6, swinir_light, rcan$',
         r'^ran with:$',
         *[rf'^  {cell}: .*; BasicSR -; ours .*\d+ torch threads?' for cell in ('2cores', '1core', 'busy')],
-        r'^network +cell +BasicSR s/it +ours s/it +ours/BasicSR$',
-        *[rf'^msrresnet +{cell} +- +-?{NUM} +-$' for cell in ('2cores', '1core', 'busy')],
+        r'^ +whole processes +in the logs \(long runs\)$',
+        r'^network +cell +BasicSR s/it +ours s/it +ours/BasicSR +BasicSR s/it +ours s/it +ours/BasicSR$',
+        *[rf'^msrresnet +{cell} +- +-?{NUM} +- +- +{NUM} +-$' for cell in ('2cores', '1core', 'busy')],
     ], slow=True),
     'bench_resume.py': Expected([
         rf'^  fresh : first step done after {NUM} s', rf'^  resume: first step done after {NUM} s',
@@ -284,3 +285,51 @@ def test_bench_loop_leaves_the_options_of_a_row_as_they_were_so_that_the_next_ro
     run(2)
     assert trainer.step == 2
     assert base == before
+
+
+def test_bench_peers_reads_each_trainers_steady_time_from_its_own_status_lines():
+    """The in-log figure of bench_peers: seconds between the first and last status lines over the iterations
+    between them, from each logger's millisecond timestamps (a line each trainer writes as in these excerpts);
+    a log without two such lines is an error, not a figure."""
+    sys.path.insert(0, BENCH_DIR)
+    try:
+        import bench_peers
+    finally:
+        sys.path.remove(BENCH_DIR)
+    basicsr = ('2026-12-03 17:48:28,396 INFO: Start training from epoch: 0, iter: 0\n'
+               '2026-12-03 17:48:31,347 INFO: [basic..][epoch:  0, iter:       5, lr:(1.000e-04,)] [eta: 0:00:06, '
+               'time (data): 0.590 (0.029)] l_pix: 1.1684e-01 \n'
+               '2026-12-03 17:48:34,082 INFO: [basic..][epoch:  0, iter:      10, lr:(1.000e-04,)] [eta: 0:00:06, '
+               'time (data): 0.568 (0.017)] l_pix: 9.6973e-02 \n'
+               '2026-12-03 17:48:59,847 INFO: [basic..][epoch:  9, iter:   1,005, lr:(1.000e-04,)] [eta: 0:00:00, '
+               'time (data): 0.552 (0.009)] l_pix: 6.9398e-02 \n'
+               '2026-12-03 17:49:00,000 INFO: End of training. Time consumed: 0:00:13\n')
+    assert bench_peers.in_log('basicsr', basicsr) == pytest.approx((28.500) / 1000)
+    ours = ('26-12-03 17:48:49.001 INFO: start training at iteration 0 of 25\n'
+            '26-12-03 17:48:52.250 INFO: <epoch:  0, iter:       5, lr:1.000e-04> G_loss: 1.253e-01 time/iter: 0.517s '
+            'data: 0.017s 7.7 samples/s eta: 0:00:10\n'
+            '26-12-03 17:48:54.000 INFO: validation ...\n'
+            '26-12-03 17:49:03.000 INFO: <epoch:  3, iter:      25, lr:1.000e-04> G_loss: 7.180e-02 time/iter: 0.578s '
+            'data: 0.005s 6.9 samples/s eta: 0:00:00\n')
+    assert bench_peers.in_log('ours', ours) == pytest.approx(10.75 / 20)
+    with pytest.raises(RuntimeError, match='fewer than 2 status lines'):
+        bench_peers.in_log('ours', ours.replace('.250 INFO', ' INFO'))
+
+
+
+def test_bench_peers_reads_a_real_run_of_ours(tiny_run):
+    """The same figure from the log a run of ours writes (8 iterations, a status line every 2): our log lines
+    carry milliseconds, so two status lines a fraction of a second apart are a timing."""
+    sys.path.insert(0, BENCH_DIR)
+    try:
+        import bench_peers
+    finally:
+        sys.path.remove(BENCH_DIR)
+    [log] = glob.glob(os.path.join(tiny_run.folder, '*.log'))
+    with open(log) as f:
+        text = f.read()
+    times = bench_peers.status_times('ours', text)
+    assert [it for it, _ in times] == [2, 4, 6, 8]
+    assert all(b > a for (_, a), (_, b) in zip(times, times[1:]))
+    assert 0 < bench_peers.in_log('ours', text) < 60
+    assert any(s % 1 for _, s in times)  # milliseconds, not whole seconds

@@ -19,7 +19,8 @@ from utils.options import dumps
 from utils.plot import BackgroundPlotter
 
 
-_FORMAT = logging.Formatter('%(asctime)s %(levelname)s: %(message)s', '%y-%m-%d %H:%M:%S')
+# milliseconds, as KAIR's logger writes them: seconds between two status lines are then a timing to read
+_FORMAT = logging.Formatter('%(asctime)s.%(msecs)03d %(levelname)s: %(message)s', '%y-%m-%d %H:%M:%S')
 
 
 class _Buffer(logging.Handler):
