@@ -1,6 +1,6 @@
 """Data wait as a fraction of step time on the demo configuration (real dataset, loader, model, loop).
 
-Runs `Trainer.setup()` + `Trainer.run()` from main_train.py on options/train_dncnn_demo.json and
+Runs `Trainer.build()`, `start()` and `run()` (training/trainer.py) on options/train_dncnn_demo.json and
 records what the loop itself measures at every print step: the time blocked in `next(iterator)`
 (data) and the whole iteration (iter). Print steps are every iteration here, so per-step numbers
 are exact; the loop's log line rounds to ms, this does not. Validation, checkpoint writes and the

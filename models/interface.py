@@ -1,6 +1,6 @@
 """The interface between the train loop and a model, written down: `TrainingModel`.
 
-main_train.py's Trainer calls exactly these members, and nothing else, on the model named by
+training/trainer.py's Trainer calls exactly these members, and nothing else, on the model named by
 `model` in the options; main_test.py uses `restorer_class`. Any class registered with
 `@MODELS.register(...)` must provide them (tests/test_structure.py checks every registered model
 against this Protocol, names and parameters). ModelPlain (models/model_plain.py) implements them

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-import main_train
 from conftest import dataset_options
 from data.registry import build_dataset
 from data.synthetic.gopro import make_gopro_spike
 from models.model_plain import ModelPlain
+from training.trainer import Trainer
 from utils.image import images_to_float, imwrite, to_float_image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'bench'))
@@ -93,11 +93,11 @@ def _trainer(main=True):
 def test_the_log_says_once_when_the_network_waits_for_data(caplog):
     t = _trainer()
     with caplog.at_level(logging.INFO, logger='restoration'):
-        main_train.Trainer.print_status(t, 1.0, 0.9, 1.0)   # first window: worker start-up, no hint
-        main_train.Trainer.print_status(t, 1.0, 0.1, 1.0)   # the network is the bottleneck
+        Trainer.print_status(t, 1.0, 0.9, 1.0)   # first window: worker start-up, no hint
+        Trainer.print_status(t, 1.0, 0.1, 1.0)   # the network is the bottleneck
         assert not [r for r in caplog.records if 'waits for data' in r.getMessage()]
-        main_train.Trainer.print_status(t, 1.0, 0.5, 1.0)
-        main_train.Trainer.print_status(t, 1.0, 0.5, 1.0)
+        Trainer.print_status(t, 1.0, 0.5, 1.0)
+        Trainer.print_status(t, 1.0, 0.5, 1.0)
     hints = [r.getMessage() for r in caplog.records if 'waits for data' in r.getMessage()]
     assert hints == ['data loading takes 50 % of each iteration: the network waits for data; see docs/speed.md '
                      '"Is my GPU waiting for data?" (more dataloader_num_workers, cache_data, LMDB frames stored raw)']

@@ -147,17 +147,17 @@ def test_a_resume_at_a_position_that_is_no_whole_step_goes_on_there_with_steps_o
 
 
 def _accumulation(keep, world, batch, accum, saved):
-    """main_train's choice of accumulate_steps for a resume of a run saved with (world, batch, accum) `saved`."""
+    """The trainer's choice of accumulate_steps for a resume of a run saved with (world, batch, accum) `saved`."""
     import logging
     from types import SimpleNamespace
 
-    import main_train
+    from training.trainer import Trainer
     from utils.dist import DistState
     from utils.resume import ResumePoint
     training = {} if saved is None else dict(zip(('world_size', 'batch_size', 'accumulate_steps'), saved))
     trainer = SimpleNamespace(train_opt={'accumulate_steps': accum, 'keep_effective_batch': keep},
                               state=DistState('env', world_size=world, rank=0), log=logging.getLogger('restoration'))
-    return main_train.Trainer.resumed_accumulation(trainer, ResumePoint('m/3_state.pth', {}, training), batch)
+    return Trainer.resumed_accumulation(trainer, ResumePoint('m/3_state.pth', {}, training), batch)
 
 
 def test_keep_effective_batch_raises_or_lowers_the_accumulation_or_says_in_one_line_why_it_cannot():

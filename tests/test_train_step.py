@@ -189,7 +189,7 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
     none happens in `train_step`, NaN iterations included; the policy acts at the loop's check points."""
     import argparse
 
-    import main_train
+    from training.trainer import Trainer
     from utils import dist
     from utils.options import derive_paths
     from utils.exit_codes import EXIT_NONFINITE
@@ -197,7 +197,7 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
     opt = validate(tiny_options(str(tmp_path / 'exp'), str(tmp_path / 'data'), G_optimizer_fused=True, E_decay=0.9,
                                 nan_policy=policy, nan_skip_limit=2), option_rules())
     derive_paths(opt)
-    trainer = main_train.Trainer(opt, dist.detect({}), CPU, argparse.Namespace(fresh=False, allow_unsafe_load=False))
+    trainer = Trainer(opt, dist.detect({}), CPU, argparse.Namespace(fresh=False, allow_unsafe_load=False))
     try:
         torch.manual_seed(0)
         trainer.model = ModelPlain(opt, CPU)
@@ -211,7 +211,7 @@ def test_training_steps_never_read_the_device_and_skipped_steps_are_reported_at_
         with monkeypatch.context() as m:
             for name in ('item', '__bool__', 'tolist', '__float__', '__int__', 'numpy'):
                 m.setattr(torch.Tensor, name, forbidden(name))
-            m.setattr(main_train.dist, 'agree_any', lambda flags: [bool(f) for f in flags])  # host flags only
+            m.setattr(dist, 'agree_any', lambda flags: [bool(f) for f in flags])  # host flags only
             for step in (1, 2, 3):
                 trainer.agree_to_go_on(None)  # the iteration's one host collective: stop signals, unreadable data
                 trainer.step = step

@@ -222,7 +222,7 @@ def first_step_memory(trainer: Any, device: torch.device) -> str:
 
 
 def checked_run(opt: Dict[str, Any], args: argparse.Namespace, trainer_class: Callable[..., Any]) -> str:
-    """Everything the run of `opt` does before its first step, with `trainer_class` (main_train.Trainer) building
+    """Everything the run of `opt` does before its first step, with `trainer_class` (training/trainer.py) building
     what the run builds; returns the report. A problem raises as the run would (UserError, TrainingStopped)."""
     state = dist.detect()
     relaunch = relaunch_count(opt['gpu_ids'], state, torch.cuda.is_available())

@@ -5,7 +5,7 @@ number of processes, the batch per process, the accumulation, the seed or the tr
 order is a function of (seed, epoch, global sample position) (data/sampler.py), so each of these decides
 whether the epoch goes on at the sample where the run stopped or the next epoch starts afresh. Kept here as
 functions of plain values (the saved `training` record, the new layout), so that every case is testable
-without a model, a loader or a process group; main_train.Trainer applies the result and logs the lines
+without a model, a loader or a process group; training/trainer.py's Trainer applies the result and logs the lines
 these functions return.
 """
 import logging

@@ -1,7 +1,7 @@
 """What the train loop says about itself: iteration timing, the status line of each print window, the planned
 lr schedule curves.png draws, and the one-time notes (peak GPU memory, compilation, waiting for data).
 
-The loop (main_train.Trainer) decides when; here is what each line holds, so its wording and arithmetic
+The loop (training/trainer.py) decides when; here is what each line holds, so its wording and arithmetic
 live in one place and are checked without a model (a status line is also a history.jsonl row).
 """
 import logging
