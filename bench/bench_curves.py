@@ -1,7 +1,7 @@
 """What redrawing curves.png costs the training loop: the time `redraw()` blocks the caller, the time
 the draw takes, and how much a CPU-bound training step slows while the child process draws.
 
-    python bench/bench_curves.py [--quick] [--rows 2000] [--redraws 5] [--threads 2]
+    python bench/bench_curves.py [--quick] [--rows 2000] [--redraws 5] [--threads N]
 
 The history is synthetic (a long run's worth of rows); the "training step" is a small convolution
 forward+backward, measured alone (median of 20) and while a redraw runs, in this run. `--quick` (200 rows,
@@ -27,7 +27,10 @@ def main() -> None:
     p.add_argument('--quick', action='store_true', help='smoke run: 200 history rows, 1 redraw')
     p.add_argument('--rows', type=int, default=None, help='history rows (default 2000; --quick 200)')
     p.add_argument('--redraws', type=int, default=None, help='background redraws timed (default 5; --quick 1)')
-    p.add_argument('--threads', type=int, default=2)
+    # torch's own count (one per usable core, or OMP_NUM_THREADS): a fixed 2 beside a busy neighbour (a test
+    # worker given one core) oversubscribed the cores: bench_zoo --quick took 362 s in a CI run, 41 s alone
+    p.add_argument('--threads', type=int, default=torch.get_num_threads(),
+                   help='intra-op threads (default: torch\'s, which OMP_NUM_THREADS sets)')
     args = p.parse_args()
     args.rows = args.rows or (200 if args.quick else 2000)
     args.redraws = args.redraws or (1 if args.quick else 5)

@@ -1,7 +1,7 @@
 """Model zoo on CPU: parameters and forward+backward time of every KAIR image configuration and of
 today's architectures, and the cost of GAN training against plain training of the same generator.
 
-    python bench/bench_zoo.py [--quick] [--threads 2] [--repeat 3] [--size 64] [--only swinir]
+    python bench/bench_zoo.py [--quick] [--threads N] [--repeat 3] [--size 64] [--only swinir]
 
 Networks are built from the KAIR listings' options (tests/data/kair/*.netG.tsv headers), exactly
 as KAIR's files define them, then today's architectures from the official configurations
@@ -215,7 +215,10 @@ def bench_gan(repeat: int, batch_size: int = 4, warmup: int = 1) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--quick', action='store_true', help='smoke run: 16x16 inputs, one timed run each, no warm-up')
-    p.add_argument('--threads', type=int, default=2)
+    # torch's own count (one per usable core, or OMP_NUM_THREADS): a fixed 2 beside a busy neighbour (a test
+    # worker given one core) oversubscribed the cores: bench_zoo --quick took 362 s in a CI run, 41 s alone
+    p.add_argument('--threads', type=int, default=torch.get_num_threads(),
+                   help='intra-op threads (default: torch\'s, which OMP_NUM_THREADS sets)')
     p.add_argument('--repeat', type=int, default=None,
                    help='timed runs after a warm-up (default 3; --quick 1, without warm-up)')
     p.add_argument('--size', type=int, default=None, help='input height and width (default 64; --quick 16)')
