@@ -4,7 +4,8 @@ tests/test_basicsr_anchor_training.py runs.
 `tiny_file` edits a file only where a CPU run on tiny data needs it (tests/data/anchor_options/README.md): the data
 folders (tiny generated data, `TinyData`), the patch (16 LR pixels, or what the network or a fixed-size discriminator
 needs at least; at most 5 frames of a training clip),
-batch 2, loader workers 0, 2 iterations with a checkpoint at 2, no validation, no pretrained or resume path (the
+batch 2 (`batch`: 1 for the recurrent video files, whose every sample is a clip through 30-block branches),
+loader workers 0, 2 iterations with a checkpoint at 2, no validation, no pretrained or resume path (the
 VGG19 of a perceptual loss random: `pretrained_path: random`), AMP and compile off. Everything else (network,
 losses, optimizer, schedule, degradations) is the file's.
 """
@@ -147,7 +148,7 @@ def _no_pretrained(opt: Dict[str, Any]) -> None:
         loss['pretrained_path'] = 'random'
 
 
-def tiny_options(path: str, data: TinyData) -> Dict[str, Any]:
+def tiny_options(path: str, data: TinyData, batch: int = 2) -> Dict[str, Any]:
     """The file at `path` (relative to ANCHORS) edited for a CPU run on tiny data."""
     with open(os.path.join(ANCHORS, path)) as f:
         opt = copy.deepcopy(yaml.safe_load(f))
@@ -160,7 +161,7 @@ def tiny_options(path: str, data: TinyData) -> Dict[str, Any]:
         train = datasets['train']
         _data(train, data, scale)
         _patch(opt, train, scale)
-        train['batch_size_per_gpu'] = 2
+        train['batch_size_per_gpu'] = batch
         train['num_worker_per_gpu'] = 0
     opt.setdefault('train', {})['total_iter'] = 2
     opt.setdefault('logger', {})['save_checkpoint_freq'] = 2
@@ -171,9 +172,9 @@ def tiny_options(path: str, data: TinyData) -> Dict[str, Any]:
     return opt
 
 
-def tiny_file(path: str, data: TinyData, folder: str) -> str:
+def tiny_file(path: str, data: TinyData, folder: str, batch: int = 2) -> str:
     """`tiny_options` written as YAML into `folder`, under the file's own name; its path."""
     out = os.path.join(folder, os.path.basename(path))
     with open(out, 'w') as f:
-        yaml.safe_dump(tiny_options(path, data), f, sort_keys=False)
+        yaml.safe_dump(tiny_options(path, data, batch), f, sort_keys=False)
     return out

@@ -3,13 +3,13 @@
 the network; none ends in a traceback.
 
 Each file runs through `main_train.py --opt FILE.yml` in this process, edited only where a CPU run on tiny data needs
-it (tests/anchor_runs.py: data folders, patch, batch, workers, 2 iterations with a checkpoint at 2, no validation, no
-pretrained path, AMP and compile off). `OUTCOMES` says what each file does, and why each refused one is refused:
-the runs must do exactly that, and `test_the_counts` prints the counts (trained / refused, by reason). Locally a few
-files run (`family`: a plain SR file, Real-ESRNet's on-device degradations, a video file, a traiNNer-redux file
-with its list of folders, and refusals); every file runs in CI (the recurrent video files first: `slow`). The
-whole set took 12 min 9 s with `-n 2` on 2 cores shared with other jobs (load 4 to 9; 694 s of CPU), the four
-Vimeo-90K BasicVSR/IconVSR files 145 to 194 s each of it.
+it (tests/anchor_runs.py: data folders, patch, batch (1 clip for the `slow` recurrent video files), workers, 2
+iterations with a checkpoint at 2, no validation, no pretrained path, AMP and compile off). `OUTCOMES` says what each
+file does, and why each refused one is refused: the runs must do exactly that, and `test_the_counts` prints the counts
+(trained / refused, by reason). Locally a few files run (`family`: a plain SR file, Real-ESRNet's on-device
+degradations, a video file, a traiNNer-redux file with its list of folders, and refusals); every file runs in CI (the
+recurrent video files first: `slow`). The whole set took 12 min 9 s with `-n 2` on 2 cores shared with other jobs
+(load 4 to 9; 694 s of CPU), the four Vimeo-90K BasicVSR/IconVSR files 145 to 194 s each of it.
 """
 import os
 from collections import Counter
@@ -80,7 +80,8 @@ def tiny_data(tmp_path_factory) -> TinyData:
 
 
 # BasicSR's recurrent video files (SpyNet flows, 30-block branches, 5 to 14 frames): a minute or more each on CPU,
-# `slow`, so that CI starts them first and its workers finish together
+# `slow`, so that CI starts them first and its workers finish together; a batch of 1 clip (IconVSR on Vimeo-90K:
+# 26 s instead of 39 with 2, on 2 idle cores)
 SLOW = {f'{BASICSR}BasicVSR/train_{net}_{data}.yml' for net in ('BasicVSR', 'IconVSR')
         for data in ('REDS', 'Vimeo90K_BDx4', 'Vimeo90K_BIx4')} | {f'{BASICSR}BasicVSRPP/train_BasicVSRPP_REDS.yml'}
 
@@ -94,7 +95,7 @@ def _params() -> list:
 
 @pytest.mark.parametrize('path', _params())
 def test_an_anchor_file_trains_or_is_refused_in_one_line(path, tiny_data, tmp_path):
-    opt = tiny_file(path, tiny_data, str(tmp_path))
+    opt = tiny_file(path, tiny_data, str(tmp_path), batch=1 if path in SLOW else 2)
     result = run_main('main_train', ['--opt', opt], cwd=str(tmp_path))
     lines = result.stderr.strip().splitlines()
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
