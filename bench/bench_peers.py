@@ -44,6 +44,7 @@ import os
 USER_ENV = dict(os.environ)
 
 import argparse  # noqa: E402
+import datetime  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -220,16 +221,15 @@ def trained_iterations(trainer: str, log: str) -> int:
 # a status line of ours (utils/logger.py, training/status.py): `26-12-03 17:48:52.123 INFO: <epoch:  0, iter:   5, ...`
 OURS_STATUS = re.compile(r'^(\d\d-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) INFO: <epoch:\s*\d+, iter:\s*([\d,]+),',
                          re.MULTILINE)
+OURS_TIME = '%y-%m-%d %H:%M:%S'
 
 
 def status_times(trainer: str, log: str) -> List[Tuple[int, float]]:
-    """(iteration, seconds) of each status line a run logged, from its logger's timestamps."""
-    if trainer == 'basicsr':
-        return peer_basicsr.status_times(log)
-    import datetime
-    return [(int(it.replace(',', '')),
-             datetime.datetime.strptime(stamp, '%y-%m-%d %H:%M:%S').timestamp() + int(ms) / 1000)
-            for stamp, ms, it in OURS_STATUS.findall(log)]
+    """(iteration, seconds) of each status line a run logged, from its logger's timestamps (milliseconds)."""
+    line, form = (peer_basicsr.STATUS_LINE, peer_basicsr.STATUS_TIME) if trainer == 'basicsr' else \
+        (OURS_STATUS, OURS_TIME)
+    return [(int(it.replace(',', '')), datetime.datetime.strptime(stamp, form).timestamp() + int(ms) / 1000)
+            for stamp, ms, it in line.findall(log)]
 
 
 def in_log(trainer: str, log: str) -> float:

@@ -14,7 +14,7 @@ import re
 import subprocess
 import json
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 PACKAGE = 'basicsr-fixed==1.4.2'
 VERSION = '1.4.2'
@@ -150,14 +150,7 @@ def last_iteration(log: str) -> int:
 
 
 # a status line of BasicSR's message logger: `2026-12-03 17:48:31,347 INFO: [name][epoch:  0, iter:       5, ...`
+# (groups: the time to the second, the milliseconds, the iteration; STATUS_TIME: the first group's format)
 STATUS_LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO: \[.*?\]\[epoch:\s*\d+, iter:\s*([\d,]+),',
                          re.MULTILINE)
-
-
-def status_times(log: str) -> List[Tuple[int, float]]:
-    """(iteration, seconds since the epoch) of each status line, from the logger's own timestamps (milliseconds)."""
-    import datetime
-    return [(int(it.replace(',', '')),
-             datetime.datetime.strptime(stamp, '%Y-%m-%d %H:%M:%S').timestamp() + int(ms) / 1000)
-            for stamp, ms, it in STATUS_LINE.findall(log)]
-
+STATUS_TIME = '%Y-%m-%d %H:%M:%S'
