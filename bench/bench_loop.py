@@ -45,6 +45,7 @@ from data.batch_augment import PLAN_KEY, BatchAugmented, apply as augment_batch 
 from data.sampler import TrainKey, parse_key  # noqa: E402
 from models.model_plain import ModelPlain  # noqa: E402
 from models.networks.layers.init import init_weights  # noqa: E402
+from models.precision import memory_format  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from option_rules import read_options  # noqa: E402
 from utils import dist  # noqa: E402
@@ -185,11 +186,15 @@ def framework(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]],
 
 
 def bare(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]]) -> Callable[[int], None]:
-    """The hand-written loop a user would write for the same network, optimizer and loss."""
+    """The hand-written loop a user would write for the same network, optimizer and loss, in the memory format the
+    framework's options give (`train.channels_last` null: channels-last on a CPU)."""
     torch.manual_seed(0)
     t = opt['train']
     net = build_network(opt['netG'])
     init_weights(net, opt['netG']['init_type'], opt['netG']['init_bn_type'], opt['netG']['init_gain'])
+    fmt = torch.channels_last if memory_format(t['channels_last'], torch.device('cpu'), True, net)[0] else \
+        torch.contiguous_format
+    net.to(memory_format=fmt)
     optimizer = torch.optim.Adam(net.parameters(), lr=t['G_optimizer_lr'], betas=tuple(t['G_optimizer_betas']),
                                  weight_decay=t['G_optimizer_wd'])
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, t['G_scheduler_milestones'], t['G_scheduler_gamma'])
@@ -202,7 +207,7 @@ def bare(opt: Dict[str, Any], batches: Sequence[Dict[str, torch.Tensor]]) -> Cal
             batch = batches[state['i'] % len(batches)]
             state['i'] += 1
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(net(batch['L']), batch['H'])
+            loss = loss_fn(net(batch['L'].contiguous(memory_format=fmt)), batch['H'].contiguous(memory_format=fmt))
             loss.backward()
             optimizer.step()
             scheduler.step()
@@ -285,14 +290,15 @@ def main(argv: Sequence[str] = None) -> None:
               f'bare {tb * 1e6:7.0f} us/step | overhead {(ta - tb) * 1e6:5.0f} us = '
               f'{(ta - tb) / demo_bare * 100:.2f} % of a demo bare step')
 
-        rows = [('EMA on (E_decay 0.99) / off', 'train.E_decay=0.99'),
-                ('amp bf16 / fp32', 'train.amp=bf16'),
-                ('channels_last on / off', 'train.channels_last=true')]
+        # (label, the row's override, the baseline's: the defaults but where the default is the row's setting)
+        rows = [('EMA on (E_decay 0.99) / off', 'train.E_decay=0.99', base),
+                ('amp bf16 / fp32', 'train.amp=bf16', base),
+                ('channels_last on / off', 'train.channels_last=true', opt('train.channels_last=false'))]
         if not a.no_compile:
-            rows.append(('compile on / off', 'train.compile=true'))
-        for label, override in rows:
+            rows.append(('compile on / off', 'train.compile=true', base))
+        for label, override, baseline in rows:
             on, _ = framework(opt(override), batches)
-            off, _ = framework(base, batches)
+            off, _ = framework(baseline, batches)
             t0 = time.perf_counter()
             on(1)  # for compile: the compilation happens here
             first = time.perf_counter() - t0

@@ -25,6 +25,7 @@ from torch import nn
 
 from losses.registry import build_loss
 from models.network_loading import build_eval_network
+from models.precision import to_channels_last
 from utils import dist
 from utils.errors import UserError
 from utils.logger import get_logger
@@ -173,7 +174,7 @@ class Distillation:
         for p in self.net.parameters():
             p.requires_grad_(False)
         if channels_last:
-            self.net.to(memory_format=torch.channels_last)
+            to_channels_last(self.net)
         self.sha256 = file_sha256(self.weights)
         self.loss = build_loss(t, 'T_').to(device) if t['T_lossfn_weight'] > 0 else None
         self.pairs: List[Tuple[str, str]] = list(t['T_features'].items())
@@ -200,7 +201,7 @@ class Distillation:
             t_module.register_forward_hook(self._hook(self._teacher, i, lambda: self._teaching))
         self.adapters.to(device)
         if channels_last:
-            self.adapters.to(memory_format=torch.channels_last)
+            to_channels_last(self.adapters)
 
     @staticmethod
     def _hook(store: Dict[int, torch.Tensor], i: int, armed: Callable[[], bool]) -> Callable[..., None]:

@@ -11,11 +11,9 @@ from utils.errors import UserError
 from utils.logger import get_logger
 
 
-def build_generator(opt: Dict[str, Any], device: torch.device, channels_last: bool,
-                    allow_unsafe_load: bool) -> Tuple[nn.Module, bool]:
+def build_generator(opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool) -> Tuple[nn.Module, bool]:
     """(netG, whether it is built folded): built from `netG`, initialised (`init_type`), loaded from
-    `path.pretrained_netG` (weights saved after merge_bn load folded: nothing is left to fold), on `device` in
-    its memory format."""
+    `path.pretrained_netG` (weights saved after merge_bn load folded: nothing is left to fold), on `device`."""
     netG = opt['netG']
     net = build_checked_network(netG)
     init_weights(net, netG['init_type'], netG['init_bn_type'], netG['init_gain'])
@@ -27,10 +25,7 @@ def build_generator(opt: Dict[str, Any], device: torch.device, channels_last: bo
     if folded:
         get_logger().info('path.pretrained_netG holds weights saved after merge_bn folded BatchNorm: netG is '
                           'built folded and trains on without batch statistics')
-    net = net.to(device)
-    if channels_last:
-        net.to(memory_format=torch.channels_last)  # 4-D weights only; others unchanged
-    return net, folded
+    return net.to(device), folded
 
 
 # `E_warmup_power: null` where the average starts from netG's initialisation: traiNNer-redux's templates set 0.75

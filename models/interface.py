@@ -20,6 +20,7 @@ class TrainingModel(Protocol):
     """A trainable model as the loop sees it. Methods marked "collective" must be called by every rank."""
 
     restorer_class: ClassVar[type]  # how main_test.py runs the trained network (models/restorer.py, video_restorer.py)
+    channels_last: bool  # netG's memory format (`train.channels_last` resolved): checkpoints record it for a resume
 
     def __init__(self, opt: Dict[str, Any], device: torch.device, allow_unsafe_load: bool = False) -> None:
         """Build networks, losses, optimizers and schedules from the validated options (DDP-wrapped when

@@ -27,6 +27,7 @@ class ModelEDVR(StagedTraining):
     """EDVR as BasicSR trains it: `tsa_iter`, `dcn_lr_mul`; clips in, each frame restored from its window."""
 
     restorer_class = SlidingWindowRestorer
+    image_batches = False  # 5-D clips: `train.channels_last` null leaves it channels-first
     FREEZE_KEY, LR_KEY = 'tsa_iter', 'dcn_lr_mul'
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,

@@ -32,7 +32,7 @@ from models.generator import build_ema, build_generator
 from models.loss_meter import LossMeter, MeanLosses
 from models.merge_bn import count_foldable, fold_batchnorm
 from models.optim import Averaging, averaging, build_optimizer, gated_step
-from models.precision import autocast, step_precision
+from models.precision import autocast, memory_format, step_precision, to_channels_last
 from models.registry import MODELS
 from models.regularizers import apply_regularizers, regularizers_due
 from models.restorer import ImageRestorer
@@ -57,6 +57,8 @@ class ModelPlain:
     """Image-to-image restoration (denoising, SR, deblurring) with one generator `netG`."""
 
     restorer_class = ImageRestorer  # how this model's networks are evaluated (validation and main_test)
+    image_batches = True  # it trains on 4-D image batches: `train.channels_last` null puts it channels-last on a CPU
+    channels_last = False  # netG's memory format, decided in __init__ (`memory_format`)
 
     # the `train` and `path` keys this model reads and its type keys (models/plain_options.py)
     TRAIN_OPTIONS: Dict[str, Any] = plain_options.TRAIN_OPTIONS
@@ -69,11 +71,15 @@ class ModelPlain:
         self.device = device
         self.allow_unsafe_load = allow_unsafe_load
         self.amp_dtype, self.scaler = step_precision(self.train_opt, device)
-        self.channels_last = self.train_opt['channels_last']
         self._warned_5d = False  # the note that a 5-D batch keeps its memory format is logged once
         self.merge_bn_at: Optional[int] = opt['merge_bn_startpoint'] if opt['merge_bn'] else None
         # a pretrained netG saved after merge_bn is loaded folded: nothing left to fold
-        self.net_g, self.bn_merged = build_generator(opt, device, self.channels_last, allow_unsafe_load)
+        self.net_g, self.bn_merged = build_generator(opt, device, allow_unsafe_load)
+        self.channels_last, line = memory_format(self.train_opt['channels_last'], device, self.image_batches,
+                                                 self.net_g)
+        get_logger().info(line)
+        if self.channels_last:
+            to_channels_last(self.net_g)
         self.ema: Optional[ModelEMA] = build_ema(self.net_g, opt, allow_unsafe_load)
         if self.merge_bn_at is not None and not self.bn_merged and not count_foldable(self.net_g):
             raise UserError(f'merge_bn: netG ({opt["netG"]["net_type"]}) has no BatchNorm after a convolution to '

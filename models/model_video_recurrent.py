@@ -28,6 +28,7 @@ class ModelVideoRecurrent(StagedTraining):
     """BasicVSR, IconVSR, BasicVSR++ as BasicSR trains them: `fix_flow`, `flow_lr_mul` (see the module docstring)."""
 
     restorer_class = VideoRestorer
+    image_batches = False  # 5-D clips: `train.channels_last` null leaves it channels-first
     FREEZE_KEY, LR_KEY = 'fix_flow', 'flow_lr_mul'
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,

@@ -53,6 +53,7 @@ class ModelVRT(StagedTraining):
     """
 
     restorer_class = VideoRestorer
+    image_batches = False  # 5-D clips: `train.channels_last` null leaves it channels-first
 
     TRAIN_OPTIONS: Dict[str, Any] = {
         **ModelPlain.TRAIN_OPTIONS,

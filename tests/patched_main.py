@@ -47,6 +47,11 @@ from models.restorer import ImageRestorer  # noqa: E402
 from utils import checkpoint, dist  # noqa: E402
 
 
+def _set_first(t, value):
+    """Its first element set to `value`, in any memory format (a channels-last weight has no flat view)."""
+    t[(0,) * t.dim()] = value
+
+
 def _rank_matches(var: str) -> bool:
     return var not in os.environ or int(os.environ[var]) == dist.get_rank()
 
@@ -165,7 +170,7 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
         def poisoned_perturb(self, *args):
             perturbs['n'] += 1
             if perturbs['n'] == first_pass_nan_at and _rank_matches('INJECT_NAN_RANK'):
-                self.params[0].grad.view(-1)[0] = float('nan')
+                _set_first(self.params[0].grad, float('nan'))
             return original_perturb(self, *args)
         patch(SAM, 'perturb', poisoned_perturb)
     if oom_at and oom_in == 'step':
@@ -194,7 +199,7 @@ def install(env: Mapping[str, str] = os.environ, patch: Any = setattr) -> None:
             original_step(self, step, loss, applied)
             if step == poison_at:
                 with torch.no_grad():
-                    next(self.net_g.parameters()).view(-1)[0] = float('nan')
+                    _set_first(next(self.net_g.parameters()), float('nan'))
         patch(ModelPlain, 'step', poisoning_step)
     if slow:
         original = checkpoint.atomic_write_bytes

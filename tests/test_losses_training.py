@@ -291,7 +291,9 @@ def test_the_gan_model_with_one_scale_and_no_new_term_takes_the_steps_of_the_cla
         return F.binary_cross_entropy_with_logits(pred, torch.full_like(pred, float(real)))
 
     batches = [_batch(i) for i in range(3)]
+    fmt = torch.channels_last if model.channels_last else torch.contiguous_format  # as the model moves its batches
     for batch in batches:
+        batch = {k: v.contiguous(memory_format=fmt) for k, v in batch.items()}
         adam_g.zero_grad()
         adam_d.zero_grad()
         E = g(batch['L'])

@@ -22,7 +22,7 @@ def test_g_param_key_chooses_the_entry_of_a_basicsr_file(tmp_path):
     path = str(tmp_path / 'w.pth')
     torch.save({'params': plain, 'params_ema': ema}, path)
     for key, want in (('params', 0.0), ('params_ema', 1.0)):
-        built, _ = build_generator(_opt(path, key), torch.device("cpu"), False, False)
+        built, _ = build_generator(_opt(path, key), torch.device("cpu"), False)
         assert all(float(v.float().mean()) == want for v in built.state_dict().values()), key
     assert train_options()['G_param_key'] == 'params'
 

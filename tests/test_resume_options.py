@@ -46,6 +46,31 @@ def test_a_state_file_from_before_the_batch_layout_was_recorded_resumes_at_the_n
     assert 'does not record the batch layout' in res.stdout and 'at iteration 4' in res.stdout
     assert 'Traceback' not in res.stderr
 
+def test_a_resume_keeps_the_memory_format_its_checkpoint_trained_in(tmp_path, demo_images):
+    path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_save=2)  # train.channels_last null: on, on a CPU
+    first = run_main('main_train', ['--opt', path])
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert 'memory format: channels-last (train.channels_last null: on for image networks on a CPU)' in first.stdout
+    state_path = str(tmp_path / 'exp' / 'tiny' / 'models' / '2_state.pth')
+    state = torch.load(state_path, weights_only=True)
+    assert state['channels_last'] is True
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=4', '--set', 'train.checkpoint_save=4'])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'resume: train.channels_last null: channels-last, the memory format the checkpoint trained in' in res.stdout
+    assert torch.load(str(tmp_path / 'exp' / 'tiny' / 'models' / '4_state.pth'), weights_only=True)['channels_last']
+
+    del state['channels_last']  # as runs wrote it before null meant channels-last on a CPU: they trained channels-first
+    torch.save(state, state_path)
+    models = tmp_path / 'exp' / 'tiny' / 'models'
+    for name in os.listdir(models):
+        if name.startswith('4_'):
+            os.remove(str(models / name))
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=4'])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'resume: train.channels_last null: channels-first, the memory format the checkpoint trained in' in res.stdout
+    assert 'memory format: channels-first (train.channels_last)' in res.stdout
+
+
 def test_save_img_writes_every_validation_image_once_from_rank_zero_under_two_processes(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
     res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',

@@ -161,7 +161,7 @@ def test_a_non_finite_first_pass_skips_the_step_and_keeps_the_state(tmp_path, mo
     original = SAM.perturb
 
     def poisoned(self, *args):
-        self.params[0].grad.view(-1)[0] = float('nan')
+        self.params[0].grad[0, 0, 0, 0] = float('nan')  # a channels-last weight has no flat view
         return original(self, *args)
     monkeypatch.setattr(SAM, 'perturb', poisoned)
     finite = _train_step(model, good + 1, _batch(good + 1))
@@ -214,7 +214,7 @@ def test_under_a_grad_scaler_the_perturbation_is_taken_from_unscaled_gradients(t
     original = SAM.perturb
 
     def overflowed(self, *args):  # as if an fp16 gradient of the first pass had overflowed
-        self.params[0].grad.view(-1)[0] = float('inf')
+        self.params[0].grad[0, 0, 0, 0] = float('inf')
         return original(self, *args)
     SAM.perturb = overflowed
     try:

@@ -9,7 +9,7 @@ import torch
 
 from conftest import run_main, tiny_options, write_options
 from models.model_plain import ModelPlain
-from models.precision import amp_setup
+from models.precision import amp_setup, memory_format, to_channels_last
 from option_rules import option_rules
 from training.batches import micro_batches
 from utils.errors import OptionsError, UserError
@@ -129,8 +129,52 @@ def test_channels_last_converts_conv_weights_and_4d_inputs(tmp_path):
     assert torch.isfinite(loss)
 
 
+def test_channels_last_null_is_on_for_image_models_on_a_cpu(tmp_path):
+    model = _model(tmp_path)  # the key's default: null
+    assert model.channels_last
+    convs = [m.weight for m in model.net_g.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous() for w in convs)
+    assert model.to_device(_batch(2, 0))['L'].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_channels_last_null_is_off_on_cuda_and_for_video_models_and_an_explicit_value_wins():
+    net = torch.nn.Conv2d(3, 3, 3)
+    assert memory_format(None, CPU, True, net) == (
+        True, 'memory format: channels-last (train.channels_last null: on for image networks on a CPU)')
+    assert memory_format(None, CPU, False, net) == (
+        False, 'memory format: channels-first (train.channels_last null: off for video models)')
+    assert memory_format(None, torch.device('cuda'), True, net) == (
+        False, 'memory format: channels-first (train.channels_last null: off on CUDA)')
+    assert memory_format(False, CPU, True, net)[0] is False
+    assert memory_format(True, torch.device('cuda'), False, net)[0] is True
+
+
+def test_channels_last_null_is_off_for_a_network_with_a_dense_convolution_of_17x17_or_more():
+    """oneDNN runs those channels-last at 1.9x (17x17) to 21x (21x21) their channels-first time (PLKSR: 8.5x the
+    step); depthwise ones and smaller dense ones run faster channels-last."""
+    plk = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 17))
+    assert memory_format(None, CPU, True, plk) == (
+        False, 'memory format: channels-first (train.channels_last null: off, 1.weight (17x17) runs slower '
+               'channels-last on a CPU)')
+    assert memory_format(True, CPU, True, plk) == (
+        True, 'memory format: channels-last (train.channels_last; 1.weight (17x17) runs slower so on a CPU)')
+    for fast in (torch.nn.Conv2d(8, 8, 15), torch.nn.Conv2d(8, 8, 21, groups=8)):
+        assert memory_format(None, CPU, True, fast)[0] is True
+
+
+def test_to_channels_last_converts_4d_weights_and_buffers_and_leaves_others():
+    net = torch.nn.Conv2d(3, 4, 3)
+    net.register_buffer('mask', torch.rand(1, 4, 5, 5))
+    net.extra = torch.nn.Parameter(torch.rand(1, 2, 3, 4, 5))  # FFTformer keeps a 5-D weight: .to() refuses it
+    to_channels_last(net)
+    assert net.weight.is_contiguous(memory_format=torch.channels_last) and not net.weight.is_contiguous()
+    assert net.mask.is_contiguous(memory_format=torch.channels_last) and not net.mask.is_contiguous()
+    assert net.extra.is_contiguous() and isinstance(net.weight, torch.nn.Parameter)
+    assert [n for n, _ in net.named_parameters()] == ['weight', 'bias', 'extra']
+
+
 def test_channels_last_off_keeps_default_memory_format(tmp_path):
-    model = _model(tmp_path)
+    model = _model(tmp_path, channels_last=False)
     assert all(p.is_contiguous() for p in model.net_g.parameters())
     assert model.to_device(_batch(2, 0))['L'].is_contiguous()
 

@@ -49,6 +49,20 @@ def resumed_accumulation(point: Optional[ResumePoint], train_opt: Mapping[str, A
                                f'{saved // per_step}, the effective batch stays {saved}')
 
 
+def resumed_memory_format(point: Optional[ResumePoint], channels_last: Optional[bool]) -> Tuple[Optional[bool], str]:
+    """(`train.channels_last` to build the model with, a log line or '').
+
+    A resume with the key null keeps the memory format its checkpoint trained in, which decides the convolutions'
+    rounding: the run goes on as it would have without the stop. A checkpoint that does not record it was written
+    before null meant channels-last on a CPU, in the channels-first format of those runs. An explicit value wins.
+    """
+    if point is None or channels_last is not None:
+        return channels_last, ''
+    saved = bool(point.training.get('channels_last', False))
+    return saved, (f'resume: train.channels_last null: {"channels-last" if saved else "channels-first"}, the '
+                   f'memory format the checkpoint trained in')
+
+
 def choose_seed(manual_seed: Optional[int], point: Optional[ResumePoint]) -> Tuple[Optional[int], str]:
     """(the seed, a warning or ''): `train.manual_seed`, else the resumed run's seed (a resumed run must shuffle
     with the seed it started with), else None: the caller draws one on rank 0 for every rank."""

@@ -93,6 +93,9 @@ class Trainer:
         seed_everything(self.seed)
         self.log.info(f'seed {self.seed} (same on every rank; data order comes from the sampler)')
         t['accumulate_steps'] = self.resumed_accumulation(self.point, train_opt_ds['dataloader_batch_size'])
+        t['channels_last'], note = resume_plan.resumed_memory_format(self.point, t['channels_last'])
+        if note:
+            self.log.info(note)
 
         self.train_loader, self.sampler = build_train_loader(
             self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device,
@@ -206,7 +209,8 @@ class Trainer:
                 'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
                 'epoch_position': self.epoch_start + self.epoch_step * self.effective_batch,
                 'world_size': self.state.world_size, 'batch_size': self.train_loader.batch_size,
-                'accumulate_steps': self.accum, 'seed': self.seed, 'rng': rngs, 'best': self.best,
+                'accumulate_steps': self.accum, 'channels_last': self.model.channels_last, 'seed': self.seed,
+                'rng': rngs, 'best': self.best,
                 'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
             }
             if self.train_files is not None:
