@@ -120,6 +120,9 @@ def train(opt: Dict[str, Any], state: dist.DistState, args: argparse.Namespace) 
     except TrainingStopped:
         ok = True  # every rank agreed to stop at this point: leave together
         raise
+    except Exception:
+        dist.await_departure()  # an error that another rank's departure caused ends with its line, not a traceback
+        raise
     finally:
         if trainer is not None:
             trainer.close()

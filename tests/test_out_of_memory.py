@@ -219,3 +219,30 @@ def test_an_out_of_memory_error_is_told_apart_and_its_pass_read_from_its_traceba
     with pytest.raises(ValueError):
         with on_out_of_memory(lambda e: OutOfMemory('never')):
             raise ValueError('not memory')
+
+
+FOLLOWER = '''
+import sys, threading, time
+import torch.distributed as dist
+from utils.dist import departure
+dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}', rank=0, world_size=1)
+store = dist.group.WORLD.get_group_store()
+departure.watch(poll_s=0.05)
+store.set(departure.KEY, '[1, 6, "out of memory on rank 1"]')  # as rank 1 announces it (`depart`)
+time.sleep(0.5)  # the watcher has said the line and acknowledged; it waits for the departed rank's "done"
+threading.Timer(1.0, lambda: store.set(departure.DONE, '1')).start()
+try:
+    raise RuntimeError('Connection closed by peer')  # what the collective says once the departed rank has left
+except Exception:
+    departure.await_departure()
+    raise
+'''
+
+
+def test_an_error_that_another_ranks_departure_causes_ends_with_its_line_and_code_not_a_traceback():
+    """The departed rank leaves once every rank has acknowledged its line, closing the connections of the
+    collective the others' main threads wait in: their error must wait for the watcher's exit, not print a
+    traceback (seen under load: exit 1 and a gloo traceback on rank 0 instead of exit 6)."""
+    res = subprocess.run([PY, '-c', FOLLOWER.format(port=free_port())], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=clean_env())
+    assert (res.returncode, res.stderr.strip()) == (EXIT_OUT_OF_MEMORY, 'error: out of memory on rank 1'), res.stderr

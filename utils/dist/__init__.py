@@ -12,7 +12,7 @@ from utils.dist.collectives import (agree_any, all_reduce_max, all_reduce_min, a
                                     broadcast_object, broadcast_tensors, gather_objects, get_rank, get_world_size,
                                     is_main_process, main_process_outcome, main_process_write, rank_cores)
 from utils.dist.ddp import ddp_of, wrap_ddp
-from utils.dist.departure import depart, departed
+from utils.dist.departure import await_departure, depart, departed
 from utils.dist.departure import watch as watch_departures
 from utils.dist.detect import (DistState, cuda_device_index, detect, expand_hostlist, first_host, select_gpus,
                                unused_gpu_notes)
@@ -26,5 +26,5 @@ __all__ = [
     'is_initialized', 'get_rank', 'get_world_size', 'is_main_process', 'barrier', 'all_reduce_sum',
     'all_reduce_max', 'all_reduce_min', 'broadcast_object', 'broadcast_tensors', 'gather_objects', 'agree_any',
     'main_process_outcome', 'main_process_write', 'rank_cores',
-    'banner', 'environment', 'wrap_ddp', 'ddp_of', 'depart', 'departed', 'watch_departures',
+    'banner', 'environment', 'wrap_ddp', 'ddp_of', 'depart', 'departed', 'await_departure', 'watch_departures',
 ]

@@ -35,6 +35,8 @@ KEY, ACKS, DONE, LEFT = (f'restoration/departure{k}' for k in ('', '_acks', '_do
 
 _departed = False
 _watcher: Optional['_Watcher'] = None
+# set once this rank's watcher follows another rank's departure: the process ends with that rank's line and code
+_following = threading.Event()
 
 
 class _Watcher:
@@ -62,6 +64,7 @@ class _Watcher:
     def leave(self, code: int, line: str) -> None:
         """Say the departed rank's line, acknowledge it, and end this process with its code once the departed
         rank has counted the acknowledgements (rank 0 hosts the store: leaving earlier would break its count)."""
+        _following.set()
         say(f'error: {line}')
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -110,6 +113,15 @@ def depart(line: str, code: int, ack_s: float = ACK_S) -> None:
                 time.sleep(0.05)
     except Exception:  # the store is gone: the others learn it from their next collective
         pass
+
+
+def await_departure(timeout_s: float = ACK_S + 5) -> None:
+    """On an error in the main thread: if this process is following another rank's departure, wait for the watcher
+    to end it with that rank's line and code. The departed rank leaves once this one has acknowledged, which closes
+    the connections of the collective the main thread waits in: the error that follows ("Connection closed by
+    peer") is the departure, not a crash of its own, and its traceback must not race the watcher's exit."""
+    if _following.is_set():
+        time.sleep(timeout_s)  # the watcher's os._exit ends the process first
 
 
 def departed() -> bool:
