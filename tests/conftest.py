@@ -68,6 +68,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> List[int]:
+    """`n` distinct free ports: each socket stays bound until all are chosen (successive `free_port` calls may
+    return the same port again, and two scenarios that should fail apart then meet and train together)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(('127.0.0.1', 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def clean_env(**extra: str) -> Dict[str, str]:
     """The parent's environment without any launcher/cluster variables or pytest's own, plus `extra`."""
     drop = ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_WORLD_SIZE',

@@ -12,7 +12,7 @@ from typing import Dict, Iterator
 
 import pytest
 
-from tests.conftest import ROOT, clean_env, free_port, run, tiny_options, write_options
+from tests.conftest import ROOT, clean_env, free_port, free_ports, run, tiny_options, write_options
 from training.launcher import CPU_TEST_MODE, relaunch_count
 from utils.dist import DistState
 
@@ -79,12 +79,13 @@ def failures(tmp_path_factory, demo_images) -> Iterator[Dict[str, Failure]]:
     with socket.socket() as squatter:  # another program holds this MASTER_PORT and accepts connections
         squatter.bind(('127.0.0.1', 0))
         squatter.listen()
-        busy, mismatch = squatter.getsockname()[1], free_port()
+        busy = squatter.getsockname()[1]
+        mismatch, unreachable, alone = free_ports(3)  # distinct: two of these scenarios on one port would meet
         runs = {
             'busy_rank0': Failure(opt, 0, 2, busy, str(tmp / 'busy0')),
             'busy_rank1': Failure(opt, 1, 2, busy, str(tmp / 'busy1')),
-            'unreachable_rank1': Failure(opt, 1, 2, free_port(), str(tmp / 'unreachable1')),
-            'alone_rank0': Failure(opt, 0, 2, free_port(), str(tmp / 'alone0')),
+            'unreachable_rank1': Failure(opt, 1, 2, unreachable, str(tmp / 'unreachable1')),
+            'alone_rank0': Failure(opt, 0, 2, alone, str(tmp / 'alone0')),
             'says2_rank0': Failure(opt, 0, 2, mismatch, str(tmp / 'says2')),
             'says3_rank1': Failure(opt, 1, 3, mismatch, str(tmp / 'says3')),
         }
