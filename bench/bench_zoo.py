@@ -8,7 +8,9 @@ as KAIR's files define them, then today's architectures from the official config
 (tests/data/archs/*.tsv headers' kwargs) and, for those without one, their tiny option file
 (options/archs/train_<net_type>_tiny.json, labelled `tiny`); each takes one 1 x C x 64 x 64 input (`--size`; x scale out for SR) plus what
 it needs beside (FFDNet's noise level, USRNet's kernel, scale and noise level). Times are medians
-of `--repeat` runs after one warm-up, with `--threads` intra-op threads. The last table times one
+of `--repeat` runs after one warm-up, with `--threads` intra-op threads, channels-first and then channels-last
+(the 4-D weights and input), with their ratio and the format `train.channels_last: null` picks on a CPU
+(channels-first for a network with a dense convolution of 17x17 or more, models/precision.py). The last table times one
 training iteration of model `gan` (pixel + VGG perceptual + adversarial, D step) against model
 `plain` with the same generator and batch, measured in this run. `--quick` (16 x 16 inputs, one
 timed run without warm-up; the GAN table on a batch of 2) builds and steps every configuration once: a smoke
@@ -38,6 +40,7 @@ sys.path.insert(0, ROOT)
 
 from common import median_seconds  # noqa: E402
 from option_rules import option_rules  # noqa: E402
+from models.precision import memory_format, to_channels_last  # noqa: E402
 from models.registry import build_network  # noqa: E402
 from utils.options import NETWORK_SCALE_KEYS, parse_json_file, validate  # noqa: E402
 
@@ -110,21 +113,31 @@ def inputs(netG: Dict[str, Any], scale: int, size: int = 64) -> Tuple[Any, ...]:
 
 
 def bench_networks(repeat: int, only: str, size: int, warmup: int = 1) -> None:
-    print(f'{"configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s}')
+    """Each configuration's forward and backward channels-first and channels-last (its 4-D weights and the input),
+    their ratio, and the format `train.channels_last` null picks for it on a CPU (models/precision.py)."""
+    print(f'{"configuration":45s} {"net_type":11s} {"parameters":>12s} {"input":>14s} {"fwd+bwd s":>10s} '
+          f'{"ch-last s":>10s} {"last/first":>10s} {"null":>6s}')
+    cpu = torch.device('cpu')
     for name, netG, scale in configurations():
         if only and only not in name:
             continue
         torch.manual_seed(0)
         net = build_network(netG).train()
         args = inputs(netG, scale, max(size, MIN_SIZE.get(name, 0)))
+        shape = 'x'.join(map(str, args[0].shape))
+        params = sum(p.numel() for p in net.parameters())
+        null = 'last' if memory_format(None, cpu, True, net)[0] else 'first'
 
         def step() -> None:
             net.zero_grad(set_to_none=True)
             net(*args).mean().backward()
-        seconds = median_seconds(step, repeat, warmup=warmup)
-        shape = 'x'.join(map(str, args[0].shape))
-        print(f'{name:45s} {netG["net_type"]:11s} {sum(p.numel() for p in net.parameters()):12,d} {shape:>14s} '
-              f'{seconds:10.3f}')
+        first = median_seconds(step, repeat, warmup=warmup)
+        to_channels_last(net)
+        args = tuple(a.contiguous(memory_format=torch.channels_last) if torch.is_tensor(a) and a.dim() == 4 else a
+                     for a in args)
+        last = median_seconds(step, repeat, warmup=warmup)
+        print(f'{name:45s} {netG["net_type"]:11s} {params:12,d} {shape:>14s} {first:10.3f} {last:10.3f} '
+              f'{last / first:10.2f} {null:>6s}', flush=True)
 
 
 def video_configurations() -> List[Tuple[str, Dict[str, Any]]]:

@@ -162,11 +162,12 @@ EXPECTED: Dict[str, Expected] = {
         rf'^memory/vrt KAIR fp32 +ok +{NUM} +- +- +- +- +-  tiny network \(--quick\)$',
     ], slow=True),
     'bench_zoo.py': Expected([
-        rf'^swinir__train_swinir_car_jpeg +swinir +[\d,]+ +1x1x16x16 +{NUM}$',
-        rf'^train_usrnet +usrnet +[\d,]+ +1x3x16x16 +{NUM}$',
-        rf'^hat__HAT_SRx4 +hat +20,772,507 +1x3x16x16 +{NUM}$',
-        rf'^restormer__withbias_derain_deblur +restormer +26,126,644 +1x3x16x16 +{NUM}$',
-        rf'^uformer__tiny +uformer +[\d,]+ +1x3x64x64 +{NUM}$',
+        rf'^swinir__train_swinir_car_jpeg +swinir +[\d,]+ +1x1x16x16 +{NUM} +{NUM} +{NUM} +last$',
+        rf'^train_usrnet +usrnet +[\d,]+ +1x3x16x16 +{NUM} +{NUM} +{NUM} +last$',
+        rf'^hat__HAT_SRx4 +hat +20,772,507 +1x3x16x16 +{NUM} +{NUM} +{NUM} +last$',
+        rf'^plksr__PLKSR_X4_DIV2K +plksr +[\d,]+ +1x3x16x16 +{NUM} +{NUM} +{NUM} +first$',  # 17x17 convolutions
+        rf'^restormer__withbias_derain_deblur +restormer +26,126,644 +1x3x16x16 +{NUM} +{NUM} +{NUM} +last$',
+        rf'^uformer__tiny +uformer +[\d,]+ +1x3x64x64 +{NUM} +{NUM} +{NUM} +last$',
         rf'^basicvsr__BasicVSR_REDS4 +basicvsr +6,291,311 +1x2x3x33x33 +{NUM} +{NUM}$',
         rf'^basicvsrpp__BasicVSRPP_REDS +basicvsrpp +7,322,927 +1x3x3x33x33 +{NUM} +{NUM}$',
         rf'^edvr__EDVR_L_deblur_REDS +edvr +23,602,019 +1x5x3x64x64 +{NUM} +{NUM}$',
