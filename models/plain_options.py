@@ -71,9 +71,9 @@ TRAIN_OPTIONS: Dict[str, Any] = {
                                                 'that have it)'),
     'channels_last': Key(None, (bool, type(None)),
                          help='channels-last memory format for netG and its 4-D inputs (null: on for image models on '
-                              'a CPU, where it takes 0.7-0.9 of the time, but for a network with a dense convolution '
-                              'of 17x17 or more, which runs slower so; off on CUDA and for video models; a resumed run '
-                              'keeps the format its checkpoint trained in)'),
+                              'a CPU, where convolutions take 0.8-0.9 of the time, but for a network with a dense '
+                              'convolution of 17x17 or more, which runs slower so; off on CUDA and for video models; a '
+                              'resumed run keeps the format its checkpoint trained in)'),
     'compile_mode': Key(None, (str, type(None)), _compile_mode,
                         'torch.compile mode with train.compile (reduce-overhead: CUDA graphs); null: default'),
     # batch augmentation (traiNNer-redux's MoA): drawn with the training items (the loop wraps the training

@@ -50,8 +50,9 @@ def memory_format(channels_last: Optional[bool], device: torch.device, image_bat
     """(whether netG and its 4-D inputs are channels-last, the line to log) for `train.channels_last`.
 
     null: on for a model of 4-D image batches on a CPU, where oneDNN's convolutions take 0.8-0.9 of their
-    channels-first time (every image configuration of bench/bench_zoo.py; 0.7 on the demo's DnCNN), which changes
-    the step's rounding, not what it computes; but not for a network with a convolution that runs slower
+    channels-first time (bench/bench_zoo.py: 0.81-0.98 of the step for convolutional configurations, 0.95-1.04
+    for transformers that spend it in attention; the demo's DnCNN 0.7), which changes the step's rounding, not
+    what it computes; but not for a network with a convolution that runs slower
     channels-last (`slow_channels_last`). Off on CUDA, where it is not measured yet, and for video models, whose
     5-D clips stay as they are (`device_batch`). A resumed run keeps the format of its checkpoint: the trainer sets
     the key from it before the model is built (training/resume_plan.py).
