@@ -234,6 +234,18 @@ def test_the_users_own_wait_policy_wins(given):
     assert env == given and 'as given' in wait_policy.describe(env)
 
 
+def test_a_choice_made_in_one_environment_is_not_claimed_for_another():
+    """The thread line says "set here" only for the mapping `choose` wrote into, while it holds that value: a
+    choice made earlier in the process (another test, an imported entry point) does not make a given setting ours."""
+    from utils import wait_policy
+    chosen = {}
+    wait_policy.choose(chosen, load=0.0)
+    assert 'set here' in wait_policy.describe(chosen)
+    assert wait_policy.describe({'GOMP_SPINCOUNT': str(wait_policy.SPIN_COUNT)}).endswith('; as given)')
+    chosen['GOMP_SPINCOUNT'] = '0'  # changed after the choice: no longer ours
+    assert wait_policy.describe(chosen) == 'idle threads sleep at once (GOMP_SPINCOUNT=0; as given)'
+
+
 @pytest.mark.parametrize('entry', ['main_train', 'main_test'])
 def test_the_entry_points_choose_how_openmps_idle_threads_wait_before_torch_loads_unless_the_user_did(entry):
     """A short spin on idle cores (utils/wait_policy.py; the sampled load is pinned here), set before torch loads

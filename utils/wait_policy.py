@@ -30,7 +30,9 @@ SHARED_CORES = 0.5  # other programs' load on this process's cores, in cores, ab
 SAMPLE_S = 0.1
 STAT = '/proc/stat'
 
-_reason: Optional[str] = None  # why `choose` set what it set in this process (None: it set nothing)
+# What `choose` last set, in which mapping and why (None: it set nothing). `describe` claims the choice only for
+# that mapping while it still holds that value: another mapping's setting is the user's.
+_chosen: Optional[Tuple[MutableMapping[str, str], str, str, str]] = None
 
 
 def cpu_times(path: str = STAT) -> Dict[int, Tuple[int, int]]:
@@ -71,20 +73,22 @@ def others_load(sample_s: float = SAMPLE_S) -> Optional[float]:
 def choose(env: MutableMapping[str, str] = os.environ, load: Optional[float] = None) -> None:
     """Set how idle threads wait unless the user did: a short spin on idle cores, none on shared ones. Call
     before `import torch`. `load`: other programs' load in cores (None: sampled now)."""
-    global _reason
-    _reason = None
+    global _chosen
+    _chosen = None
     if any(k in env for k in USER_KEYS):
         return
     load = others_load() if load is None else load
     cores = len(affinity())
     if load is not None and load >= SHARED_CORES:
         env[POLICY_ENV] = 'PASSIVE'
-        _reason = (f'other processes kept {load:.1f} of the {cores} usable core{"s" if cores > 1 else ""} busy at '
+        _chosen = (env, POLICY_ENV, 'PASSIVE',
+                   f'other processes kept {load:.1f} of the {cores} usable core{"s" if cores > 1 else ""} busy at '
                    f'start: spinning would take their time')
     else:
         env[SPIN_ENV] = str(SPIN_COUNT)
         seen = f'{load:.1f} of {cores} busy' if load is not None else 'load unknown'
-        _reason = f'the usable cores were idle at start ({seen}): small operations stay fast'
+        _chosen = (env, SPIN_ENV, str(SPIN_COUNT),
+                   f'the usable cores were idle at start ({seen}): small operations stay fast')
 
 
 def describe(env: MutableMapping[str, str] = os.environ) -> str:
@@ -100,5 +104,6 @@ def describe(env: MutableMapping[str, str] = os.environ) -> str:
     else:
         words = 'spin for milliseconds, then sleep'
     setting = ', '.join(f'{k}={v}' for k, v in given.items()) or f"GNU OpenMP's default: {POLICY_ENV} unset"
-    chose = f'set here: {_reason}' if _reason is not None else 'as given' if given else ''
+    ours = _chosen is not None and _chosen[0] is env and env.get(_chosen[1]) == _chosen[2]
+    chose = f'set here: {_chosen[3]}' if ours else 'as given' if given else ''
     return f'idle threads {words} ({setting}{"; " + chose if chose else ""})'
