@@ -213,12 +213,14 @@ def test_a_single_cpu_process_takes_one_thread_per_usable_core_shared_with_its_l
             f'sleep (GOMP_SPINCOUNT={wait_policy.SPIN_COUNT}; set here: the usable cores were idle at start (0.1 of 6 '
             f'busy): small operations stay fast); OMP_NUM_THREADS overrides)')
         env = {}
-        wait_policy.choose(env, load=1.5)  # cores other processes keep busy: sleep at once
+        wait_policy.choose(env, load=1.5)  # cores other processes keep busy: sleep at once, and leave them theirs
         assert env == {'OMP_WAIT_POLICY': 'PASSIVE'}
         assert set_cpu_threads(DistState('single'), 0, env) == (
-            'CPU: 6 torch threads (one per usable core; idle threads sleep at once (OMP_WAIT_POLICY=PASSIVE; set '
-            'here: other processes kept 1.5 of the 6 usable cores busy at start: spinning would take their time); '
-            'OMP_NUM_THREADS overrides)')
+            'CPU: 4 torch threads (one per usable core left free: other processes kept 1.5 of the 6 busy through '
+            'the start-up; idle threads sleep at once (OMP_WAIT_POLICY=PASSIVE; set here: other processes '
+            'kept 1.5 of the 6 usable cores busy at start: spinning would take their time); OMP_NUM_THREADS '
+            'overrides)')
+        assert torch.get_num_threads() == 4
         assert set_cpu_threads(DistState('single'), 0, {'OMP_NUM_THREADS': '3'}) is None  # the user's choice
         assert set_cpu_threads(DistState('env', world_size=2, rank=0), 0, {}) is None  # DDP: init gives 1 each
     finally:
@@ -269,17 +271,71 @@ def test_the_entry_points_choose_how_openmps_idle_threads_wait_before_torch_load
 
 def test_the_load_of_the_usable_cores_is_read_from_the_kernels_counters(tmp_path, monkeypatch):
     """Per core busy / total ticks between two readings, only over the cores this process may use."""
-    from utils import wait_policy
+    from utils import cores, wait_policy
     stat = tmp_path / 'stat'
     stat.write_text('cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 0 0 0 100 0 0 0 0 0 0\ncpu1 50 0 0 50 0 0 0 0 0 0\n'
                     'intr 1 2 3\n')
-    before = wait_policy.cpu_times(str(stat))
+    before = cores.cpu_times(str(stat))
     assert before == {0: (0, 100), 1: (50, 100)}
     after = {0: (100, 200), 1: (100, 200)}  # core 0 busy the whole time, core 1 half of it
-    assert wait_policy.busy_cores(before, after, frozenset({0, 1})) == 1.5
-    assert wait_policy.busy_cores(before, after, frozenset({1})) == 0.5
-    assert wait_policy.cpu_times(str(tmp_path / 'none')) == {}  # not Linux: no sample, a short spin
+    assert cores.busy_cores(before, after, frozenset({0, 1})) == 1.5
+    assert cores.busy_cores(before, after, frozenset({1})) == 0.5
+    assert cores.cpu_times(str(tmp_path / 'none')) == {}  # not Linux: no sample, a short spin
     env = {}
     monkeypatch.setattr(wait_policy, 'others_load', lambda: None)
     wait_policy.choose(env)
     assert env == {'GOMP_SPINCOUNT': str(wait_policy.SPIN_COUNT)} and 'load unknown' in wait_policy.describe(env)
+
+
+def test_other_programs_load_since_a_mark_leaves_this_processs_own_cpu_time_out(monkeypatch):
+    """Over the start-up this process itself keeps a core busy (torch's import): what is left is the others'."""
+    import time
+
+    from utils import cores
+    monkeypatch.setattr(cores, 'affinity', lambda: frozenset({0, 1}))
+    mark = cores.LoadMark(time.monotonic() - 2.0, {0: (0, 100), 1: (0, 100)}, time.process_time() - 1.0)
+    monkeypatch.setattr(cores, 'cpu_times', lambda path=cores.STAT: {0: (100, 200), 1: (50, 200)})
+    # 1.5 cores busy over 2 s, 1 s of it this process's: 1.0 core of others' (to the CPU this test itself takes)
+    assert abs(cores.others_load_since(mark) - 1.0) < 0.05
+    monkeypatch.setattr(cores, 'cpu_times', lambda path=cores.STAT: {})
+    assert cores.others_load_since(mark) is None
+
+
+def test_the_thread_count_follows_the_load_of_the_whole_start_up_not_only_the_first_sample(monkeypatch):
+    """The sample before torch loads found the cores shared; what counts for the threads is how busy others kept them
+    until the count is set (a neighbour that left during the start-up leaves every core to the run). Idle cores, a
+    DDP rank or the user's OMP_NUM_THREADS or wait policy: no count from the load."""
+    import os
+
+    import torch
+
+    from utils import wait_policy
+    from utils.dist import set_cpu_threads
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+    monkeypatch.setattr(wait_policy, 'affinity', lambda: frozenset({0, 1}))
+    before = torch.get_num_threads()
+    try:
+        env = {}
+        wait_policy.choose(env, load=1.0)
+        monkeypatch.setattr(wait_policy, 'WINDOW_S', 0.0)  # the start-up's own measure, however short
+        for others, threads in ((0.2, 2), (0.6, 1), (1.0, 1), (1.9, 1)):
+            monkeypatch.setattr(wait_policy, 'others_load_since', lambda mark: others)
+            line = set_cpu_threads(DistState('single'), 1, env)
+            assert torch.get_num_threads() == threads, (others, line)
+            assert line.startswith(f'CPU: {threads} torch thread{"s" if threads > 1 else ""} (one per usable core')
+            assert ('left free' in line) is (threads < 2)
+            assert line.count('shared with 1 loader worker') == 1
+        monkeypatch.setattr(wait_policy, 'others_load_since', lambda mark: 1.0)
+        assert set_cpu_threads(DistState('single'), 0, dict(env, OMP_NUM_THREADS='2')) is None  # the user's count
+        torch.set_num_threads(before)
+        assert set_cpu_threads(DistState('env', world_size=2, rank=0), 0, env) is None  # DDP: init gives 1 each
+        given = {'OMP_WAIT_POLICY': 'PASSIVE'}
+        wait_policy.choose(given, load=1.0)  # the user's wait policy: nothing sampled, every core
+        assert set_cpu_threads(DistState('single'), 0, given).startswith('CPU: 2 torch threads (one per usable core;')
+        idle = {}
+        wait_policy.choose(idle, load=0.1)
+        assert set_cpu_threads(DistState('single'), 0, idle).startswith('CPU: 2 torch threads (one per usable core;')
+    finally:
+        torch.set_num_threads(before)
+        torch.set_flush_denormal(False)

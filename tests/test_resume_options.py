@@ -71,6 +71,32 @@ def test_a_resume_keeps_the_memory_format_its_checkpoint_trained_in(tmp_path, de
     assert 'memory format: channels-first (train.channels_last)' in res.stdout
 
 
+def test_a_cpu_resume_with_another_thread_count_says_its_bits_may_differ(tmp_path, demo_images):
+    """The sums of a backward pass depend on the thread count (a run beside a busy process takes fewer): the state
+    records it, and a resume that takes another count says the continuation is exact only up to float rounding."""
+    from tests.conftest import clean_env
+    path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_save=2)
+    assert run_main('main_train', ['--opt', path], env=clean_env(OMP_NUM_THREADS='1')).returncode == 0
+    models = tmp_path / 'exp' / 'tiny' / 'models'
+    assert torch.load(str(models / '2_state.pth'), weights_only=True)['cpu_threads'] == 1
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=4', '--set', 'train.checkpoint_save=4'],
+                   env=clean_env(OMP_NUM_THREADS='2'))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ('resume: 2 torch threads, the checkpoint trained with 1: the run goes on as the uninterrupted one up to '
+            'float rounding, not bit for bit (a backward pass sums per thread); OMP_NUM_THREADS=1 keeps the bits'
+            in res.stdout)
+    assert torch.load(str(models / '4_state.pth'), weights_only=True)['cpu_threads'] == 2
+    res = run_main('main_train', ['--opt', path, '--set', 'train.total_iter=6', '--set', 'train.checkpoint_save=6'],
+                   env=clean_env(OMP_NUM_THREADS='2'))
+    assert res.returncode == 0 and 'resume: 2 torch threads' not in res.stdout  # the same count: nothing to say
+    from training.resume_plan import resumed_threads_note
+    from utils.resume import ResumePoint
+    point = ResumePoint('m/2_state.pth', {}, {'iter': 2, 'cpu_threads': 1})
+    assert resumed_threads_note(point, None) == ''  # a GPU run: the thread count decides nothing
+    assert resumed_threads_note(ResumePoint('m/2_state.pth', {}, {'iter': 2}), 2) == ''  # not recorded: unknown
+    assert resumed_threads_note(None, 2) == ''
+
+
 def test_save_img_writes_every_validation_image_once_from_rank_zero_under_two_processes(tmp_path, demo_images):
     path = _opt(tmp_path, demo_images, total_iter=2, checkpoint_test=2, checkpoint_save=2)
     res = run([PY, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'main_train.py',

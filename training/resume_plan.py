@@ -63,6 +63,19 @@ def resumed_memory_format(point: Optional[ResumePoint], channels_last: Optional[
                    f'memory format the checkpoint trained in')
 
 
+def resumed_threads_note(point: Optional[ResumePoint], threads: Optional[int]) -> str:
+    """A warning where a CPU resume takes another intra-op thread count than its checkpoint trained with (`threads`:
+    this start's, None on a GPU), or ''. The sums of a backward pass depend on how many threads share them, so the
+    run then goes on as the uninterrupted one would only up to float rounding; the count comes from the usable
+    cores and, where other programs keep some busy at start, from their load (utils/dist/group.py)."""
+    saved = point.training.get('cpu_threads') if point is not None else None
+    if threads is None or saved is None or saved == threads:
+        return ''
+    return (f'resume: {threads} torch thread{"s" if threads > 1 else ""}, the checkpoint trained with {saved}: the '
+            f'run goes on as the uninterrupted one up to float rounding, not bit for bit (a backward pass sums '
+            f'per thread); OMP_NUM_THREADS={saved} keeps the bits')
+
+
 def choose_seed(manual_seed: Optional[int], point: Optional[ResumePoint]) -> Tuple[Optional[int], str]:
     """(the seed, a warning or ''): `train.manual_seed`, else the resumed run's seed (a resumed run must shuffle
     with the seed it started with), else None: the caller draws one on rank 0 for every rank."""

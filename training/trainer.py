@@ -96,6 +96,9 @@ class Trainer:
         t['channels_last'], note = resume_plan.resumed_memory_format(self.point, t['channels_last'])
         if note:
             self.log.info(note)
+        note = resume_plan.resumed_threads_note(self.point, self.cpu_threads())
+        if note:
+            self.log.warning(note)
 
         self.train_loader, self.sampler = build_train_loader(
             self.train_set, train_opt_ds, self.state.world_size, self.state.rank, self.seed, self.device,
@@ -117,6 +120,10 @@ class Trainer:
                                 channels() if channels is not None else None)
         if val_set is not None and len(val_set):
             self.model.check_test_sample(val_set[0], opt['datasets']['test']['_where'])
+
+    def cpu_threads(self) -> Optional[int]:
+        """This process's intra-op threads where they decide the numerics (a CPU run), else None."""
+        return torch.get_num_threads() if self.device.type == 'cpu' else None
 
     def finished(self) -> bool:
         """Whether the run to resume already reached `train.total_iter`: then say how to go on, and do nothing."""
@@ -209,7 +216,8 @@ class Trainer:
                 'iter': self.step, 'epoch': self.epoch, 'epoch_step': self.epoch_step,
                 'epoch_position': self.epoch_start + self.epoch_step * self.effective_batch,
                 'world_size': self.state.world_size, 'batch_size': self.train_loader.batch_size,
-                'accumulate_steps': self.accum, 'channels_last': self.model.channels_last, 'seed': self.seed,
+                'accumulate_steps': self.accum, 'channels_last': self.model.channels_last,
+                'cpu_threads': self.cpu_threads(), 'seed': self.seed,
                 'rng': rngs, 'best': self.best,
                 'model': self.model.training_state(), 'wandb_id': self.reporter.wandb_id,
             }

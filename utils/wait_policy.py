@@ -12,15 +12,17 @@ OMP_WAIT_POLICY=PASSIVE. Neither end suits every machine:
 So the choice is made from the cores themselves: their load over a short sample before torch starts (this
 process sleeps through it, so what is measured is the others'). Idle: SPIN_COUNT; shared (at least
 SHARED_CORES of other programs' load): PASSIVE. The figures behind both are in docs/launching.md ("Devices and
-CPU threads"). A neighbour that starts later meets a short spin, which gives its core up soon.
+CPU threads"). A neighbour that starts later meets a short spin, which gives its core up soon. Where the cores are
+shared, the thread count leaves the busy ones to their programs too (utils/dist/group.py `set_cpu_threads`, from
+`others_load_at_start`: the load over the whole start-up, a steadier figure than this sample).
 
 The user's own OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME wins, unsampled.
 """
 import os
 import time
-from typing import Dict, FrozenSet, MutableMapping, Optional, Tuple
+from typing import MutableMapping, NamedTuple, Optional
 
-from utils.cores import affinity
+from utils.cores import LoadMark, affinity, busy_cores, cpu_times, load_mark, others_load_since
 
 SPIN_ENV = 'GOMP_SPINCOUNT'
 POLICY_ENV = 'OMP_WAIT_POLICY'
@@ -28,37 +30,23 @@ USER_KEYS = (POLICY_ENV, SPIN_ENV, 'KMP_BLOCKTIME')
 SPIN_COUNT = 10000  # iterations of GNU OpenMP's spin loop (its default: 300,000)
 SHARED_CORES = 0.5  # other programs' load on this process's cores, in cores, above which idle threads sleep at once
 SAMPLE_S = 0.1
-STAT = '/proc/stat'
-
-# What `choose` last set, in which mapping and why (None: it set nothing). `describe` claims the choice only for
-# that mapping while it still holds that value: another mapping's setting is the user's.
-_chosen: Optional[Tuple[MutableMapping[str, str], str, str, str]] = None
+WINDOW_S = 1.0  # the shortest start-up over which `others_load_at_start` trusts its own measure over the sample
 
 
-def cpu_times(path: str = STAT) -> Dict[int, Tuple[int, int]]:
-    """Per core: (busy, total) clock ticks since boot, from the kernel's counters ({} where there are none)."""
-    times: Dict[int, Tuple[int, int]] = {}
-    try:
-        with open(path) as f:
-            lines = f.readlines()
-    except OSError:
-        return times
-    for line in lines:
-        name, *fields = line.split()
-        if name.startswith('cpu') and name[3:].isdigit() and len(fields) >= 8:
-            user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
-            busy = user + nice + system + irq + softirq + steal
-            times[int(name[3:])] = (busy, busy + idle + iowait)
-    return times
+class Choice(NamedTuple):
+    """What `choose` set, in which mapping and why; whether it found the cores shared, and when it looked."""
+    env: MutableMapping[str, str]
+    key: str
+    value: str
+    reason: str
+    shared: bool
+    load: Optional[float]  # what the sample found (in cores)
+    mark: Optional[LoadMark]
 
 
-def busy_cores(before: Dict[int, Tuple[int, int]], after: Dict[int, Tuple[int, int]], cores: FrozenSet[int]) -> float:
-    """How many of `cores`' worth of time was busy between two `cpu_times` readings."""
-    load = 0.0
-    for core in cores & before.keys() & after.keys():
-        busy, total = after[core][0] - before[core][0], after[core][1] - before[core][1]
-        load += busy / total if total > 0 else 0.0
-    return load
+# `choose`'s last choice (None: it set nothing). `describe` claims it only for that mapping while it still holds
+# that value: another mapping's setting is the user's.
+_chosen: Optional[Choice] = None
 
 
 def others_load(sample_s: float = SAMPLE_S) -> Optional[float]:
@@ -81,14 +69,14 @@ def choose(env: MutableMapping[str, str] = os.environ, load: Optional[float] = N
     cores = len(affinity())
     if load is not None and load >= SHARED_CORES:
         env[POLICY_ENV] = 'PASSIVE'
-        _chosen = (env, POLICY_ENV, 'PASSIVE',
-                   f'other processes kept {load:.1f} of the {cores} usable core{"s" if cores > 1 else ""} busy at '
-                   f'start: spinning would take their time')
+        _chosen = Choice(env, POLICY_ENV, 'PASSIVE',
+                         f'other processes kept {load:.1f} of the {cores} usable core{"s" if cores > 1 else ""} busy '
+                         f'at start: spinning would take their time', True, load, load_mark())
     else:
         env[SPIN_ENV] = str(SPIN_COUNT)
         seen = f'{load:.1f} of {cores} busy' if load is not None else 'load unknown'
-        _chosen = (env, SPIN_ENV, str(SPIN_COUNT),
-                   f'the usable cores were idle at start ({seen}): small operations stay fast')
+        _chosen = Choice(env, SPIN_ENV, str(SPIN_COUNT),
+                         f'the usable cores were idle at start ({seen}): small operations stay fast', False, load, None)
 
 
 def describe(env: MutableMapping[str, str] = os.environ) -> str:
@@ -104,6 +92,22 @@ def describe(env: MutableMapping[str, str] = os.environ) -> str:
     else:
         words = 'spin for milliseconds, then sleep'
     setting = ', '.join(f'{k}={v}' for k, v in given.items()) or f"GNU OpenMP's default: {POLICY_ENV} unset"
-    ours = _chosen is not None and _chosen[0] is env and env.get(_chosen[1]) == _chosen[2]
-    chose = f'set here: {_chosen[3]}' if ours else 'as given' if given else ''
+    chose = f'set here: {_chosen.reason}' if _ours(env) else 'as given' if given else ''
     return f'idle threads {words} ({setting}{"; " + chose if chose else ""})'
+
+
+def _ours(env: MutableMapping[str, str]) -> bool:
+    return _chosen is not None and _chosen.env is env and env.get(_chosen.key) == _chosen.value
+
+
+def others_load_at_start(env: MutableMapping[str, str] = os.environ) -> Optional[float]:
+    """Other programs' load on this process's cores (in cores) from `choose` until now, where `choose` found them
+    shared for `env` (else None): measured over the whole start-up (torch's import, the options), which says more
+    than the short sample `choose` could afford before torch loads, and with this process's own CPU time left out
+    (the sample's figure where less than WINDOW_S passed)."""
+    if _chosen is None or not _ours(env) or not _chosen.shared:
+        return None
+    mark = _chosen.mark
+    if mark is None or time.monotonic() - mark.wall < WINDOW_S:
+        return _chosen.load
+    return others_load_since(mark)

@@ -85,16 +85,19 @@ def init(state: DistState, timeout_s: float = 600, env: Any = os.environ) -> tor
 
 def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ) -> Optional[str]:
     """CPU runs: flush denormal numbers to zero; a single CPU process also takes one torch intra-op thread per
-    core it may use (its affinity, which taskset, cgroups and SLURM's --cpus-per-task restrict), sharing them
-    with its loader workers.
+    core it may use (its affinity, which taskset, cgroups and SLURM's --cpus-per-task restrict) that other programs
+    left free at start, sharing them with its loader workers.
 
     Why every core: the loader of a restoration run is usually cheap next to the network (the demo's worker
     is busy 0.002 s of a 0.3 s step), so reserving cores for workers left half of a 2-core machine idle.
-    Why that stays right where the loader (or another program) does need a core: the entry points let
-    OpenMP's idle threads spin only briefly before they sleep (utils/wait_policy.py, chosen before torch is
-    imported unless the user set a policy), so a thread that is not computing soon takes no core from a worker.
-    Threads spinning for OpenMP's default milliseconds made 2 threads cost 2.6x the CPU time of 1 and 1.54x its
-    wall time on a loaded 2-core machine (bench note in docs/launching.md, "Devices and CPU threads").
+    Why that stays right where the loader does need a core: the entry points let OpenMP's idle threads spin only
+    briefly before they sleep (utils/wait_policy.py, chosen before torch is imported unless the user set a policy),
+    so a thread that is not computing soon takes no core from a worker.
+    Why not the cores other programs keep busy (where the wait policy found them busy at start, and they stayed
+    busy through the start-up): every parallel region waits for its slowest thread, and the thread that shares a
+    core with a busy program gets half of it; beside one busy process on 2 cores one thread took 0.8x the time of
+    two (RCAN, docs/launching.md, "Devices and CPU threads"). Chosen once: the sums of a backward pass depend on
+    the thread count, and a run keeps its numerics (a resume with another count says so, training/resume_plan.py).
     Denormals: after a few hundred iterations a quarter of Adam's first moments (those of weights whose
     gradient is 0) decay through the denormal range; flushing them saved 5 % of the demo's CPU time.
     OMP_NUM_THREADS, when set, decides the count; DDP ranks get 1 thread each (`init`).
@@ -106,10 +109,18 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
     if state.distributed or 'OMP_NUM_THREADS' in env:
         return None
     cores = usable_cores()
-    torch.set_num_threads(cores)
+    others = wait_policy.others_load_at_start(env)
+    taken = min(cores, int(others + 0.5)) if others is not None else 0
+    threads = max(1, cores - taken)
+    torch.set_num_threads(threads)
     workers = fitted_workers(max(0, int(loader_workers)), cores, env)  # as data/loader.py starts them
-    shared = f', shared with {workers} loader worker{"s" if workers != 1 else ""}' if workers else ''
-    return (f'CPU: {cores} torch thread{"s" if cores > 1 else ""} (one per usable core{shared}; '
+    share = f'shared with {workers} loader worker{"s" if workers != 1 else ""}' if workers else ''
+    if taken:
+        which = (f'one per usable core left free: other processes kept {others:.1f} of the {cores} busy through the '
+                 f'start-up{"; " + share if share else ""}')
+    else:
+        which = f'one per usable core{", " + share if share else ""}'
+    return (f'CPU: {threads} torch thread{"s" if threads > 1 else ""} ({which}; '
             f'{wait_policy.describe(env)}; OMP_NUM_THREADS overrides)')
 
 
