@@ -21,9 +21,9 @@ out start-up and the first iterations, whose time varies most on a shared machin
           started by the bench before the cell's runs and killed after them.
 
 The user's OMP_WAIT_POLICY, GOMP_SPINCOUNT and OMP_NUM_THREADS pass through wherever a cell does not set them
-(unset, each trainer chooses: BasicSR leaves OpenMP's default spin, ours samples its cores' load,
-utils/wait_policy.py); what each trainer ran with (torch threads, the thread policy ours logged) is printed before
-the table.
+(unset, each trainer chooses: BasicSR leaves OpenMP's default spin and takes every core, ours samples its cores'
+load, utils/wait_policy.py, and beside the busy process takes one thread per core left free); what each trainer
+ran with (torch threads, the thread policy ours logged) is printed before the table.
 
 BasicSR is installed by the bench into `--scratch` (default $TMPDIR/bench_peers) on the first full run and reused
 (bench/peer_basicsr.py says how); it never enters requirements.txt. The data, BasicSR's experiment folders and
