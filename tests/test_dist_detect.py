@@ -283,7 +283,7 @@ def test_the_load_of_the_usable_cores_is_read_from_the_kernels_counters(tmp_path
     assert cores.busy_cores(before, after, frozenset({1})) == 0.5
     assert cores.cpu_times(str(tmp_path / 'none')) == {}  # not Linux: no sample, a short spin
     env = {}
-    monkeypatch.setattr(wait_policy, 'others_load', lambda: None)
+    monkeypatch.setattr(wait_policy, 'others_load', lambda mark: None)
     wait_policy.choose(env)
     assert env == {'GOMP_SPINCOUNT': str(wait_policy.SPIN_COUNT)} and 'load unknown' in wait_policy.describe(env)
 

@@ -22,7 +22,7 @@ import os
 import time
 from typing import MutableMapping, NamedTuple, Optional
 
-from utils.cores import LoadMark, affinity, busy_cores, cpu_times, load_mark, others_load_since
+from utils.cores import LoadMark, affinity, load_mark, others_load_since
 
 SPIN_ENV = 'GOMP_SPINCOUNT'
 POLICY_ENV = 'OMP_WAIT_POLICY'
@@ -34,12 +34,11 @@ WINDOW_S = 1.0  # the shortest start-up over which `others_load_at_start` trusts
 
 
 class Choice(NamedTuple):
-    """What `choose` set, in which mapping and why; whether it found the cores shared, and when it looked."""
+    """What `choose` set (POLICY_ENV: it found the cores shared), in which mapping and why, and when it looked."""
     env: MutableMapping[str, str]
     key: str
     value: str
     reason: str
-    shared: bool
     load: Optional[float]  # what the sample found (in cores)
     mark: Optional[LoadMark]
 
@@ -49,13 +48,13 @@ class Choice(NamedTuple):
 _chosen: Optional[Choice] = None
 
 
-def others_load(sample_s: float = SAMPLE_S) -> Optional[float]:
-    """Other programs' load on this process's cores over `sample_s` (in cores), or None where it cannot be read."""
-    before = cpu_times()
-    if not before:
+def others_load(mark: Optional[LoadMark], sample_s: float = SAMPLE_S) -> Optional[float]:
+    """Other programs' load on this process's cores over `sample_s` from `mark` (in cores), or None where it cannot
+    be read."""
+    if mark is None:
         return None
     time.sleep(sample_s)
-    return busy_cores(before, cpu_times(), affinity())
+    return others_load_since(mark)
 
 
 def choose(env: MutableMapping[str, str] = os.environ, load: Optional[float] = None) -> None:
@@ -65,18 +64,19 @@ def choose(env: MutableMapping[str, str] = os.environ, load: Optional[float] = N
     _chosen = None
     if any(k in env for k in USER_KEYS):
         return
-    load = others_load() if load is None else load
+    mark = load_mark()
+    load = others_load(mark) if load is None else load
     cores = len(affinity())
     if load is not None and load >= SHARED_CORES:
         env[POLICY_ENV] = 'PASSIVE'
         _chosen = Choice(env, POLICY_ENV, 'PASSIVE',
                          f'other processes kept {load:.1f} of the {cores} usable core{"s" if cores > 1 else ""} busy '
-                         f'at start: spinning would take their time', True, load, load_mark())
+                         f'at start: spinning would take their time', load, mark)
     else:
         env[SPIN_ENV] = str(SPIN_COUNT)
         seen = f'{load:.1f} of {cores} busy' if load is not None else 'load unknown'
         _chosen = Choice(env, SPIN_ENV, str(SPIN_COUNT),
-                         f'the usable cores were idle at start ({seen}): small operations stay fast', False, load, None)
+                         f'the usable cores were idle at start ({seen}): small operations stay fast', load, mark)
 
 
 def describe(env: MutableMapping[str, str] = os.environ) -> str:
@@ -105,7 +105,7 @@ def others_load_at_start(env: MutableMapping[str, str] = os.environ) -> Optional
     shared for `env` (else None): measured over the whole start-up (torch's import, the options), which says more
     than the short sample `choose` could afford before torch loads, and with this process's own CPU time left out
     (the sample's figure where less than WINDOW_S passed)."""
-    if _chosen is None or not _ours(env) or not _chosen.shared:
+    if _chosen is None or not _ours(env) or _chosen.key != POLICY_ENV:
         return None
     mark = _chosen.mark
     if mark is None or time.monotonic() - mark.wall < WINDOW_S:

@@ -110,7 +110,7 @@ def set_cpu_threads(state: DistState, loader_workers: int, env: Any = os.environ
         return None
     cores = usable_cores()
     others = wait_policy.others_load_at_start(env)
-    taken = min(cores, int(others + 0.5)) if others is not None else 0
+    taken = int(others + 0.5) if others is not None else 0  # whole cores
     threads = max(1, cores - taken)
     torch.set_num_threads(threads)
     workers = fitted_workers(max(0, int(loader_workers)), cores, env)  # as data/loader.py starts them
